@@ -1,0 +1,130 @@
+//! Chunk types and decoded chunks.
+//!
+//! A [`ChunkType`] is any byte: the decoder accepts every type byte and leaves it to the
+//! session machines to decide what a type means in their state. That is what the reference
+//! server does (it skips unknown types before `C`), and it lets the ngw worker channel add its
+//! own lowercase control types without a second codec.
+
+use bytes::Bytes;
+use std::fmt;
+
+/// The one-byte type of a chunk.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChunkType(pub u8);
+
+impl ChunkType {
+    /// `A`: one command-line argument (client to server, before `C`).
+    pub const ARGUMENT: Self = Self(b'A');
+    /// `E`: one environment entry, `NAME=VALUE` (client to server, before `C`).
+    pub const ENVIRONMENT: Self = Self(b'E');
+    /// `D`: the client's working directory (client to server, before `C`).
+    pub const WORKING_DIR: Self = Self(b'D');
+    /// `C`: the command; ends the header phase (client to server).
+    pub const COMMAND: Self = Self(b'C');
+    /// `L`: a piece of a long argument read from a file; an empty `L` ends the argument
+    /// (client to server, before `C`).
+    pub const LONG_ARG: Self = Self(b'L');
+    /// `0`: stdin bytes (client to server, one chunk per `S`).
+    pub const STDIN: Self = Self(b'0');
+    /// `.`: stdin reached end of file (client to server).
+    pub const STDIN_EOF: Self = Self(b'.');
+    /// `H`: heartbeat (client to server, tolerated anywhere).
+    pub const HEARTBEAT: Self = Self(b'H');
+    /// `1`: stdout bytes (server to client).
+    pub const STDOUT: Self = Self(b'1');
+    /// `2`: stderr bytes (server to client).
+    pub const STDERR: Self = Self(b'2');
+    /// `S`: the server asks for one chunk of stdin (server to client).
+    pub const SEND_INPUT: Self = Self(b'S');
+    /// `X`: exit code as ASCII decimal (server to client); the first one ends the session.
+    pub const EXIT: Self = Self(b'X');
+
+    /// `h`: ngw worker hello (worker to ngd), sent once before any session.
+    pub const WORKER_HELLO: Self = Self(b'h');
+    /// `i`: ngw interrupt (ngd to worker): the client is gone, or a signal name.
+    pub const WORKER_INTERRUPT: Self = Self(b'i');
+    /// `p`: ngw ping (ngd to worker), only between sessions.
+    pub const WORKER_PING: Self = Self(b'p');
+    /// `o`: ngw pong (worker to ngd), the answer to `p`.
+    pub const WORKER_PONG: Self = Self(b'o');
+    /// `q`: ngw quit (ngd to worker): finish and exit.
+    pub const WORKER_QUIT: Self = Self(b'q');
+
+    /// True for the twelve types of the Nailgun protocol proper.
+    pub fn is_nailgun(self) -> bool {
+        matches!(
+            self,
+            Self::ARGUMENT
+                | Self::ENVIRONMENT
+                | Self::WORKING_DIR
+                | Self::COMMAND
+                | Self::LONG_ARG
+                | Self::STDIN
+                | Self::STDIN_EOF
+                | Self::HEARTBEAT
+                | Self::STDOUT
+                | Self::STDERR
+                | Self::SEND_INPUT
+                | Self::EXIT
+        )
+    }
+
+    /// A short human name, for logs and error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ARGUMENT => "argument",
+            Self::ENVIRONMENT => "environment",
+            Self::WORKING_DIR => "working-directory",
+            Self::COMMAND => "command",
+            Self::LONG_ARG => "long-argument",
+            Self::STDIN => "stdin",
+            Self::STDIN_EOF => "stdin-eof",
+            Self::HEARTBEAT => "heartbeat",
+            Self::STDOUT => "stdout",
+            Self::STDERR => "stderr",
+            Self::SEND_INPUT => "send-input",
+            Self::EXIT => "exit",
+            Self::WORKER_HELLO => "worker-hello",
+            Self::WORKER_INTERRUPT => "worker-interrupt",
+            Self::WORKER_PING => "worker-ping",
+            Self::WORKER_PONG => "worker-pong",
+            Self::WORKER_QUIT => "worker-quit",
+            _ => "unknown",
+        }
+    }
+}
+
+impl fmt::Debug for ChunkType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_ascii_graphic() {
+            write!(f, "'{}'", self.0 as char)
+        } else {
+            write!(f, "0x{:02x}", self.0)
+        }
+    }
+}
+
+impl fmt::Display for ChunkType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({:?})", self.name(), self)
+    }
+}
+
+/// One whole decoded chunk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// The type byte.
+    pub ty: ChunkType,
+    /// The payload, a zero-copy slice of the read buffer.
+    pub payload: Bytes,
+}
+
+impl Chunk {
+    /// A chunk of the given type and payload.
+    pub fn new(ty: ChunkType, payload: impl Into<Bytes>) -> Self {
+        Self {
+            ty,
+            payload: payload.into(),
+        }
+    }
+}
