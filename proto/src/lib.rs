@@ -16,6 +16,7 @@
 //! * [`client_session`]: [`ClientSession`], the client's side of one session.
 //! * [`server_session`]: [`ServerSession`], the server's side of one session.
 //! * [`error`]: [`DecodeError`] and [`ProtocolError`].
+//! * [`paths`]: the default socket path and TCP address, shared by `ngd` and `ng`.
 //!
 //! # Wire format
 //!
@@ -45,6 +46,7 @@ pub mod client_session;
 pub mod codec;
 pub mod error;
 pub mod exit;
+pub mod paths;
 pub mod server_session;
 
 pub use chunk::{Chunk, ChunkType};
