@@ -49,6 +49,9 @@ pub mod exit;
 pub mod paths;
 pub mod server_session;
 
+/// The buffer crate this API is written in ([`bytes::BytesMut`] read buffers, [`bytes::Bytes`]
+/// payloads), re-exported so callers can name those types without a dependency of their own.
+pub use bytes;
 pub use chunk::{Chunk, ChunkType};
 pub use client_session::{ClientConfig, ClientEvent, ClientSession, Header, HeaderArg};
 pub use codec::{Decoder, Limits, HEADER_LEN, MAX_PAYLOAD_LEN};
