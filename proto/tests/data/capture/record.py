@@ -157,7 +157,7 @@ def main():
     filearg = tempfile.NamedTemporaryFile(delete=False)
     filearg.write(bytes((i * 7) % 251 for i in range(2100)))
     filearg.close()
-    lines = b"".join(b"line %04d of the five-thousand-byte stdin test..\n" % i for i in range(100))
+    lines = b"".join(b"line %04d of the five-thousand-byte stdin test...\n" % i for i in range(100))
     scenarios = [
         ("peer-ng-version", "ng-nailgun ng-version (as nailgun.md 6.1)",
          ["ng-version"], [], b""),
