@@ -218,11 +218,13 @@ impl ServerSession {
     fn fail(&mut self, e: ProtocolError) -> ProtocolError {
         match &mut self.phase {
             Phase::Running(r) => r.broken = true,
+            // No command was launched, so there is nobody to tell that the client left:
+            // `gone` keeps a later end of file from reporting `ClientGone`.
             Phase::Header(_) => {
                 self.phase = Phase::Running(Running {
                     credit_out: false,
                     stdin_eof: true,
-                    gone: false,
+                    gone: true,
                     broken: true,
                 })
             }

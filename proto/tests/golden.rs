@@ -747,6 +747,34 @@ fn server_eof_before_the_command_is_an_error() {
     assert_eq!(s.poll_timeout(), None);
 }
 
+/// A header that failed launches nothing, so the end of file that follows (the caller
+/// drains the socket after sending its error) must not report a `ClientGone` for it.
+#[test]
+fn server_error_in_the_header_reports_no_client_gone() {
+    let t0 = Instant::now();
+    let timeout = ServerConfig::default().header_timeout.unwrap();
+    // Header timeout, then end of file.
+    let mut s = ServerSession::new(ServerConfig::default(), t0);
+    assert_eq!(
+        s.handle_timeout(t0 + timeout),
+        Err(ProtocolError::HeaderTimeout)
+    );
+    assert_eq!(s.handle_eof(), Ok(()));
+    assert!(server_events(&mut s).is_empty());
+    // Over-limit chunk in the header, then end of file.
+    let mut s = ServerSession::new(ServerConfig::default(), t0);
+    assert!(feed_server(&mut s, "ff ff ff ff 41", t0).0.is_err());
+    assert_eq!(s.handle_eof(), Ok(()));
+    assert!(server_events(&mut s).is_empty());
+    // End of file before the command, reported twice.
+    let mut s = ServerSession::new(ServerConfig::default(), t0);
+    assert_eq!(s.handle_eof(), Err(ProtocolError::EofBeforeCommand));
+    assert_eq!(s.handle_eof(), Ok(()));
+    assert!(server_events(&mut s).is_empty());
+    assert!(s.stdin_ended());
+    assert_eq!(s.poll_timeout(), None);
+}
+
 #[test]
 fn server_eof_after_the_command_reports_the_client_gone_once() {
     let now = Instant::now();
