@@ -1,1 +1,28 @@
-//! End-to-end tests.
+//! End-to-end tests: real client binaries against real servers (issue #2).
+//!
+//! Every scenario runs with our `ng` and with the reference C client `ng-nailgun`, as
+//! `<module>::<scenario>::ours` and `<module>::<scenario>::c_client`, so a difference
+//! between the two shows up side by side in one report. The server is the reference
+//! Nailgun 0.9.3 Java server (one shared instance per transport, plus private ones for
+//! tests that kill it or need other settings). Scenario bodies are `pub fn`s taking
+//! `&dyn Server`, so the same scenarios can run against `ngd`. The harness is the
+//! `ng_tests` library (`tests/src/`).
+
+// The harness itself: the Java server starts and answers, independent of any client.
+mod harness;
+// `ng-version`, compared byte for byte with the reference client.
+mod version;
+// Arguments, environment and working directory reach the nail intact.
+mod header;
+// Binary stdin round trips through the Echo nail, from pipes and files.
+mod stdin;
+// Exit codes pass through; `X` payloads parse like atoi.
+mod exit;
+// Long-running nails and heartbeats.
+mod heartbeat;
+// The client's own failures: 227, 230, 226.
+mod failures;
+// Symlinks named after nails, and the server named by the environment.
+mod invocation;
+// Our client's options where it fixes the reference client: filearg, -D, IPv6.
+mod options;

@@ -1,1 +1,52 @@
-//! End-to-end test harness.
+//! End-to-end test harness: real client binaries against real Nailgun servers.
+//!
+//! The tests in `tests/e2e/` run a client process (our `ng`, or the reference C client
+//! `ng-nailgun` as an oracle) against a server process (the reference Java server
+//! today, `ngd` later), and assert what a user would see: exit status, stdout and stderr.
+//! This crate holds everything those tests share, so a scenario reads like a
+//! specification and the same scenario can run against any server.
+//!
+//! # Layout
+//!
+//! * [`bins`]: where the binaries under test and the reference peers are.
+//! * [`client`]: [`Client`] (which client binary) and [`ClientCmd`], a builder that runs
+//!   one client with args, env, cwd, stdin and a timeout, returning an [`Output`].
+//! * [`server`]: the server-under-test seam: [`Server`], [`Address`], [`Transport`] and
+//!   the logical test [`Nail`]s every server must provide.
+//! * [`java_server`]: [`JavaServer`], the reference Nailgun 0.9.3 server as a guard.
+//! * [`java`]: compiles the Java test nails in `tests/java/` once per run.
+//! * [`fake`]: [`FakeServer`], a scripted in-test server that records what a client sent
+//!   (for what the Java server cannot show: IPv6, `L` chunks), and [`RefusingPort`].
+//! * [`wire`]: a minimal, independent chunk codec and raw client, for the fake server and
+//!   for harness self-checks.
+//! * [`dump`]: parses the output of the `Dump` nail.
+//! * [`process`]: child processes owned by the test process, and output capture.
+//! * [`data`]: deterministic test payloads.
+//! * [`macros`]: [`eqnice!`], [`assert_bytes_eq!`] and [`both_clients!`].
+//!
+//! # Adding a server under test
+//!
+//! Implement [`Server`] for a guard that starts the server, knows its [`Address`], maps
+//! each [`Nail`] to a command name and can be killed. Scenario functions in `tests/e2e/`
+//! take `&dyn Server`, so they run unchanged against it.
+//!
+//! This crate panics on failure with context (command line, exit status, both output
+//! streams, the server's log) instead of returning errors: it only ever runs inside tests.
+
+pub mod bins;
+pub mod client;
+pub mod data;
+pub mod dump;
+pub mod fake;
+pub mod java;
+pub mod java_server;
+pub mod macros;
+pub mod process;
+pub mod server;
+pub mod wire;
+
+pub use client::{Client, ClientCmd, Input, Output, Running};
+pub use dump::Dump;
+pub use fake::{FakeServer, RefusingPort, Reply, Request};
+pub use java_server::JavaServer;
+pub use server::{Address, Nail, Server, Transport};
