@@ -214,6 +214,7 @@ impl ClientCmd {
     }
 
     /// Runs the client to completion.
+    #[track_caller]
     pub fn run(self) -> Output {
         self.spawn().wait()
     }
@@ -291,6 +292,7 @@ pub struct Running {
 
 impl Running {
     /// Waits until the client's stdout contains `needle`; fails the test after `timeout`.
+    #[track_caller]
     pub fn wait_for_stdout(&self, needle: &str, timeout: Duration) {
         assert!(
             self.stdout.wait_for(needle, timeout),
@@ -308,6 +310,7 @@ impl Running {
     }
 
     /// Waits for the client to exit, killing it and failing the test at its timeout.
+    #[track_caller]
     pub fn wait(mut self) -> Output {
         let deadline = self.started + self.timeout;
         let status = loop {
@@ -341,6 +344,16 @@ impl Running {
             stdout: self.stdout.bytes(),
             stderr: self.stderr.bytes(),
             elapsed,
+        }
+    }
+}
+
+impl Drop for Running {
+    /// A test that fails while the client runs must not leave it behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
         }
     }
 }
