@@ -1,1 +1,126 @@
-fn main() {}
+//! `ng`: a fast Nailgun client, a drop-in for the reference C client.
+//!
+//! `ng CMD ARGS...` (or a symlink named `CMD` pointing at `ng`) runs `CMD` on a Nailgun
+//! server (`ngd`, or the reference Java server) with this process's arguments, environment,
+//! working directory and stdin/stdout/stderr, and exits with the command's exit code.
+//!
+//! # Layout
+//!
+//! * [`args`]: the command line (`--nailgun-*` options anywhere, the symlink rule).
+//! * [`transport`]: where the server is (options, `NAILGUN_SERVER`/`NAILGUN_PORT`, ngd's
+//!   default socket) and the connected socket.
+//! * [`request`]: the header sent before the command runs: arguments, environment, cwd.
+//! * [`session`]: the I/O loop around `ng_proto::ClientSession`: output, stdin credit,
+//!   heartbeats; also how signals and a broken stdout pipe end the client.
+//! * [`exit`]: every client failure and its exit code (226–231, 141).
+//!
+//! Start-up does nothing the exchange does not need: parse argv, connect, then gather the
+//! environment and cwd and send the header in one write.
+//!
+//! # Entry point
+//!
+//! `ng` is `#![no_main]`: the C runtime calls [`main`] directly and Rust's own start-up is
+//! skipped. That start-up finds the main thread's stack guard (glibc reads and parses
+//! `/proc/self/maps` for it), installs a signal stack and SIGSEGV/SIGBUS handlers for stack
+//! overflow messages: about twenty system calls and a tenth of a millisecond, which is a
+//! tenth of a whole `ng` run. Of what it does, `ng` needs two things, and [`init`] does
+//! them: stdin, stdout and stderr are reopened on `/dev/null` if they are closed (otherwise
+//! the socket could become fd 1 and output would be written into the protocol), and
+//! SIGPIPE is ignored (so a closed stdout is an `EPIPE` that `ng` turns into a quiet 141).
+//! `std::env::args_os` keeps working: on Linux the standard library takes argv from the C
+//! runtime itself.
+
+#![cfg_attr(not(test), no_main)]
+
+mod args;
+mod exit;
+mod request;
+mod session;
+mod transport;
+
+use args::{Invocation, Parsed};
+use exit::ClientError;
+use std::ffi::OsString;
+use std::io::Write as _;
+
+/// The process entry point, called by the C runtime (see "Entry point" above).
+#[cfg_attr(not(test), no_mangle)]
+pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    init();
+    let status = run().unwrap_or_else(|e| e.report());
+    std::process::exit(i32::from(status));
+}
+
+/// The part of Rust's start-up that `ng` needs.
+fn init() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: three valid pollfds; a zero timeout only reports descriptors that are closed.
+    if unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } > 0 {
+        for pfd in fds.iter().filter(|p| p.revents & libc::POLLNVAL != 0) {
+            // SAFETY: open returns the lowest free descriptor, which is the closed one:
+            // the lower ones are open or were reopened by earlier iterations.
+            let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+            if fd != pfd.fd {
+                // Cannot even reopen it: better to stop than to talk over a socket at fd 1.
+                std::process::abort();
+            }
+        }
+    }
+    // SAFETY: setting a signal's disposition to "ignore" has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
+/// Runs the client and returns the process exit status.
+fn run() -> Result<u8, ClientError> {
+    let invocation = match args::parse(std::env::args_os())? {
+        Parsed::Run(invocation) => invocation,
+        Parsed::Help => {
+            let _ = std::io::stderr().write_all(args::USAGE.as_bytes());
+            return Ok(0);
+        }
+        Parsed::Version => {
+            print_version()?;
+            return Ok(0);
+        }
+    };
+    let Invocation {
+        command,
+        args,
+        server,
+        port,
+        env_overrides,
+        show_version,
+    } = invocation;
+    if show_version {
+        print_version()?;
+    }
+    let server = server.or_else(|| env_nonempty("NAILGUN_SERVER"));
+    let port = port.or_else(|| env_nonempty("NAILGUN_PORT"));
+    let target = transport::Target::resolve(
+        server.as_deref(),
+        port.as_deref(),
+        transport::default_socket_path,
+    )?;
+    let args = request::load_args(args)?;
+    let socket = transport::connect(&target)?;
+    let header = request::header(command, args, &env_overrides, request::Context::current());
+    session::run(socket, &header)
+}
+
+/// An environment variable, if set and not empty.
+fn env_nonempty(name: &str) -> Option<OsString> {
+    std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
+/// Prints the version line on stdout.
+fn print_version() -> Result<(), ClientError> {
+    match std::io::stdout().write_all(args::VERSION_LINE.as_bytes()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ClientError::BrokenPipe),
+        Err(e) => Err(ClientError::broken("write", &e)),
+    }
+}
