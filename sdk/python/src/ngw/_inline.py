@@ -1,0 +1,325 @@
+"""In-process sessions: the command function runs in the worker's main thread while a
+helper thread moves chunks between the channel and the context's streams.
+
+Stdin is lazy, with true Nailgun credit semantics: a read that finds no buffered data
+sends one `S` and waits for the `0` or `.` that answers it. Interrupts (`i`) are
+delivered to the main thread as a SIGINT that the SDK turns into `Interrupted`, so a
+command blocked in sleep() or a system call wakes up.
+"""
+
+import collections
+import io
+import os
+import select
+import signal
+import threading
+import traceback
+
+from . import _pyexit, _wire
+from ._context import Context, Interrupted
+
+_HIGH_WATER = 1 << 20  # bytes queued for ngd before writers block
+
+
+def signal_for(reason):
+    """The signal number an interrupt reason stands for, or None if unknown."""
+    if reason == "hangup":
+        return signal.SIGHUP
+    try:
+        sig = signal.Signals[reason]
+    except KeyError:
+        return None
+    return sig
+
+
+class _Pump(threading.Thread):
+    def __init__(self, chan, log, wake):
+        super().__init__(name="ngw-session-io", daemon=True)
+        self.chan = chan
+        self.log = log
+        self.cond = threading.Condition()
+        self.outq = collections.deque()
+        self.queued = 0
+        self.stdin = collections.deque()
+        self.stdin_eof = False
+        self.credit = False
+        self.finishing = False
+        self.gone = False
+        self.quit = False
+        self.error = None
+        self.ctx = None
+        self.on_interrupt = None
+        self.wake_r, self.wake_w = wake
+        self._drain_wake()
+
+    # -- main-thread side -----------------------------------------------------------------
+
+    def _wake(self):
+        try:
+            os.write(self.wake_w, b"x")
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def send(self, ty, payload=b""):
+        data = _wire.encode(ty, payload)
+        with self.cond:
+            while self.queued > _HIGH_WATER and not self.gone:
+                self.cond.wait(0.5)
+            if self.gone:
+                return
+            self.outq.append(data)
+            self.queued += len(data)
+        self._wake()
+
+    def readinto(self, b):
+        with self.cond:
+            while not self.stdin and not self.stdin_eof and not self.gone:
+                if not self.credit:
+                    self.credit = True
+                    data = _wire.encode(_wire.SEND_INPUT)
+                    self.outq.append(data)
+                    self.queued += len(data)
+                    self._wake()
+                self.cond.wait()
+            if not self.stdin:
+                return 0
+            first = self.stdin[0]
+            n = min(len(b), len(first))
+            b[:n] = first[:n]
+            if n == len(first):
+                self.stdin.popleft()
+            else:
+                self.stdin[0] = first[n:]
+            return n
+
+    def finish(self, status):
+        self.send(_wire.EXIT, b"%d\n" % status)
+        with self.cond:
+            self.finishing = True
+        self._wake()
+        self.join()
+
+    # -- I/O thread -----------------------------------------------------------------------
+
+    def run(self):
+        chan = self.chan
+        try:
+            while True:
+                with self.cond:
+                    while self.outq:
+                        chan.out += self.outq.popleft()
+                    finishing = self.finishing
+                chan.flush_some()
+                with self.cond:
+                    self.queued = len(chan.out)
+                    if chan.dead:
+                        self._gone()
+                    self.cond.notify_all()
+                if finishing and not self.outq and (not chan.out or chan.dead):
+                    return
+                p = select.poll()
+                reading = not chan.eof and not chan.deferred
+                if reading:
+                    p.register(chan.fd, select.POLLIN | (select.POLLOUT if chan.out else 0))
+                elif chan.out and not chan.dead:
+                    p.register(chan.fd, select.POLLOUT)
+                p.register(self.wake_r, select.POLLIN)
+                for fd, ev in p.poll():
+                    if fd == self.wake_r:
+                        self._drain_wake()
+                    elif ev & (select.POLLIN | select.POLLHUP | select.POLLERR) and reading:
+                        chan.read_some()
+                        self._dispatch()
+                        if chan.eof:
+                            with self.cond:
+                                self._gone()
+        except BaseException as e:  # a protocol error or a bug: end the session cleanly
+            with self.cond:
+                self.error = e
+                self._gone()
+            if isinstance(e, _wire.ProtocolError):
+                return
+            self.log("ngw: session I/O thread failed:\n" + traceback.format_exc())
+
+    def _drain_wake(self):
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def _gone(self):
+        # Called with the lock held: ngd is gone, so stdin ends and the command is told.
+        if not self.gone:
+            self.gone = True
+            self.cond.notify_all()
+            self._interrupt("hangup")
+
+    def _dispatch(self):
+        chan = self.chan
+        while True:
+            c = chan.next_chunk()
+            if c is None:
+                return
+            ty, payload = c
+            if ty == _wire.STDIN:
+                with self.cond:
+                    self.credit = False
+                    if payload:
+                        self.stdin.append(payload)
+                    self.cond.notify_all()
+            elif ty == _wire.STDIN_EOF:
+                with self.cond:
+                    self.credit = False
+                    self.stdin_eof = True
+                    self.cond.notify_all()
+            elif ty == _wire.INTERRUPT:
+                self._interrupt(payload.decode("ascii", "replace").strip())
+            elif ty == _wire.HEARTBEAT:
+                pass
+            elif ty == _wire.PING:
+                chan.send(_wire.PONG, payload)
+            elif ty == _wire.QUIT:
+                self.quit = True
+            else:
+                # Not a session chunk: it belongs to whoever reads the channel next.
+                chan.push_back(c)
+                return
+
+    def _interrupt(self, reason):
+        sig = signal_for(reason)
+        if sig is None:
+            self.log("ngw: ignoring interrupt with unknown reason %r" % reason)
+            return
+        ctx = self.ctx
+        if ctx is not None and ctx.interrupt_reason is None:
+            ctx.interrupt_reason = reason
+            ctx.interrupted.set()
+            if self.on_interrupt is not None:
+                self.on_interrupt(sig, reason)
+
+
+class _OutRaw(io.RawIOBase):
+    def __init__(self, pump, ty):
+        self._pump = pump
+        self._ty = ty
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        data = bytes(b)
+        for i in range(0, len(data), _wire.MAX_OUTPUT_CHUNK):
+            self._pump.send(self._ty, data[i : i + _wire.MAX_OUTPUT_CHUNK])
+        return len(data)
+
+
+class _InRaw(io.RawIOBase):
+    def __init__(self, pump, before_read):
+        self._pump = pump
+        self._before_read = before_read
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        self._before_read()
+        return self._pump.readinto(memoryview(b).cast("B"))
+
+
+class InlineRunner:
+    """Runs non-fork commands. One per worker; must be used from the main thread."""
+
+    def __init__(self, log):
+        self.log = log
+        self._pending = None  # (signum, reason) waiting to be raised in the main thread
+        self._armed = False
+        self._main = threading.main_thread().ident
+        # One wakeup pipe for all sessions' I/O threads (no per-session descriptors).
+        self._wake = os.pipe()
+        for fd in self._wake:
+            os.set_blocking(fd, False)
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    def private_fds(self):
+        return list(self._wake)
+
+    def _on_sigint(self, signum, frame):
+        pending, self._pending = self._pending, None
+        if pending is not None and self._armed:
+            self._armed = False
+            raise Interrupted(*pending)
+        # A SIGINT from outside (ngd spawns workers in their own session, so this is
+        # somebody's kill): the worker itself is stopped with `q` or SIGTERM, not SIGINT.
+
+    def _deliver(self, sig, reason):
+        # I/O thread: wake the main thread with a real signal so blocking calls return.
+        self._pending = (sig, reason)
+        try:
+            signal.pthread_kill(self._main, signal.SIGINT)
+        except (OSError, ValueError):
+            pass
+
+    def run(self, chan, info, cmd):
+        """Runs one session to its X. Returns (quit_requested, channel_gone)."""
+        pump = _Pump(chan, self.log, self._wake)
+        stdout = io.BufferedWriter(_OutRaw(pump, _wire.STDOUT), 65536)
+        stderr = _OutRaw(pump, _wire.STDERR)
+
+        def before_read():
+            try:
+                stdout.flush()
+            except (OSError, ValueError):
+                pass
+
+        stdin = io.BufferedReader(_InRaw(pump, before_read), 65536)
+        ctx = Context(info, stdin, stdout, stderr, forked=False)
+        pump.ctx = ctx
+        pump.on_interrupt = self._deliver
+        self._pending = None
+        pump.start()
+        status = 1
+        try:
+            self._armed = True
+            try:
+                status = self._call(cmd, ctx)
+            except Interrupted as e:  # landed between the command's end and disarming
+                status = 128 + int(e.signum)
+        finally:
+            self._armed = False
+            self._pending = None
+            for s in (stdout, stderr):
+                try:
+                    s.flush()
+                except (OSError, ValueError):
+                    pass
+            pump.finish(status)
+        if isinstance(pump.error, _wire.ProtocolError):
+            raise pump.error
+        return pump.quit, pump.gone and (chan.eof or chan.dead)
+
+    def _call(self, cmd, ctx):
+        try:
+            try:
+                result = cmd.fn(ctx)
+                code = ctx.exit_code if result is None else result
+            except SystemExit as e:
+                code = e.code
+            status, message = _pyexit.status_of_exit_code(code)
+            if message is not None:
+                ctx.stderr.write(os.fsencode(message + "\n"))
+            return status
+        except Interrupted as e:
+            self._armed = False
+            return 128 + int(e.signum)
+        except BaseException as e:
+            self._armed = False
+            try:
+                ctx.stdout.flush()
+            except Exception:
+                pass
+            text = "".join(
+                traceback.format_exception(type(e), e, _pyexit.user_traceback(e.__traceback__))
+            )
+            ctx.stderr.write(text.encode("utf-8", "backslashreplace"))
+            return 130 if isinstance(e, KeyboardInterrupt) else 1

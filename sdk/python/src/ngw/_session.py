@@ -1,0 +1,85 @@
+"""Session headers: what ngd sends before `C`, turned into a SessionInfo."""
+
+import os
+
+from . import _wire
+
+#: Environment entries that describe the Nailgun client rather than the user's
+#: environment. The stock C client synthesises them; the SDK removes them from the
+#: command's environment and exposes them on the context instead.
+NAILGUN_SYNTHETIC = (
+    "NAILGUN_FILESEPARATOR",
+    "NAILGUN_PATHSEPARATOR",
+    "NAILGUN_TTY_0",
+    "NAILGUN_TTY_1",
+    "NAILGUN_TTY_2",
+)
+
+
+class SessionInfo:
+    """Everything the header says about one invocation."""
+
+    __slots__ = ("command", "args", "env", "cwd", "umask", "tty", "session", "client_pid",
+                 "meta", "nailgun")
+
+    def __repr__(self):
+        return "<SessionInfo %s %r session=%s>" % (self.command, self.args, self.session)
+
+
+def _flag(value):
+    # The C client sends "0"/"1"; be generous with anything int-like.
+    try:
+        return int(value.strip() or "0") != 0
+    except ValueError:
+        return False
+
+
+class HeaderBuilder:
+    """Accumulates A/E/D chunks until C."""
+
+    def __init__(self):
+        self.args = []
+        self.env = {}
+        self.meta = {}
+        self.nailgun = {}
+        self.cwd = None
+
+    def add(self, ty, payload):
+        if ty == _wire.ARG:
+            self.args.append(os.fsdecode(payload))
+        elif ty == _wire.ENV:
+            name, sep, value = payload.partition(b"=")
+            if not sep or not name:
+                return  # malformed entries are dropped, as the reference server does
+            name = os.fsdecode(name)
+            value = os.fsdecode(value)
+            if name.startswith("NGW_"):
+                self.meta[name] = value
+            elif name in NAILGUN_SYNTHETIC:
+                self.nailgun[name] = value
+            else:
+                self.env[name] = value
+        elif ty == _wire.DIR:
+            self.cwd = os.fsdecode(payload)
+        # anything else before C (L, H, unknown) is ignored
+
+    def finish(self, command_payload, default_umask):
+        info = SessionInfo()
+        info.command = os.fsdecode(command_payload)
+        info.args = self.args
+        info.env = self.env
+        info.cwd = self.cwd
+        info.meta = self.meta
+        info.nailgun = self.nailgun
+        umask = self.meta.get("NGW_UMASK")
+        try:
+            info.umask = int(umask, 8) & 0o777 if umask is not None else default_umask
+        except ValueError:
+            info.umask = default_umask
+        info.tty = tuple(_flag(self.nailgun.get("NAILGUN_TTY_%d" % i, "0")) for i in range(3))
+        info.session = self.meta.get("NGW_SESSION", "")
+        try:
+            info.client_pid = int(self.meta["NGW_CLIENT_PID"])
+        except (KeyError, ValueError):
+            info.client_pid = None
+        return info

@@ -1,0 +1,93 @@
+"""Nailgun chunk framing for the ngw channel.
+
+A chunk is a 4-byte big-endian payload length, one type byte, then the payload. The
+decoder checks every length against its cap as soon as the 5-byte header is complete,
+before it buffers a single payload byte beyond what the socket already delivered.
+"""
+
+import struct
+
+HEADER = struct.Struct(">IB")
+HEADER_LEN = HEADER.size  # 5
+
+#: Lengths at or above this are always refused: Nailgun peers read them as signed.
+HARD_LIMIT = 1 << 31
+
+#: The SDK's default cap on one inbound payload (ngd's own default is 8 MiB).
+DEFAULT_MAX_CHUNK = 16 << 20
+
+#: The SDK never sends an output chunk larger than this.
+MAX_OUTPUT_CHUNK = 64 << 10
+
+# Nailgun chunk types.
+ARG = ord("A")
+ENV = ord("E")
+DIR = ord("D")
+CMD = ord("C")
+LONGARG = ord("L")
+STDIN = ord("0")
+STDIN_EOF = ord(".")
+HEARTBEAT = ord("H")
+STDOUT = ord("1")
+STDERR = ord("2")
+SEND_INPUT = ord("S")
+EXIT = ord("X")
+# ngw control types (lowercase; Nailgun itself never uses them).
+HELLO = ord("h")
+INTERRUPT = ord("i")
+PING = ord("p")
+PONG = ord("o")
+QUIT = ord("q")
+
+
+class ProtocolError(Exception):
+    """The peer broke the framing or the session rules."""
+
+
+def encode(ty, payload=b""):
+    """One whole chunk as bytes."""
+    return HEADER.pack(len(payload), ty) + payload
+
+
+def type_name(ty):
+    c = chr(ty)
+    return repr(c) if c.isprintable() else "0x%02x" % ty
+
+
+class Decoder:
+    """Incremental chunk decoder with a payload cap."""
+
+    def __init__(self, max_chunk=DEFAULT_MAX_CHUNK):
+        self.max_chunk = min(max_chunk, HARD_LIMIT - 1)
+        self._buf = bytearray()
+        self._pos = 0
+
+    def feed(self, data):
+        if self._pos and self._pos == len(self._buf):
+            self._buf.clear()
+            self._pos = 0
+        elif self._pos > 65536 and self._pos * 2 > len(self._buf):
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    def buffered(self):
+        return len(self._buf) - self._pos
+
+    def next(self):
+        """The next whole chunk as (type, payload bytes), or None if more bytes are needed."""
+        avail = len(self._buf) - self._pos
+        if avail < HEADER_LEN:
+            return None
+        length, ty = HEADER.unpack_from(self._buf, self._pos)
+        if length >= HARD_LIMIT or length > self.max_chunk:
+            raise ProtocolError(
+                "chunk %s announces a %d-byte payload, over the %d-byte limit"
+                % (type_name(ty), length, self.max_chunk)
+            )
+        if avail < HEADER_LEN + length:
+            return None
+        start = self._pos + HEADER_LEN
+        payload = bytes(self._buf[start : start + length])
+        self._pos = start + length
+        return ty, payload

@@ -1,0 +1,222 @@
+"""The worker: registration, the handshake, and the loop between sessions."""
+
+import gc
+import importlib
+import json
+import os
+import platform
+import sys
+import traceback
+
+from . import _wire
+from ._channel import Channel
+from ._session import HeaderBuilder
+
+PROTOCOL = 1
+VERSION = "0.1.0"
+
+#: Exit status of a worker that could not start (preload failed, nothing to serve).
+EXIT_STARTUP = 78  # EX_CONFIG
+#: Exit status after a protocol error or a bad spawn environment.
+EXIT_PROTOCOL = 2
+
+
+class Command:
+    __slots__ = ("name", "fn", "fork", "argv0")
+
+    def __init__(self, name, fn, fork, argv0):
+        self.name = name
+        self.fn = fn
+        self.fork = fork
+        self.argv0 = argv0 if argv0 is not None else name
+
+
+def log(message):
+    """One line (or block) for the plugin's log: the worker's own stderr."""
+    stream = sys.__stderr__ or sys.stderr
+    try:
+        stream.write(message.rstrip("\n") + "\n")
+        stream.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+class Worker:
+    """A set of commands and the loop that serves them over the ngw channel."""
+
+    def __init__(self):
+        self.commands = {}
+
+    def command(self, name, *, fork=False, argv0=None):
+        """Decorator registering `fn(ctx)` as command `name`.
+
+        fork=False: the function runs inside the worker process (fast; the context's
+        streams are the only way to reach the client). fork=True: each session runs in a
+        fresh child forked from the worker, with sys.argv, os.environ, cwd, umask and fds
+        0-2 set up as a cold run would have them; `argv0` becomes sys.argv[0]
+        (default: the command name)."""
+        if not name or "\0" in name:
+            raise ValueError("bad command name %r" % (name,))
+
+        def register(fn):
+            self.commands[name] = Command(name, fn, fork, argv0)
+            return fn
+
+        return register
+
+    def add(self, name, fn, *, fork=False, argv0=None):
+        """Registers `fn` as command `name` (the decorator's non-decorator form)."""
+        self.command(name, fork=fork, argv0=argv0)(fn)
+
+    def serve(self, preload=(), *, kill_grace=2.0, max_chunk=_wire.DEFAULT_MAX_CHUNK):
+        """Runs the worker until ngd says quit or goes away; never returns (exits the
+        process). `preload`: module names to import (or callables to call) before the
+        hello; a failure is reported to ngd and the log. `kill_grace`: seconds
+        between SIGHUP and SIGKILL when a fork-mode session is hung up."""
+        chan = _open_channel(max_chunk)
+        env_before = dict(os.environ)
+        for item in preload:
+            try:
+                if callable(item):
+                    item()
+                else:
+                    importlib.import_module(item)
+            except BaseException as e:
+                detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+                log(traceback.format_exc())
+                what = "cannot import %r" % item if not callable(item) else getattr(
+                    item, "description", repr(item))
+                _refuse(chan, "preload failed: %s: %s" % (what, detail))
+        if not self.commands:
+            _refuse(chan, "no commands registered")
+        self._chan = chan
+        self._umask = _current_umask()
+        self._inline = None
+        self._fork = None
+        if any(not c.fork for c in self.commands.values()):
+            from ._inline import InlineRunner
+
+            self._inline = InlineRunner(log)
+        if any(c.fork for c in self.commands.values()):
+            from ._fork import ForkRunner
+
+            self._fork = ForkRunner(log, kill_grace, _env_delta(env_before, os.environ))
+            # Preloaded objects stay out of the collector: fewer copy-on-write faults.
+            if self._inline is not None:
+                self._fork.private_fds.extend(self._inline.private_fds())
+            gc.collect()
+            if hasattr(gc, "freeze"):
+                gc.freeze()
+        features = ["interrupt"] + (["fork"] if self._fork else [])
+        hello = {
+            "protocol": PROTOCOL,
+            "pid": os.getpid(),
+            "commands": sorted(self.commands),
+            "features": features,
+            "max_chunk": chan.decoder.max_chunk,
+            "kill_grace_ms": int(kill_grace * 1000),
+            "sdk": "ngw-python/" + VERSION,
+            "runtime": "%s %s" % (platform.python_implementation(), platform.python_version()),
+        }
+        chan.send(_wire.HELLO, json.dumps(hello, separators=(",", ":")).encode())
+        try:
+            status = self._loop(chan)
+        except _wire.ProtocolError as e:
+            log("ngw: protocol error: %s; exiting" % e)
+            status = EXIT_PROTOCOL
+        chan.flush_all(timeout=5)
+        chan.close()
+        sys.exit(status)
+
+    def _loop(self, chan):
+        header = HeaderBuilder()
+        while True:
+            c = chan.recv_chunk()
+            if c is None:
+                return 0  # ngd closed the channel
+            ty, payload = c
+            if ty in (_wire.ARG, _wire.ENV, _wire.DIR, _wire.LONGARG):
+                header.add(ty, payload)
+            elif ty == _wire.CMD:
+                info = header.finish(payload, self._umask)
+                header = HeaderBuilder()
+                quit_, gone = self._session(chan, info)
+                if quit_ or gone:
+                    return 0
+            elif ty == _wire.PING:
+                chan.send(_wire.PONG, payload)
+            elif ty == _wire.QUIT:
+                return 0
+            elif ty in (_wire.STDIN, _wire.STDIN_EOF, _wire.INTERRUPT, _wire.HEARTBEAT):
+                pass  # stale answers and interrupts for a session that already ended
+            else:
+                log("ngw: ignoring chunk %s between sessions" % _wire.type_name(ty))
+
+    def _session(self, chan, info):
+        cmd = self.commands.get(info.command)
+        if cmd is None:
+            msg = "ngw: unknown command '%s' (this worker serves: %s)\n" % (
+                info.command, ", ".join(sorted(self.commands)))
+            chan.send(_wire.STDERR, msg.encode("utf-8", "surrogateescape"))
+            chan.send(_wire.EXIT, b"127\n")
+            return False, False
+        runner = self._fork if cmd.fork else self._inline
+        return runner.run(chan, info, cmd)
+
+
+def _env_delta(before, after):
+    """What preloading did to the environment: {name: new value, or None if removed}.
+    Fork-mode children re-apply it on top of the client's environment, because a cold run
+    would have made the same change at import time (awscli sets AWS_DATA_PATH, say)."""
+    delta = {k: v for k, v in after.items() if before.get(k) != v}
+    delta.update((k, None) for k in before if k not in after)
+    return delta
+
+
+def _current_umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _ensure_std_fds():
+    # With 0-2 open, no pipe or pty the SDK creates can land on them.
+    for fd in range(3):
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.open(os.devnull, os.O_RDWR)
+
+
+def _open_channel(max_chunk):
+    raw = os.environ.get("NGW_FD")
+    version = os.environ.get("NGW_VERSION")
+    if raw is None:
+        log("ngw: NGW_FD is not set: this program is an ngd worker and must be started by "
+            "ngd (see docs/ngw.md)")
+        sys.exit(EXIT_PROTOCOL)
+    if version is not None and version.strip() != str(PROTOCOL):
+        log("ngw: ngd offers worker protocol %r; this SDK speaks %d" % (version, PROTOCOL))
+        sys.exit(EXIT_PROTOCOL)
+    try:
+        fd = int(raw)
+        if fd < 3:
+            raise ValueError("descriptors 0-2 are the standard streams")
+        _ensure_std_fds()
+        chan = Channel(fd, max_chunk)
+    except (ValueError, OSError) as e:
+        log("ngw: NGW_FD=%s is not a usable channel: %s" % (raw, e))
+        sys.exit(EXIT_PROTOCOL)
+    for name in ("NGW_FD", "NGW_VERSION"):
+        os.environ.pop(name, None)
+    return chan
+
+
+def _refuse(chan, reason):
+    """Tells ngd (hello with an error) and the log why the worker cannot start; exits."""
+    log("ngw: worker cannot start: %s" % reason)
+    hello = {"protocol": PROTOCOL, "pid": os.getpid(), "error": reason}
+    chan.send(_wire.HELLO, json.dumps(hello, separators=(",", ":")).encode())
+    chan.flush_all(timeout=5)
+    chan.close()
+    sys.exit(EXIT_STARTUP)
