@@ -4,7 +4,7 @@
 //! (`code & 0xFF`). Everything that goes wrong on the client's side is one [`ClientError`],
 //! and each variant maps to exactly one code. The codes are the reference C client's
 //! 226–231 set (`NAILGUN_*` in `ng.c`); older copies of `ng.c` used 994–999, which the OS
-//! truncates, so the set is pinned by tests here and in `tests/exit_codes.rs`.
+//! truncates, so the set is pinned by tests here and in `tests/ng/exit_codes.rs`.
 //!
 //! Messages go to stderr as one line, in the reference client's words where scripts may
 //! grep them: `connect: <strerror>`, `Unknown host: <host>`, `recv: <reason>`,
