@@ -56,6 +56,11 @@ class ForkFidelity(WorkerTest):
         self.assertEqual(bytes(r.stderr),
                          b"from sh stderr\nprint to stderr\nos.write to fd 2\n")
 
+    def test_stream_captured_at_import_is_flushed(self):
+        r = self.run_ok("fcaptured", env=client_env())
+        self.assertEqual(sorted(bytes(r.stdout).splitlines()), [
+            b"through the new sys.stdout", b"through the stream object captured at import"])
+
     def test_stdin_1mib_binary_round_trip(self):
         data = random.Random(2).randbytes(1 << 20)
         r = self.run_ok("fcat", stdin=data, env=client_env())

@@ -143,6 +143,7 @@ class ForkRunner:
                     f.flush()
             except (OSError, ValueError):
                 pass
+        parent = os.getpid()
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         try:
             pid = os.fork()
@@ -153,7 +154,7 @@ class ForkRunner:
                 self._close(s.child_fd)
             return self._fail(chan, "ngw: cannot fork: %s\n" % e)
         if pid == 0:
-            self._child(chan, info, cmd, streams)  # never returns
+            self._child(chan, info, cmd, streams, parent)  # never returns
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         for s in streams:
             self._close(s.child_fd)
@@ -207,10 +208,10 @@ class ForkRunner:
 
     # -- child ----------------------------------------------------------------------------
 
-    def _child(self, chan, info, cmd, streams):
+    def _child(self, chan, info, cmd, streams, parent):
         status = 126
         try:
-            self._child_setup(chan, info, cmd, streams)
+            self._child_setup(chan, info, cmd, streams, parent)
             ctx = Context(info, sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer,
                           forked=True)
 
@@ -228,7 +229,7 @@ class ForkRunner:
         finally:
             os._exit(status)
 
-    def _child_setup(self, chan, info, cmd, streams):
+    def _child_setup(self, chan, info, cmd, streams, parent):
         # Signals: the parent blocked them all around fork(); reset every disposition to
         # what a fresh interpreter has, then unblock.
         signal.set_wakeup_fd(-1)
@@ -250,6 +251,8 @@ class ForkRunner:
             fcntl.ioctl(streams[0].child_fd, termios.TIOCSCTTY, 0)
         if self._prctl is not None:
             self._prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:  # the worker died before the request took effect
+                os._exit(128 + signal.SIGKILL)
         # fd-level stdio; nothing else of the worker's plumbing stays open.
         for n, s in enumerate(streams):
             os.dup2(s.child_fd, n)
@@ -307,6 +310,10 @@ def _rebuild_stdio(info):
                                 write_through=write and unbuffered)
         text.mode = "w" if write else "r"
         made.append(text)
+    # Objects that preloaded modules may still hold also write to fds 0-2 now; flush
+    # them at exit like the new ones.
+    _pyexit.also_flush.extend(f for f in (sys.stdout, sys.__stdout__) if f is not None)
+    _pyexit.also_flush_err.extend(f for f in (sys.stderr, sys.__stderr__) if f is not None)
     sys.stdin = sys.__stdin__ = made[0]
     sys.stdout = sys.__stdout__ = made[1]
     sys.stderr = sys.__stderr__ = made[2]

@@ -10,6 +10,10 @@ import traceback
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
+#: More streams to flush at exit (the worker's stdio objects, in a forked child).
+also_flush = []
+also_flush_err = []
+
 
 def status_of_exit_code(code):
     """(status, message) for `SystemExit(code)`, as CPython's _Py_HandleSystemExit does it:
@@ -100,9 +104,11 @@ def _finalize(status):
         atexit._run_exitfuncs()
     except BaseException:
         pass
-    for stream in (sys.stdout, sys.__stdout__):
-        if stream is None:
+    seen = set()
+    for stream in [sys.stdout, sys.__stdout__] + also_flush:
+        if stream is None or id(stream) in seen:
             continue
+        seen.add(id(stream))
         try:
             stream.flush()
         except Exception as e:
@@ -111,7 +117,7 @@ def _finalize(status):
                 % (stream, "".join(traceback.format_exception_only(type(e), e)))
             )
             status = 120
-    for stream in (sys.stderr, sys.__stderr__):
+    for stream in [sys.stderr, sys.__stderr__] + also_flush_err:
         try:
             if stream is not None:
                 stream.flush()

@@ -12,6 +12,7 @@ import time
 import ngw
 
 STATE = {"value": None}
+CAPTURED_STDOUT = sys.stdout  # as a module that grabbed sys.stdout at import would
 
 
 def _umask():
@@ -151,6 +152,12 @@ def fexit(ctx):
         ctx.exit_code = 8
         return None
     sys.exit(int(mode))
+
+
+@ngw.command("fcaptured", fork=True)
+def fcaptured(ctx):
+    CAPTURED_STDOUT.write("through the stream object captured at import\n")
+    print("through the new sys.stdout")
 
 
 @ngw.command("fglobal", fork=True)
