@@ -1,1 +1,398 @@
-//! ngd library.
+//! `ngd`: a persistent command server that speaks the Nailgun protocol.
+//!
+//! Programs that are slow to start stay warm inside `ngd`; short-lived clients (`ng`, the
+//! stock Nailgun C client, `ng.py`) send argv, environment, working directory and stdin, and
+//! get stdout, stderr and an exit code back. This crate is the server and a library: build
+//! your own server binary with your own warm Rust commands ([`Nail`]s) on top of it.
+//!
+//! # Layout
+//!
+//! * [`event_loop`]: one `mio` loop for every socket; timers; graceful shutdown.
+//! * [`conn`]: one connection's buffers and lifecycle state machine.
+//! * [`session_io`]: what a running command shares with the loop (bounded both ways).
+//! * [`nail`]: the public [`Nail`] trait and its [`Context`].
+//! * [`pool`]: the elastic thread pool commands run on.
+//! * [`registry`]: commands and aliases; [`builtins`]: `ng-version`, `ng-stats`, ...
+//! * [`stats`]: per-command counters and latency percentiles.
+//! * [`transport`]: TCP and Unix listeners and streams.
+//! * [`security`]: the private runtime directory, socket files, peer credentials.
+//! * [`config`]: the TOML configuration.
+//!
+//! The protocol itself (framing, session rules) is `ng-proto`'s; nothing here parses bytes.
+
+pub mod builtins;
+pub mod config;
+pub mod conn;
+pub mod event_loop;
+pub mod nail;
+pub mod pool;
+pub mod registry;
+pub mod security;
+pub mod session_io;
+pub mod stats;
+pub mod transport;
+
+pub use nail::{Context, Nail, Output, Stdin};
+pub use session_io::CancelReason;
+
+use crate::config::{ListenAddr, ServerConfig};
+use crate::event_loop::EventLoop;
+use crate::registry::{Entry, Registry, Target};
+use crate::session_io::LoopNotifier;
+use crate::stats::Stats;
+use crate::transport::Listener;
+use mio::{Poll, Waker};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The exit codes `ngd` itself sends (commands choose their own).
+///
+/// Shell conventions where a shell has one (127, 126, 128+N); `sysexits.h` otherwise.
+pub mod exit_codes {
+    /// The command does not exist (as a shell says for an unknown command).
+    pub const UNKNOWN_COMMAND: i32 = 127;
+    /// The command exists but could not be started.
+    pub const CANNOT_START: i32 = 126;
+    /// The command was cancelled because the server is stopping (128 + SIGTERM).
+    pub const TERMINATED: i32 = 143;
+    /// The client broke the protocol (`EX_PROTOCOL`).
+    pub const PROTOCOL: i32 = 76;
+    /// The client's user may not use this server (`EX_NOPERM`).
+    pub const NOPERM: i32 = 77;
+    /// The server cannot take the request now: too many connections, stopping
+    /// (`EX_UNAVAILABLE`).
+    pub const UNAVAILABLE: i32 = 69;
+    /// A wait for a free worker timed out (`EX_TEMPFAIL`).
+    pub const TEMPFAIL: i32 = 75;
+}
+
+/// Runtime settings of the loop, derived from [`ServerConfig`].
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Per-session protocol settings (limits, timeouts).
+    pub session: ng_proto::ServerConfig,
+    /// Connections served at once; more are refused with a message.
+    pub max_connections: usize,
+    /// How long running commands get to finish when the server stops.
+    pub shutdown_grace: Duration,
+    /// Pool threads kept alive.
+    pub min_threads: usize,
+    /// Pool threads at most; past this, commands queue.
+    pub max_threads: usize,
+    /// Who may connect.
+    pub peer_check: security::PeerCheck,
+}
+
+impl Settings {
+    /// Settings from a configuration.
+    pub fn from_config(config: &ServerConfig) -> Self {
+        let limits = ng_proto::Limits {
+            max_chunk_len: config.max_chunk_bytes,
+        };
+        let millis = |ms: u64| (ms > 0).then(|| Duration::from_millis(ms));
+        Self {
+            session: ng_proto::ServerConfig {
+                limits,
+                max_header_bytes: usize::try_from(config.max_header_bytes).unwrap_or(usize::MAX),
+                header_timeout: millis(config.header_timeout_ms),
+                heartbeat_timeout: millis(config.heartbeat_timeout_ms),
+                max_output_chunk: 1 << 20,
+            },
+            max_connections: config.max_connections,
+            shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
+            min_threads: 2,
+            max_threads: config.nail_threads.max(1),
+            peer_check: security::PeerCheck::for_current_user().allow_remote(config.allow_remote),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct HandleInner {
+    registry: Registry,
+    stats: Stats,
+    stop: AtomicBool,
+    waker: Arc<Waker>,
+    started: Instant,
+    pool_threads: AtomicUsize,
+}
+
+/// A cheap, cloneable handle on a server: statistics, aliases, stop. Commands get one
+/// through [`Context::server`]; embedders through [`Server::handle`].
+#[derive(Clone, Debug)]
+pub struct ServerHandle {
+    inner: Arc<HandleInner>,
+}
+
+impl ServerHandle {
+    /// The command registry (and its aliases).
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The statistics.
+    pub fn stats(&self) -> &Stats {
+        &self.inner.stats
+    }
+
+    /// Asks the server to stop gracefully: no new connections, running commands get the
+    /// grace period, then are cancelled.
+    pub fn request_stop(&self) {
+        self.inner.stop.store(true, Ordering::Release);
+        let _ = self.inner.waker.wake();
+    }
+
+    /// True once a stop was requested.
+    pub fn stop_requested(&self) -> bool {
+        self.inner.stop.load(Ordering::Acquire)
+    }
+
+    /// Time since the server was built.
+    pub fn uptime(&self) -> Duration {
+        self.inner.started.elapsed()
+    }
+
+    /// Command threads alive now.
+    pub fn nail_threads(&self) -> usize {
+        self.inner.pool_threads.load(Ordering::Relaxed)
+    }
+
+    fn set_pool_threads(&self, n: usize) {
+        self.inner.pool_threads.store(n, Ordering::Relaxed);
+    }
+}
+
+/// Errors building a server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A listener could not be set up.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A non-loopback address without `allow_remote`.
+    #[error(
+        "refusing to listen on {0}: it is not a loopback address; anyone who can reach it \
+         could run commands as you (set allow_remote = true to do it anyway)"
+    )]
+    NotLoopback(String),
+    /// The runtime directory or socket file is unsafe or in use.
+    #[error(transparent)]
+    Security(#[from] security::SecurityError),
+    /// An alias in the configuration names no command.
+    #[error("alias '{alias}': {source}")]
+    Alias {
+        /// The alias.
+        alias: String,
+        /// Why.
+        source: registry::AliasError,
+    },
+    /// Too many listeners.
+    #[error("at most {max} listen addresses are supported")]
+    TooManyListeners {
+        /// The maximum.
+        max: usize,
+    },
+    /// The event loop could not be created.
+    #[error("event loop: {0}")]
+    Poll(#[from] std::io::Error),
+}
+
+/// Builds a [`Server`]: configuration, commands, listeners.
+#[derive(Debug)]
+pub struct ServerBuilder {
+    registry: Registry,
+    config: ServerConfig,
+    prebound: Vec<Listener>,
+    handle_signals: bool,
+}
+
+impl Default for ServerBuilder {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        builtins::register(&mut registry);
+        Self {
+            registry,
+            config: ServerConfig::default(),
+            prebound: Vec::new(),
+            handle_signals: false,
+        }
+    }
+}
+
+impl ServerBuilder {
+    /// Uses this configuration (listen addresses, limits, timeouts, aliases).
+    pub fn config(&mut self, config: ServerConfig) -> &mut Self {
+        self.config = config;
+        self
+    }
+
+    /// Registers a command that runs on the thread pool.
+    pub fn nail(&mut self, name: &str, description: &str, nail: impl Nail) -> &mut Self {
+        self.registry.insert(
+            name,
+            Entry {
+                target: Target::Nail {
+                    nail: Arc::new(nail),
+                    inline: false,
+                },
+                description: description.to_owned(),
+            },
+        );
+        self
+    }
+
+    /// Serves on an already-bound TCP listener (e.g. port 0 in tests) instead of the
+    /// configured addresses.
+    pub fn tcp_listener(&mut self, listener: std::net::TcpListener) -> std::io::Result<&mut Self> {
+        listener.set_nonblocking(true)?;
+        self.prebound
+            .push(Listener::Tcp(mio::net::TcpListener::from_std(listener)));
+        Ok(self)
+    }
+
+    /// Serves on a Unix socket at `path` (bound now, removed when the server stops) instead
+    /// of the configured addresses.
+    pub fn unix_listener(&mut self, path: &std::path::Path) -> Result<&mut Self, ServeError> {
+        let (l, guard) = security::bind_unix(path)?;
+        l.set_nonblocking(true)
+            .map_err(|source| ServeError::Listen {
+                addr: path.display().to_string(),
+                source,
+            })?;
+        self.prebound
+            .push(Listener::Unix(mio::net::UnixListener::from_std(l), guard));
+        Ok(self)
+    }
+
+    /// Stops on SIGTERM/SIGINT (for the `ngd` binary; off for embedded servers and tests).
+    pub fn handle_signals(&mut self, yes: bool) -> &mut Self {
+        self.handle_signals = yes;
+        self
+    }
+
+    /// Binds every listener and prepares the loop.
+    pub fn build(self) -> Result<Server, ServeError> {
+        let ServerBuilder {
+            registry,
+            config,
+            prebound,
+            handle_signals,
+        } = self;
+        let mut listeners = prebound;
+        if listeners.is_empty() {
+            for addr in &config.listen_addrs() {
+                listeners.push(bind(addr, config.allow_remote)?);
+            }
+        }
+        if listeners.len() > event_loop::MAX_LISTENERS {
+            return Err(ServeError::TooManyListeners {
+                max: event_loop::MAX_LISTENERS,
+            });
+        }
+        for (alias, command) in &config.aliases {
+            registry
+                .add_alias(alias, command)
+                .map_err(|source| ServeError::Alias {
+                    alias: alias.clone(),
+                    source,
+                })?;
+        }
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), event_loop::WAKER)?);
+        let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
+        let handle = ServerHandle {
+            inner: Arc::new(HandleInner {
+                registry,
+                stats: Stats::default(),
+                stop: AtomicBool::new(false),
+                waker: waker.clone(),
+                started: Instant::now(),
+                pool_threads: AtomicUsize::new(0),
+            }),
+        };
+        let notifier = LoopNotifier {
+            ready: ready_tx,
+            waker,
+        };
+        let settings = Settings::from_config(&config);
+        let event_loop = EventLoop::new(
+            poll,
+            listeners,
+            handle.clone(),
+            notifier,
+            ready_rx,
+            settings,
+            handle_signals,
+        )?;
+        Ok(Server { event_loop, handle })
+    }
+}
+
+fn bind(addr: &ListenAddr, allow_remote: bool) -> Result<Listener, ServeError> {
+    match addr {
+        ListenAddr::Tcp(sock) => {
+            if !sock.ip().is_loopback() {
+                if !allow_remote {
+                    return Err(ServeError::NotLoopback(sock.to_string()));
+                }
+                tracing::warn!(
+                    "listening on non-loopback {sock}: anyone who can reach it can run commands"
+                );
+            }
+            let l = mio::net::TcpListener::bind(*sock).map_err(|source| ServeError::Listen {
+                addr: sock.to_string(),
+                source,
+            })?;
+            Ok(Listener::Tcp(l))
+        }
+        ListenAddr::Unix(path) => {
+            let runtime_dir = security::RuntimeDir::default_path();
+            if path.parent() == Some(runtime_dir.as_path()) {
+                // The default socket: create (or check) the private directory first.
+                security::RuntimeDir::open(runtime_dir)?;
+            }
+            let (l, guard) = security::bind_unix(path)?;
+            l.set_nonblocking(true)
+                .map_err(|source| ServeError::Listen {
+                    addr: path.display().to_string(),
+                    source,
+                })?;
+            Ok(Listener::Unix(mio::net::UnixListener::from_std(l), guard))
+        }
+    }
+}
+
+/// A built server, ready to run.
+#[derive(Debug)]
+pub struct Server {
+    event_loop: EventLoop,
+    handle: ServerHandle,
+}
+
+impl Server {
+    /// A builder with the built-in commands registered.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+
+    /// A handle to stop the server or read its statistics from another thread.
+    pub fn handle(&self) -> ServerHandle {
+        self.handle.clone()
+    }
+
+    /// The bound addresses, as `127.0.0.1:2113` or `local:/path`.
+    pub fn listening(&self) -> Vec<String> {
+        self.event_loop.listening()
+    }
+
+    /// Serves until stopped (`ng-stop`, [`ServerHandle::request_stop`], or a signal when
+    /// enabled).
+    pub fn run(self) -> std::io::Result<()> {
+        self.event_loop.run()
+    }
+}

@@ -1,0 +1,275 @@
+//! The built-in commands.
+//!
+//! | command | does |
+//! |---|---|
+//! | `ng-version` | prints `NailGun server version <v> (ngd)` |
+//! | `ng-stats [--json]` | per-command runs, running, failures, latency percentiles |
+//! | `ng-stop` | answers `X 0`, then stops the server gracefully |
+//! | `ng-alias [NAME COMMAND]` | lists aliases, or adds one |
+//! | `ng-commands` | what can be run, one line each |
+//! | `ng-true` | exits 0 at once: a latency probe |
+//! | `ng-cat` | copies stdin to stdout: a throughput probe |
+//! | `ng-yes BYTES` | writes that many bytes of `y\n`: an output probe |
+//!
+//! Usage errors exit 64 (`EX_USAGE`) with a one-line message on stderr.
+
+use crate::registry::{Entry, Registry, Target};
+use crate::{Context, Nail};
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+/// Exit code for a command used wrongly (`EX_USAGE` from sysexits.h).
+pub const EX_USAGE: i32 = 64;
+
+/// The server's version string.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn add(registry: &mut Registry, name: &str, description: &str, inline: bool, nail: impl Nail) {
+    registry.insert(
+        name,
+        Entry {
+            target: Target::Nail {
+                nail: Arc::new(nail),
+                inline,
+            },
+            description: description.to_owned(),
+        },
+    );
+}
+
+/// Registers every built-in command.
+pub fn register(registry: &mut Registry) {
+    add(
+        registry,
+        "ng-version",
+        "Prints the server version",
+        true,
+        version,
+    );
+    add(
+        registry,
+        "ng-stats",
+        "Per-command statistics (--json for JSON)",
+        true,
+        stats,
+    );
+    add(
+        registry,
+        "ng-stop",
+        "Stops the server gracefully",
+        true,
+        stop,
+    );
+    add(
+        registry,
+        "ng-alias",
+        "Lists aliases, or adds one: ng-alias NAME COMMAND",
+        true,
+        alias,
+    );
+    add(
+        registry,
+        "ng-commands",
+        "Lists the commands that can be run",
+        true,
+        commands,
+    );
+    add(
+        registry,
+        "ng-true",
+        "Exits 0 at once (latency probe)",
+        true,
+        |_: &mut Context| 0,
+    );
+    add(
+        registry,
+        "ng-cat",
+        "Copies stdin to stdout (throughput probe)",
+        false,
+        cat,
+    );
+    add(
+        registry,
+        "ng-yes",
+        "Writes BYTES bytes of 'y\\n' (output probe): ng-yes 64M",
+        false,
+        yes,
+    );
+}
+
+fn version(ctx: &mut Context) -> i32 {
+    let _ = writeln!(ctx.stdout(), "NailGun server version {VERSION} (ngd)");
+    0
+}
+
+fn usage(ctx: &mut Context, text: &str) -> i32 {
+    let _ = writeln!(ctx.stderr(), "usage: {text}");
+    EX_USAGE
+}
+
+fn stats(ctx: &mut Context) -> i32 {
+    let json = match ctx.args_lossy().as_slice() {
+        [] => false,
+        [flag] if flag == "--json" => true,
+        _ => return usage(ctx, "ng-stats [--json]"),
+    };
+    let server = ctx.server().clone();
+    let commands = server.stats().commands();
+    let counters = server.stats().counters();
+    let mut out = Vec::new();
+    if json {
+        let doc = serde_json::json!({
+            "version": VERSION,
+            "pid": std::process::id(),
+            "uptime_s": server.uptime().as_secs_f64(),
+            "nail_threads": server.nail_threads(),
+            "connections": counters,
+            "commands": commands,
+        });
+        let _ = writeln!(out, "{doc}");
+    } else {
+        let _ = writeln!(
+            out,
+            "ngd {VERSION}, pid {}, up {:.0}s; connections: {} accepted, {} refused; \
+             {} protocol errors, {} unknown commands",
+            std::process::id(),
+            server.uptime().as_secs_f64(),
+            counters.accepted,
+            counters.refused,
+            counters.protocol_errors,
+            counters.unknown_commands,
+        );
+        let width = commands
+            .iter()
+            .map(|c| c.command.len())
+            .max()
+            .unwrap_or(7)
+            .max(7);
+        let _ = writeln!(
+            out,
+            "{:width$}  {:>8}  {:>7}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}",
+            "command", "runs", "running", "failures", "p50_ms", "p90_ms", "p99_ms", "max_ms"
+        );
+        for c in &commands {
+            let _ = writeln!(
+                out,
+                "{:width$}  {:>8}  {:>7}  {:>8}  {:>9.3}  {:>9.3}  {:>9.3}  {:>9.3}",
+                c.command, c.runs, c.running, c.failures, c.p50_ms, c.p90_ms, c.p99_ms, c.max_ms
+            );
+        }
+    }
+    let _ = ctx.stdout().write_all(&out);
+    0
+}
+
+fn stop(ctx: &mut Context) -> i32 {
+    ctx.server().request_stop();
+    0
+}
+
+fn alias(ctx: &mut Context) -> i32 {
+    let args = ctx.args_lossy();
+    let server = ctx.server().clone();
+    match args.as_slice() {
+        [] => {
+            let mut out = String::new();
+            for (a, c) in server.registry().aliases() {
+                out.push_str(&format!("{a}\t{c}\n"));
+            }
+            let _ = ctx.stdout().write_all(out.as_bytes());
+            0
+        }
+        [name, command] => match server.registry().add_alias(name, command) {
+            Ok(()) => 0,
+            Err(e) => {
+                let _ = writeln!(ctx.stderr(), "ng-alias: {e}");
+                1
+            }
+        },
+        _ => usage(ctx, "ng-alias [NAME COMMAND]"),
+    }
+}
+
+fn commands(ctx: &mut Context) -> i32 {
+    let server = ctx.server().clone();
+    let registry = server.registry();
+    let names: Vec<(String, String)> = registry
+        .commands()
+        .map(|(n, e)| (n.to_owned(), e.description.clone()))
+        .chain(
+            registry
+                .aliases()
+                .into_iter()
+                .map(|(a, c)| (a, format!("alias for {c}"))),
+        )
+        .collect();
+    let width = names.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (name, description) in names {
+        out.push_str(&format!("{name:width$}  {description}\n"));
+    }
+    let _ = ctx.stdout().write_all(out.as_bytes());
+    0
+}
+
+fn cat(ctx: &mut Context) -> i32 {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match ctx.stdin().read(&mut buf) {
+            Ok(0) => return 0,
+            Ok(n) => n,
+            Err(_) => return 1,
+        };
+        if ctx.stdout().write_all(&buf[..n]).is_err() {
+            return 1;
+        }
+    }
+}
+
+/// Parses `123`, `64K`, `64M`, `1G` (binary multiples).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let (digits, mult) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1u64 << 10),
+        b'm' | b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'g' | b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+fn yes(ctx: &mut Context) -> i32 {
+    let args = ctx.args_lossy();
+    let total = match args.as_slice() {
+        [n] => match parse_size(n) {
+            Some(n) => n,
+            None => return usage(ctx, "ng-yes BYTES (e.g. 1048576, 64K, 64M, 1G)"),
+        },
+        _ => return usage(ctx, "ng-yes BYTES (e.g. 1048576, 64K, 64M, 1G)"),
+    };
+    let block = b"y\n".repeat(64 << 10);
+    let mut left = total;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        if ctx.stdout().write_all(&block[..n]).is_err() {
+            return 1;
+        }
+        left -= n as u64;
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("10"), Some(10));
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("64m"), Some(64 << 20));
+        assert_eq!(parse_size("1G"), Some(1 << 30));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999999999G"), None);
+    }
+}

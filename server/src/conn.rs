@@ -1,0 +1,124 @@
+//! One client connection: its socket, buffers, protocol session and lifecycle state.
+//!
+//! ```text
+//!  Header ──C──▶ Running ──command returns──▶ Finishing ──X written──▶ Draining ──EOF──▶ Closed
+//!    │              │                            ▲                      (write side shut;
+//!    │              ├── client gone ──▶ Closed   │                       input discarded)
+//!    └── refusal / protocol error ───────────────┘
+//! ```
+//!
+//! The protocol rules live in [`ng_proto::ServerSession`]; this type owns the I/O around it:
+//! a read buffer bounded by the session's chunk limit, a write buffer fed by the running
+//! command (through its [`SessionIo`]) and by the session (`S`, `X`, messages), and the
+//! readiness flags of an edge-triggered socket.
+
+use crate::session_io::SessionIo;
+use crate::transport::{PeerAddr, Stream};
+use bytes::BytesMut;
+use ng_proto::ServerSession;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The lifecycle of a connection. See the module docs.
+#[derive(Debug)]
+pub enum ConnState {
+    /// Reading `A E D L H` until `C`.
+    Header,
+    /// A command runs.
+    Running(Running),
+    /// The exit code is queued; writing what is left.
+    Finishing,
+    /// Everything is written and our side shut; reading until the client closes, so that
+    /// unread heartbeats never turn our close into a reset that eats the `X`.
+    Draining {
+        /// Close anyway at this time.
+        until: Instant,
+    },
+    /// To be removed.
+    Closed,
+}
+
+impl ConnState {
+    /// A short name for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ConnState::Header => "header",
+            ConnState::Running(_) => "running",
+            ConnState::Finishing => "finishing",
+            ConnState::Draining { .. } => "draining",
+            ConnState::Closed => "closed",
+        }
+    }
+}
+
+/// A running command, as the connection sees it.
+#[derive(Debug)]
+pub struct Running {
+    /// Shared with the command's thread.
+    pub io: Arc<SessionIo>,
+    /// The resolved command name (for statistics and logs).
+    pub command: String,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct Conn {
+    /// Unique per accepted connection (slab slots are reused; serials are not).
+    pub serial: u64,
+    /// The socket.
+    pub stream: Stream,
+    /// Where it came from.
+    pub peer: PeerAddr,
+    /// The protocol state machine.
+    pub session: ServerSession,
+    /// Bytes read and not yet decoded (at most one partial chunk after decoding).
+    pub rbuf: BytesMut,
+    /// Bytes to write, in order: command output, then the session's own chunks.
+    pub wbuf: BytesMut,
+    /// The socket may have bytes to read (edge-triggered: cleared only on `WouldBlock`).
+    pub readable: bool,
+    /// The socket may accept bytes.
+    pub writable: bool,
+    /// Stdin bytes waiting for the command; reading pauses above the high-water mark.
+    pub stdin_backlog: usize,
+    /// Lifecycle.
+    pub state: ConnState,
+    /// The earliest timer queued for this connection, if any.
+    pub timer_at: Option<Instant>,
+}
+
+impl Conn {
+    /// A connection accepted at `now`.
+    pub fn new(serial: u64, stream: Stream, peer: PeerAddr, session: ServerSession) -> Self {
+        Self {
+            serial,
+            stream,
+            peer,
+            session,
+            rbuf: BytesMut::new(),
+            wbuf: BytesMut::new(),
+            readable: false,
+            writable: false,
+            stdin_backlog: 0,
+            state: ConnState::Header,
+            timer_at: None,
+        }
+    }
+
+    /// When this connection next needs the timer.
+    pub fn deadline(&self) -> Option<Instant> {
+        match &self.state {
+            ConnState::Header | ConnState::Running(_) => self.session.poll_timeout(),
+            ConnState::Draining { until } => Some(*until),
+            ConnState::Finishing | ConnState::Closed => None,
+        }
+    }
+
+    /// The running command's shared state, if one runs.
+    pub fn io(&self) -> Option<&Arc<SessionIo>> {
+        match &self.state {
+            ConnState::Running(r) => Some(&r.io),
+            _ => None,
+        }
+    }
+}

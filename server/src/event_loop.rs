@@ -1,0 +1,720 @@
+//! The event loop: one thread, one `mio::Poll`, every socket.
+//!
+//! # Tokens
+//!
+//! | token | what |
+//! |---|---|
+//! | [`WAKER`] | a command thread has news ([`SessionIo`] notifications on the ready channel) |
+//! | [`SIGNALS`] | SIGTERM, SIGINT or SIGHUP arrived |
+//! | `FIRST_LISTENER..FIRST_CONN` | the listeners, in the order given |
+//! | `FIRST_CONN + k` | the connection in slab slot `k` |
+//!
+//! # One turn
+//!
+//! Poll (with the earliest timer as the timeout), then: accept on ready listeners; for each
+//! ready connection set its readiness flags and *service* it; service every connection a
+//! command thread notified; fire due timers; advance a pending shutdown.
+//!
+//! Servicing a connection is always the same steps, so every path converges: take what its
+//! command produced, read and decode what the client sent (until `WouldBlock`, unless its
+//! stdin backlog is over the high-water mark), act on the session's events, write until
+//! `WouldBlock`, then move the lifecycle on (see [`crate::conn`]). Nothing a client sends can
+//! end the loop: errors end that connection only, and are logged with its serial number,
+//! peer and state (never environment values).
+
+use crate::conn::{Conn, ConnState, Running};
+use crate::nail::Context;
+use crate::pool::Pool;
+use crate::registry::Target;
+use crate::security::PeerVerdict;
+use crate::session_io::{
+    CancelReason, ConnKey, LoopNotifier, SessionIo, OUTPUT_LOW_WATER, STDIN_HIGH_WATER,
+    STDIN_PREFETCH,
+};
+use crate::transport::{Listener, PeerAddr, Stream};
+use crate::{exit_codes, ServerHandle, Settings};
+use bytes::Buf;
+use crossbeam_channel::Receiver;
+use mio::{Events, Poll, Token};
+use ng_proto::{ProtocolError, ServerEvent, ServerSession};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook_mio::v1_0::Signals;
+use slab::Slab;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, ErrorKind, Read, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Command threads wake the loop through this token.
+pub const WAKER: Token = Token(0);
+/// Signals arrive on this token.
+pub const SIGNALS: Token = Token(1);
+const FIRST_LISTENER: usize = 2;
+const FIRST_CONN: usize = 64;
+/// How many listeners a server may have.
+pub const MAX_LISTENERS: usize = FIRST_CONN - FIRST_LISTENER;
+
+/// Connections over the limit still get a refusal message, up to this many more; past that
+/// they are closed at once.
+const REFUSAL_MARGIN: usize = 64;
+/// How long a connection may stay open after its `X` waiting for the client to close.
+const DRAIN_LINGER: Duration = Duration::from_secs(2);
+/// After cancelling at shutdown, how long to wait for the exit codes to be written.
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
+/// How long to wait before accepting again after running out of file descriptors.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Things the per-connection functions need besides the connection itself.
+struct Core {
+    handle: ServerHandle,
+    pool: Pool,
+    notifier: LoopNotifier,
+    settings: Settings,
+}
+
+#[derive(Debug)]
+struct Stopping {
+    cancel_at: Instant,
+    give_up_at: Option<Instant>,
+}
+
+/// The loop. Built by [`crate::ServerBuilder::build`], driven by [`crate::Server::run`].
+pub struct EventLoop {
+    poll: Poll,
+    listeners: Vec<Listener>,
+    conns: Slab<Conn>,
+    core: Core,
+    ready: Receiver<ConnKey>,
+    timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    signals: Option<Signals>,
+    stopping: Option<Stopping>,
+    next_serial: u64,
+    accept_paused_until: Option<Instant>,
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for EventLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventLoop")
+            .field("listeners", &self.listeners.len())
+            .field("conns", &self.conns.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventLoop {
+    pub(crate) fn new(
+        poll: Poll,
+        mut listeners: Vec<Listener>,
+        handle: ServerHandle,
+        notifier: LoopNotifier,
+        ready: Receiver<ConnKey>,
+        settings: Settings,
+        handle_signals: bool,
+    ) -> io::Result<Self> {
+        for (i, l) in listeners.iter_mut().enumerate() {
+            l.register(poll.registry(), Token(FIRST_LISTENER + i))?;
+        }
+        let signals = if handle_signals {
+            let mut s = Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+            poll.registry()
+                .register(&mut s, SIGNALS, mio::Interest::READABLE)?;
+            Some(s)
+        } else {
+            None
+        };
+        let pool = Pool::new(settings.min_threads, settings.max_threads);
+        Ok(Self {
+            poll,
+            listeners,
+            conns: Slab::new(),
+            core: Core {
+                handle,
+                pool,
+                notifier,
+                settings,
+            },
+            ready,
+            timers: BinaryHeap::new(),
+            signals,
+            stopping: None,
+            next_serial: 0,
+            accept_paused_until: None,
+            scratch: vec![0; 64 << 10],
+        })
+    }
+
+    /// What the listeners are bound to.
+    pub fn listening(&self) -> Vec<String> {
+        self.listeners.iter().map(Listener::describe).collect()
+    }
+
+    /// Runs until the server is stopped and every connection is done.
+    pub fn run(mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        self.core.handle.set_pool_threads(self.core.pool.threads());
+        loop {
+            let timeout = self.next_timeout(Instant::now());
+            match self.poll.poll(&mut events, timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+            let now = Instant::now();
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => {}
+                    SIGNALS => self.on_signals(),
+                    Token(t) if (FIRST_LISTENER..FIRST_CONN).contains(&t) => {
+                        self.accept_all(t - FIRST_LISTENER, now)
+                    }
+                    Token(t) => {
+                        let slot = t - FIRST_CONN;
+                        if let Some(conn) = self.conns.get_mut(slot) {
+                            if event.is_readable() || event.is_read_closed() || event.is_error() {
+                                conn.readable = true;
+                            }
+                            if event.is_writable() || event.is_write_closed() || event.is_error() {
+                                conn.writable = true;
+                            }
+                            self.service(slot, now);
+                        }
+                    }
+                }
+            }
+            while let Ok(key) = self.ready.try_recv() {
+                if self
+                    .conns
+                    .get(key.slot)
+                    .is_some_and(|c| c.serial == key.serial)
+                {
+                    self.service(key.slot, now);
+                }
+            }
+            self.fire_timers(now);
+            if self.accept_paused_until.is_some_and(|t| now >= t) {
+                self.accept_paused_until = None;
+                for i in 0..self.listeners.len() {
+                    self.accept_all(i, now);
+                }
+            }
+            if self.core.handle.stop_requested() && self.stopping.is_none() {
+                self.begin_stop(now);
+            }
+            if self.stopping.is_some() && self.advance_stop(now) {
+                tracing::info!("stopped");
+                return Ok(());
+            }
+            self.core.handle.set_pool_threads(self.core.pool.threads());
+        }
+    }
+
+    fn next_timeout(&self, now: Instant) -> Option<Duration> {
+        let mut next = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        consider(self.accept_paused_until);
+        if let Some(s) = &self.stopping {
+            consider(Some(s.cancel_at));
+            consider(s.give_up_at);
+        }
+        next.map(|t| t.saturating_duration_since(now))
+    }
+
+    fn on_signals(&mut self) {
+        let Some(signals) = self.signals.as_mut() else {
+            return;
+        };
+        for signal in signals.pending() {
+            match signal {
+                SIGHUP => tracing::info!("SIGHUP: the configuration has nothing to reload"),
+                _ => {
+                    tracing::info!("signal {signal}: stopping");
+                    self.core.handle.request_stop();
+                }
+            }
+        }
+    }
+
+    fn accept_all(&mut self, index: usize, now: Instant) {
+        while self.accept_paused_until.is_none() {
+            let Some(listener) = self.listeners.get(index) else {
+                return;
+            };
+            match listener.accept() {
+                Ok((stream, peer)) => self.on_accept(stream, peer, now),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if is_out_of_resources(&e) => {
+                    tracing::warn!("accept: {e}; pausing new connections briefly");
+                    self.accept_paused_until = Some(now + ACCEPT_BACKOFF);
+                }
+                Err(e) => tracing::debug!("accept: {e}"),
+            }
+        }
+    }
+
+    fn on_accept(&mut self, mut stream: Stream, peer: PeerAddr, now: Instant) {
+        self.core.handle.stats().accepted();
+        if self.conns.len() >= self.core.settings.max_connections + REFUSAL_MARGIN {
+            self.core.handle.stats().refused();
+            tracing::warn!(%peer, "connection limit exceeded; closing at once");
+            return;
+        }
+        let refusal = self.refusal(&stream, &peer);
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let entry = self.conns.vacant_entry();
+        let slot = entry.key();
+        if let Err(e) = stream.register(self.poll.registry(), Token(FIRST_CONN + slot)) {
+            tracing::warn!(%peer, "register: {e}");
+            return;
+        }
+        let session = ServerSession::new(self.core.settings.session, now);
+        let mut conn = Conn::new(serial, stream, peer, session);
+        conn.readable = true;
+        conn.writable = true;
+        if let Some((message, code)) = refusal {
+            self.core.handle.stats().refused();
+            tracing::info!(conn = serial, peer = %conn.peer, "refused: {message}");
+            conn.session.write_stderr(format!("{message}\n").as_bytes());
+            conn.session.exit(code);
+            conn.state = ConnState::Finishing;
+        } else {
+            tracing::debug!(conn = serial, peer = %conn.peer, "accepted");
+        }
+        entry.insert(conn);
+        self.service(slot, now);
+    }
+
+    /// Why this connection must be refused (the whole message line) and the exit code to
+    /// send, if it must.
+    fn refusal(&self, stream: &Stream, peer: &PeerAddr) -> Option<(String, i32)> {
+        let policy = self.core.settings.peer_check;
+        let verdict = match peer {
+            PeerAddr::Tcp { peer, local } => policy.check_tcp(*local, *peer),
+            PeerAddr::Unix => policy.check_unix(stream),
+        };
+        if let PeerVerdict::Refuse { reason } = verdict {
+            return Some((reason, exit_codes::NOPERM));
+        }
+        if self.conns.len() >= self.core.settings.max_connections {
+            let limit = self.core.settings.max_connections;
+            return Some((
+                format!("ngd: too many connections (the limit is {limit}); try again later"),
+                exit_codes::UNAVAILABLE,
+            ));
+        }
+        None
+    }
+
+    /// Moves one connection along as far as it can go now. See the module docs.
+    fn service(&mut self, slot: usize, now: Instant) {
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return;
+        };
+        let key = ConnKey {
+            slot,
+            serial: conn.serial,
+        };
+        let core = &self.core;
+        pull_io(conn);
+        read_input(conn, core, key, &mut self.scratch, now);
+        pull_io(conn);
+        flush(conn);
+        if matches!(conn.state, ConnState::Finishing)
+            && conn.wbuf.is_empty()
+            && conn.session.transmit().is_empty()
+        {
+            // Our last byte is out: FIN now, then wait for the client to close.
+            let _ = conn.stream.shutdown_write();
+            conn.state = ConnState::Draining {
+                until: now + DRAIN_LINGER,
+            };
+            // The client may already have closed; look once more.
+            read_input(conn, core, key, &mut self.scratch, now);
+        }
+        if matches!(conn.state, ConnState::Closed) {
+            self.close(slot);
+        } else {
+            self.schedule(slot);
+        }
+    }
+
+    fn close(&mut self, slot: usize) {
+        if !self.conns.contains(slot) {
+            return;
+        }
+        let mut conn = self.conns.remove(slot);
+        if let Some(io) = conn.io() {
+            io.cancel(CancelReason::ClientGone);
+        }
+        let _ = conn.stream.deregister(self.poll.registry());
+        tracing::debug!(conn = conn.serial, peer = %conn.peer, "closed");
+    }
+
+    fn schedule(&mut self, slot: usize) {
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return;
+        };
+        if let Some(deadline) = conn.deadline() {
+            if conn.timer_at.is_none_or(|t| deadline < t) {
+                conn.timer_at = Some(deadline);
+                self.timers.push(Reverse((deadline, slot, conn.serial)));
+            }
+        }
+    }
+
+    fn fire_timers(&mut self, now: Instant) {
+        while let Some(Reverse((at, slot, serial))) = self.timers.peek().copied() {
+            if at > now {
+                return;
+            }
+            self.timers.pop();
+            let Some(conn) = self.conns.get_mut(slot) else {
+                continue;
+            };
+            if conn.serial != serial {
+                continue;
+            }
+            if conn.timer_at == Some(at) {
+                conn.timer_at = None;
+            }
+            let key = ConnKey { slot, serial };
+            match conn.state {
+                ConnState::Draining { until } if now >= until => {
+                    conn.state = ConnState::Closed;
+                }
+                ConnState::Header | ConnState::Running(_) => {
+                    match conn.session.handle_timeout(now) {
+                        Ok(()) => handle_events(conn, &self.core, key, now),
+                        Err(e) => protocol_error(conn, &self.core, e),
+                    }
+                }
+                _ => {}
+            }
+            self.service(slot, now);
+        }
+    }
+
+    fn begin_stop(&mut self, now: Instant) {
+        let grace = self.core.settings.shutdown_grace;
+        let running = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(c.state, ConnState::Running(_)))
+            .count();
+        tracing::info!(
+            "stopping: no new connections; {running} running commands get {:.1}s to finish",
+            grace.as_secs_f64()
+        );
+        for l in &mut self.listeners {
+            let _ = l.deregister(self.poll.registry());
+        }
+        // Dropping the listeners closes them and removes their socket files.
+        self.listeners.clear();
+        self.stopping = Some(Stopping {
+            cancel_at: now + grace,
+            give_up_at: None,
+        });
+    }
+
+    /// True when the server may exit.
+    fn advance_stop(&mut self, now: Instant) -> bool {
+        if self.conns.is_empty() {
+            return true;
+        }
+        let Some(stopping) = self.stopping.as_mut() else {
+            return false;
+        };
+        if let Some(give_up) = stopping.give_up_at {
+            return now >= give_up;
+        }
+        if now < stopping.cancel_at {
+            return false;
+        }
+        stopping.give_up_at = Some(now + SHUTDOWN_FLUSH);
+        let slots: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        for slot in slots {
+            let conn = &mut self.conns[slot];
+            match &conn.state {
+                ConnState::Running(r) => {
+                    tracing::info!(conn = conn.serial, command = %r.command, "cancelled by shutdown");
+                    r.io.cancel(CancelReason::Shutdown);
+                    conn.session
+                        .write_stderr(b"ngd: command cancelled: the server is shutting down\n");
+                    conn.session.exit(exit_codes::TERMINATED);
+                    conn.state = ConnState::Finishing;
+                }
+                ConnState::Header => {
+                    conn.session
+                        .write_stderr(b"ngd: the server is shutting down\n");
+                    conn.session.exit(exit_codes::UNAVAILABLE);
+                    conn.state = ConnState::Finishing;
+                }
+                _ => {}
+            }
+            self.service(slot, now);
+        }
+        self.conns.is_empty()
+    }
+}
+
+fn is_out_of_resources(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Takes what the running command produced: output into the write buffer, the stdin
+/// backlog, requests for stdin, and its exit code.
+fn pull_io(conn: &mut Conn) {
+    let ConnState::Running(running) = &conn.state else {
+        return;
+    };
+    let io = running.io.clone();
+    let mut st = io.lock();
+    st.notified = false;
+    if !st.out.is_empty() {
+        let n = st.out.len();
+        if conn.wbuf.is_empty() {
+            std::mem::swap(&mut conn.wbuf, &mut st.out);
+        } else {
+            conn.wbuf.extend_from_slice(&st.out);
+            st.out.clear();
+        }
+        st.unsent += n;
+    }
+    conn.stdin_backlog = st.stdin_bytes;
+    let wants_stdin = !st.stdin_eof
+        && (st.reader_waiting || (st.stdin_started && st.stdin_bytes < STDIN_PREFETCH));
+    let finished = st.finished;
+    drop(st);
+    if wants_stdin {
+        conn.session.request_stdin();
+    }
+    if let Some(code) = finished {
+        conn.session.exit(code);
+        conn.state = ConnState::Finishing;
+    }
+}
+
+/// Reads and decodes until `WouldBlock`, end of file, or stdin backpressure.
+fn read_input(conn: &mut Conn, core: &Core, key: ConnKey, scratch: &mut [u8], now: Instant) {
+    while conn.readable && !matches!(conn.state, ConnState::Closed) {
+        if conn.stdin_backlog > STDIN_HIGH_WATER {
+            // Resumed when the command reads (it notifies the loop).
+            return;
+        }
+        match conn.stream.read(scratch) {
+            Ok(0) => {
+                conn.readable = false;
+                on_eof(conn, core, key, now);
+                return;
+            }
+            Ok(n) => {
+                conn.stream.quickack();
+                if conn.session.is_exited() {
+                    continue; // draining: discard
+                }
+                conn.rbuf.extend_from_slice(&scratch[..n]);
+                let result = conn.session.handle_bytes(&mut conn.rbuf, now);
+                handle_events(conn, core, key, now);
+                if let Err(e) = result {
+                    protocol_error(conn, core, e);
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => conn.readable = false,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                tracing::debug!(conn = conn.serial, peer = %conn.peer, state = conn.state.name(), "read: {e}");
+                conn.readable = false;
+                close_conn(conn, CancelReason::ClientGone);
+            }
+        }
+    }
+}
+
+fn on_eof(conn: &mut Conn, core: &Core, key: ConnKey, now: Instant) {
+    match conn.state {
+        ConnState::Header => {
+            tracing::debug!(conn = conn.serial, peer = %conn.peer, "closed before the command");
+            conn.state = ConnState::Closed;
+        }
+        ConnState::Running(_) => {
+            if let Err(e) = conn.session.handle_eof() {
+                protocol_error(conn, core, e);
+            }
+            handle_events(conn, core, key, now);
+        }
+        ConnState::Finishing | ConnState::Draining { .. } => conn.state = ConnState::Closed,
+        ConnState::Closed => {}
+    }
+}
+
+/// Acts on everything the session decoded.
+fn handle_events(conn: &mut Conn, core: &Core, key: ConnKey, now: Instant) {
+    while let Some(event) = conn.session.poll_event() {
+        match event {
+            ServerEvent::Launch(request) => launch(conn, core, key, request, now),
+            ServerEvent::Stdin(data) => {
+                if let Some(io) = conn.io() {
+                    let mut st = io.lock();
+                    st.stdin_bytes += data.len();
+                    st.stdin.push_back(data);
+                    let backlog = st.stdin_bytes;
+                    drop(st);
+                    io.wake_command();
+                    conn.stdin_backlog = backlog;
+                }
+            }
+            ServerEvent::StdinEof => {
+                if let Some(io) = conn.io() {
+                    io.lock().stdin_eof = true;
+                    io.wake_command();
+                }
+            }
+            ServerEvent::ClientGone(reason) => {
+                let reason = match reason {
+                    ng_proto::DisconnectReason::Eof => CancelReason::ClientGone,
+                    ng_proto::DisconnectReason::HeartbeatTimeout => CancelReason::HeartbeatTimeout,
+                };
+                tracing::debug!(conn = conn.serial, peer = %conn.peer, state = conn.state.name(), "{}", reason.describe());
+                close_conn(conn, reason);
+            }
+        }
+    }
+}
+
+fn close_conn(conn: &mut Conn, reason: CancelReason) {
+    if let Some(io) = conn.io() {
+        io.cancel(reason);
+    }
+    conn.state = ConnState::Closed;
+}
+
+fn protocol_error(conn: &mut Conn, core: &Core, e: ProtocolError) {
+    core.handle.stats().protocol_error();
+    tracing::info!(conn = conn.serial, peer = %conn.peer, state = conn.state.name(), "protocol error: {e}");
+    if let Some(io) = conn.io() {
+        io.cancel(CancelReason::ProtocolError);
+    }
+    if matches!(e, ProtocolError::EofBeforeCommand) || conn.session.is_exited() {
+        conn.state = ConnState::Closed;
+        return;
+    }
+    conn.session
+        .write_stderr(format!("ngd: protocol error: {e}\n").as_bytes());
+    conn.session.exit(exit_codes::PROTOCOL);
+    conn.state = ConnState::Finishing;
+}
+
+fn launch(conn: &mut Conn, core: &Core, key: ConnKey, request: ng_proto::Request, now: Instant) {
+    let _ = now;
+    let handle = &core.handle;
+    let Some((name, entry)) = handle.registry().resolve(&request.command) else {
+        handle.stats().unknown_command();
+        let shown = String::from_utf8_lossy(&request.command);
+        tracing::info!(conn = conn.serial, peer = %conn.peer, "unknown command {shown:?}");
+        conn.session.write_stderr(
+            format!("ngd: unknown command '{shown}'; run 'ng ng-commands' to list the commands\n")
+                .as_bytes(),
+        );
+        conn.session.exit(exit_codes::UNKNOWN_COMMAND);
+        conn.state = ConnState::Finishing;
+        return;
+    };
+    tracing::debug!(conn = conn.serial, peer = %conn.peer, command = %name, args = request.args.len(), env = request.env.len(), "launch");
+    match entry.target {
+        Target::Nail { nail, inline } => {
+            let io = SessionIo::new(key, core.notifier.clone(), inline);
+            handle.stats().started(&name);
+            let ctx = Context::new(request, io.clone(), handle.clone());
+            conn.state = ConnState::Running(Running {
+                io: io.clone(),
+                command: name.clone(),
+            });
+            let stats_handle = handle.clone();
+            let job = move || run_nail(nail, ctx, io, name, stats_handle);
+            if inline {
+                job();
+            } else {
+                core.pool.execute(job);
+            }
+        }
+    }
+}
+
+fn run_nail(
+    nail: Arc<dyn crate::Nail>,
+    mut ctx: Context,
+    io: Arc<SessionIo>,
+    name: String,
+    handle: ServerHandle,
+) {
+    let started = Instant::now();
+    let code = match catch_unwind(AssertUnwindSafe(|| nail.run(&mut ctx))) {
+        Ok(code) => code,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_owned());
+            tracing::error!(command = %name, "command panicked: {message}");
+            let _ = writeln!(ctx.stderr(), "ngd: command '{name}' panicked: {message}");
+            1
+        }
+    };
+    handle.stats().finished(&name, code, started.elapsed());
+    io.finish(code);
+}
+
+/// Writes until `WouldBlock` or done; a dead client ends the connection.
+fn flush(conn: &mut Conn) {
+    let tx = conn.session.take_transmit();
+    if !tx.is_empty() {
+        if conn.wbuf.is_empty() {
+            conn.wbuf = tx;
+        } else {
+            conn.wbuf.extend_from_slice(&tx);
+        }
+    }
+    let mut wrote = false;
+    while conn.writable && !conn.wbuf.is_empty() {
+        match conn.stream.write(&conn.wbuf) {
+            Ok(0) => {
+                close_conn(conn, CancelReason::ClientGone);
+                return;
+            }
+            Ok(n) => {
+                conn.wbuf.advance(n);
+                wrote = true;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => conn.writable = false,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                tracing::debug!(conn = conn.serial, peer = %conn.peer, state = conn.state.name(), "write: {e}");
+                close_conn(conn, CancelReason::ClientGone);
+                return;
+            }
+        }
+    }
+    if wrote {
+        if let Some(io) = conn.io() {
+            let mut st = io.lock();
+            st.unsent = conn.wbuf.len();
+            if st.writer_waiting && st.out.len() + st.unsent < OUTPUT_LOW_WATER {
+                st.writer_waiting = false;
+                drop(st);
+                io.wake_command();
+            }
+        }
+    }
+}
