@@ -110,6 +110,17 @@ class ForkExit(WorkerTest):
         self.assertEqual(r.code, 130)
         self.assertTrue(bytes(r.stderr).endswith(b"KeyboardInterrupt\n"))
 
+    def test_missing_working_directory(self):
+        r = self.w.run("finfo", env=client_env(), cwd="/nonexistent/ngw-test")
+        self.assertEqual(r.code, 126)
+        self.assertEqual(bytes(r.stdout), b"")
+        self.assertIn(b"ngw: cannot start finfo: [Errno 2] No such file or directory",
+                      bytes(r.stderr))
+
+    def test_no_directory_sent(self):
+        got = json.loads(self.run_ok("finfo", env=client_env()).stdout)
+        self.assertEqual(got["cwd"], os.getcwd())  # the worker's, inherited
+
     def test_worker_survives_crashing_children(self):
         for _ in range(3):
             self.assertEqual(self.w.run("fexit", ["kill"], env=client_env()).code, 137)

@@ -59,6 +59,23 @@ class HelloPingQuit(unittest.TestCase):
         finally:
             w.close()
 
+    def test_quit_during_a_session_finishes_it_first(self):
+        w = driver.Worker([sys.executable, BASIC])
+        try:
+            w.hello()
+            w.start("fsleep", env=client_env())
+            self.assertEqual(w.read_chunk(), ("S", b""))
+            self.assertEqual(w.read_chunk(), ("1", b"ready\n"))
+            w.send("q")
+            with self.assertRaises(TimeoutError):
+                w.read_chunk(0.3)  # the session goes on
+            w.send("i", b"hangup")
+            self.assertEqual(w.read_chunk(), ("X", b"129\n"))
+            self.assertIsNone(w.read_chunk())
+            self.assertEqual(w.proc.wait(10), 0)
+        finally:
+            w.close()
+
     def test_no_ngw_fd(self):
         env = driver.worker_env()
         env.pop("NGW_FD", None)
@@ -137,6 +154,21 @@ class Tolerance(WorkerTest):
         self.assertEqual(bytes(r.stdout), b"fresh")
         r = self.run_ok("fcat", stdin=b"fresh fork", env=client_env())
         self.assertEqual(bytes(r.stdout), b"fresh fork")
+
+    def test_env_entries_with_nul_are_dropped(self):
+        w = self.w
+        w.send("E", b"BAD=a\0b")
+        w.send("E", b"GOOD=1")
+        w.send("C", b"finfo")
+        out = bytearray()
+        while True:
+            ty, payload = w.read_chunk()
+            if ty == "X":
+                break
+            if ty == "1":
+                out += payload
+        self.assertEqual(payload, b"0\n")
+        self.assertEqual(json.loads(out)["env"], {"GOOD": "1"})
 
     def test_unknown_command(self):
         r = self.w.run("no-such-command")

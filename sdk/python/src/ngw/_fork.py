@@ -27,6 +27,7 @@ from ._inline import signal_for
 
 _HIGH_WATER = 1 << 20  # outbound channel bytes before the child's output is left unread
 _DRAIN_IDLE = 0.1  # after the child exits: how long silent streams stay open (grandchildren)
+_CHILD_POLL = 0.5  # seconds between waitpid() checks when no event arrives
 _READ_SIZE = _wire.MAX_OUTPUT_CHUNK
 _PR_SET_PDEATHSIG = 1
 
@@ -377,7 +378,9 @@ class _Relay:
                     p.register(s.fd, select.POLLIN)
             if self.stdin.fd >= 0 and self.stdin_buf:
                 p.register(self.stdin.fd, select.POLLOUT)
-            timeout = None
+            # While the child runs, wake up now and then anyway: if a command replaced the
+            # process-wide signal wakeup fd, SIGCHLD alone would not wake this loop.
+            timeout = _CHILD_POLL
             if self.status is not None:
                 timeout = self.quiet_since + _DRAIN_IDLE - now
             if self.kill_at is not None:

@@ -49,8 +49,8 @@ class HeaderBuilder:
             self.args.append(os.fsdecode(payload))
         elif ty == _wire.ENV:
             name, sep, value = payload.partition(b"=")
-            if not sep or not name:
-                return  # malformed entries are dropped, as the reference server does
+            if not sep or not name or b"\0" in payload:
+                return  # malformed entries are dropped (no environment can hold them)
             name = os.fsdecode(name)
             value = os.fsdecode(value)
             if name.startswith("NGW_"):
