@@ -5,8 +5,8 @@
 //! (DESIGN.md decision 2). This module owns the three guards that make that true by default:
 //!
 //! - [`RuntimeDir`]: the directory holding the default socket is created with mode 0700 and,
-//!   when it already exists, must be a real directory (not a symlink) that we own. A too-open
-//!   mode on our own directory is repaired; anything else is refused with a
+//!   when it already exists, must be a real directory (not a symlink) that we own. A wrong
+//!   (too open) mode on our own directory is repaired; anything else is refused with a
 //!   [`SecurityError`] that names the path and the problem.
 //! - [`bind_unix`]: binds a Unix socket with mode 0600 set explicitly (never left to the
 //!   umask), replaces a dead server's leftover socket file but refuses to touch a live
@@ -244,8 +244,8 @@ impl RuntimeDir {
     ///
     /// An existing directory must be a real directory (checked with `lstat`, so a symlink is
     /// refused), owned by our effective uid, inside a parent that other users cannot write
-    /// to (or that is sticky, like `/tmp`). If it is ours but group/other accessible, its mode
-    /// is reset to 0700 and a warning is logged.
+    /// to (or that is sticky, like `/tmp`). If it is ours with any other mode than 0700 (too
+    /// open, or unusable), the mode is reset to 0700 and a warning is logged.
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, SecurityError> {
         let path = path.into();
         let uid = current_uid();
@@ -333,7 +333,7 @@ fn check_private_dir(path: &Path, uid: u32) -> Result<(), SecurityError> {
     tracing::warn!(
         path = %path.display(),
         old_mode = format_args!("{:04o}", meta.mode() & 0o7777),
-        "runtime directory had the wrong mode (accessible to other users?); reset it to 0700"
+        "runtime directory had the wrong mode; reset it to 0700"
     );
     Ok(())
 }
