@@ -105,19 +105,26 @@ class Runner(unittest.TestCase):
             with open(os.path.join(tmp, "argv_probe_ngw.py"), "w") as f:
                 f.write("import json, sys\n"
                         "def main():\n"
-                        "    print(json.dumps(sys.argv))\n"
+                        "    main = sys.modules['__main__']\n"
+                        "    print(json.dumps([sys.argv, main.__name__,\n"
+                        "                      getattr(main, '__file__', None)]))\n"
                         "    return 'done' if sys.argv[1:] == ['msg'] else 0\n")
+            launcher = os.path.join(tmp, "other-launcher")
+            with open(launcher, "w") as f:
+                f.write("# stands for a console script\n")
             w = driver.Worker(RUNNER + ["entrypoint", "probe=argv_probe_ngw:main",
                                         "other=argv_probe_ngw:main",
-                                        "--argv0", "other=/custom/other"],
+                                        "--argv0", "other=" + launcher],
                               env=driver.worker_env({"PYTHONPATH": driver.SRC + os.pathsep + tmp}))
             try:
                 self.assertEqual(w.hello()["commands"], ["other", "probe"])
                 r = w.run("probe", ["a"], env=client_env())
                 # Not installed anywhere a shell would find it: the bare name.
-                self.assertEqual((r.code, json.loads(r.stdout)), (0, ["probe", "a"]))
+                self.assertEqual((r.code, json.loads(r.stdout)),
+                                 (0, [["probe", "a"], "__main__", None]))
                 r = w.run("other", ["msg"], env=client_env())
-                self.assertEqual(json.loads(r.stdout), ["/custom/other", "msg"])
+                self.assertEqual(json.loads(r.stdout),
+                                 [[launcher, "msg"], "__main__", launcher])
                 self.assertEqual((r.code, bytes(r.stderr)), (1, b"done\n"))  # sys.exit(main())
                 self.assertEqual(w.quit(), 0)
             finally:

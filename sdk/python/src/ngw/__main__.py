@@ -5,12 +5,14 @@
 """
 
 import argparse
+import builtins
 import functools
 import importlib
 import os
 import runpy
 import shutil
 import sys
+import types
 
 from . import Worker
 from ._worker import VERSION
@@ -36,6 +38,13 @@ class EntryPoint:
             raise TypeError("%s:%s is not callable" % (self.module, self.attr))
 
     def run(self, ctx):
+        # A cold run's __main__ is the console script, not this runner: give the child a
+        # fresh one (multiprocessing's spawn and pickling of __main__ objects look at it).
+        main = types.ModuleType("__main__")
+        main.__builtins__ = builtins
+        if os.path.isfile(sys.argv[0]):
+            main.__file__ = sys.argv[0]
+        sys.modules["__main__"] = main
         return self.func()
 
 
