@@ -180,7 +180,8 @@ def fsleep(ctx):
     if "ignore-hup" in ctx.args:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if "child" in ctx.args:
-        subprocess.Popen(["sleep", "60"])
+        grandchild = subprocess.Popen(["sleep", "60"])
+        print("grandchild %d" % grandchild.pid)
     print("ready", flush=True)
     time.sleep(60)
 
