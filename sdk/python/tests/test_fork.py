@@ -4,7 +4,6 @@ isolation, interrupts, flow control, ttys, and no leaks."""
 import json
 import os
 import random
-import signal
 import time
 import unittest
 

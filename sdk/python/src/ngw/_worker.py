@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import sys
+import threading
 import traceback
 
 from . import _wire
@@ -73,6 +74,8 @@ class Worker:
         process). `preload`: module names to import (or callables to call) before the
         hello; a failure is reported to ngd and the log. `kill_grace`: seconds
         between SIGHUP and SIGKILL when a fork-mode session is hung up."""
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("ngw: serve() must run in the main thread (it handles signals)")
         chan = _open_channel(max_chunk)
         env_before = dict(os.environ)
         for item in preload:
