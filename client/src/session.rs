@@ -209,14 +209,9 @@ impl MainLoop {
         let left = deadline
             .saturating_duration_since(Instant::now())
             .max(MIN_TIMEOUT);
-        let close_enough = self.armed.is_some_and(|armed| {
-            let off = if armed > left {
-                armed - left
-            } else {
-                left - armed
-            };
-            off <= TIMEOUT_SLACK
-        });
+        let close_enough = self
+            .armed
+            .is_some_and(|armed| armed.abs_diff(left) <= TIMEOUT_SLACK);
         if !close_enough {
             self.shared.socket.set_read_timeout(left).map_err(|e| {
                 ClientError::Socket(format!("setsockopt: {}", crate::exit::strerror(&e)))
