@@ -195,7 +195,7 @@ fn commands(ctx: &mut Context) -> i32 {
     let registry = server.registry();
     let names: Vec<(String, String)> = registry
         .commands()
-        .map(|(n, e)| (n.to_owned(), e.description.clone()))
+        .into_iter()
         .chain(
             registry
                 .aliases()

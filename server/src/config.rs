@@ -101,6 +101,12 @@ pub enum ConfigError {
         /// What is allowed.
         expected: &'static str,
     },
+    /// A `[[plugin]]` table that cannot work.
+    #[error("{message}")]
+    BadPlugin {
+        /// What is wrong, naming the plugin.
+        message: String,
+    },
     /// An `[aliases]` entry that cannot work.
     #[error("alias {name:?} = {target:?}: {problem}")]
     BadAlias {
@@ -295,6 +301,9 @@ pub struct ServerConfig {
     /// `[aliases]`: alias name → command name, as `ng-alias` would add. An alias must name
     /// a command, not another alias.
     pub aliases: BTreeMap<String, String>,
+    /// `[[plugin]]`: warm worker pools (`docs/ngw.md` §10).
+    #[serde(rename = "plugin")]
+    pub plugins: Vec<crate::plugin::PluginConfig>,
 }
 
 impl ServerConfig {
@@ -359,10 +368,24 @@ impl ServerConfig {
     }
 
     fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let config: ServerConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let mut config: ServerConfig =
+            toml::from_str(text).map_err(|source| ConfigError::Parse {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        // Plugin paths are relative to the config file's directory.
+        let base = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() && path != Path::new("<inline>") => {
+                dir.to_path_buf()
+            }
+            _ => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+        };
+        let base = std::fs::canonicalize(&base).unwrap_or(base);
+        for plugin in &mut config.plugins {
+            if !plugin.command.is_empty() {
+                plugin.resolve_paths(&base);
+            }
+        }
         config.validate()?;
         Ok(config)
     }
@@ -399,6 +422,17 @@ impl ServerConfig {
                 value: u64::from(self.max_chunk_bytes),
                 expected: "must be below 2^31 (2147483648)",
             });
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for plugin in &self.plugins {
+            plugin
+                .validate()
+                .map_err(|message| ConfigError::BadPlugin { message })?;
+            if !names.insert(plugin.name.as_str()) {
+                return Err(ConfigError::BadPlugin {
+                    message: format!("two plugins are named '{}'", plugin.name),
+                });
+            }
         }
         for (name, target) in &self.aliases {
             let problem = if name.is_empty() {
@@ -471,6 +505,7 @@ impl Default for ServerConfig {
             shutdown_grace_ms: Self::DEFAULT_SHUTDOWN_GRACE_MS,
             log_level: None,
             aliases: BTreeMap::new(),
+            plugins: Vec::new(),
         }
     }
 }

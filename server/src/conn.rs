@@ -26,6 +26,8 @@ pub enum ConnState {
     Header,
     /// A command runs.
     Running(Running),
+    /// A plugin command: waiting for a worker, or relayed to one.
+    Plugin(PluginConn),
     /// The exit code is queued; writing what is left.
     Finishing,
     /// Everything is written and our side shut; reading until the client closes, so that
@@ -44,6 +46,7 @@ impl ConnState {
         match self {
             ConnState::Header => "header",
             ConnState::Running(_) => "running",
+            ConnState::Plugin(_) => "plugin",
             ConnState::Finishing => "finishing",
             ConnState::Draining { .. } => "draining",
             ConnState::Closed => "closed",
@@ -58,6 +61,17 @@ pub struct Running {
     pub io: Arc<SessionIo>,
     /// The resolved command name (for statistics and logs).
     pub command: String,
+}
+
+/// A plugin command, as the connection sees it.
+#[derive(Debug)]
+pub struct PluginConn {
+    /// The pool that serves it.
+    pub pool: usize,
+    /// The resolved command name.
+    pub command: String,
+    /// The request, until a worker takes it.
+    pub request: Option<ng_proto::Request>,
 }
 
 /// See the module docs.
@@ -85,6 +99,9 @@ pub struct Conn {
     pub state: ConnState,
     /// The earliest timer queued for this connection, if any.
     pub timer_at: Option<Instant>,
+    /// The plugin worker (slot, serial) running this connection's session, until its `X`.
+    /// Kept outside the state so that every way of closing hangs the worker up.
+    pub relay: Option<(usize, u64)>,
 }
 
 impl Conn {
@@ -102,13 +119,16 @@ impl Conn {
             stdin_backlog: 0,
             state: ConnState::Header,
             timer_at: None,
+            relay: None,
         }
     }
 
     /// When this connection next needs the timer.
     pub fn deadline(&self) -> Option<Instant> {
         match &self.state {
-            ConnState::Header | ConnState::Running(_) => self.session.poll_timeout(),
+            ConnState::Header | ConnState::Running(_) | ConnState::Plugin(_) => {
+                self.session.poll_timeout()
+            }
             ConnState::Draining { until } => Some(*until),
             ConnState::Finishing | ConnState::Closed => None,
         }

@@ -8,6 +8,7 @@
 //! | [`SIGNALS`] | SIGTERM, SIGINT or SIGHUP arrived |
 //! | `FIRST_LISTENER..FIRST_CONN` | the listeners, in the order given |
 //! | `FIRST_CONN + k` | the connection in slab slot `k` |
+//! | `FIRST_WORKER + k` | the channel of plugin worker `k` ([`crate::plugin`]) |
 //!
 //! # One turn
 //!
@@ -24,6 +25,7 @@
 
 use crate::conn::{Conn, ConnState, Running};
 use crate::nail::Context;
+use crate::plugin::{relay, PluginConfig, PluginHost, PoolStatus};
 use crate::pool::Pool;
 use crate::registry::Target;
 use crate::security::PeerVerdict;
@@ -37,7 +39,7 @@ use bytes::Buf;
 use crossbeam_channel::Receiver;
 use mio::{Events, Poll, Token};
 use ng_proto::{ProtocolError, ServerEvent, ServerSession};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
 use std::cmp::Reverse;
@@ -53,6 +55,8 @@ pub const WAKER: Token = Token(0);
 pub const SIGNALS: Token = Token(1);
 const FIRST_LISTENER: usize = 2;
 const FIRST_CONN: usize = 64;
+/// Worker channels: token `FIRST_WORKER + slot` (connections stay below it).
+pub(crate) const FIRST_WORKER: usize = 1 << 24;
 /// How many listeners a server may have.
 pub const MAX_LISTENERS: usize = FIRST_CONN - FIRST_LISTENER;
 
@@ -67,8 +71,8 @@ const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Things the per-connection functions need besides the connection itself.
-struct Core {
-    handle: ServerHandle,
+pub(crate) struct Core {
+    pub(crate) handle: ServerHandle,
     pool: Pool,
     notifier: LoopNotifier,
     settings: Settings,
@@ -80,19 +84,41 @@ struct Stopping {
     give_up_at: Option<Instant>,
 }
 
+/// Everything [`EventLoop::new`] takes.
+pub(crate) struct LoopInit {
+    pub(crate) poll: Poll,
+    pub(crate) listeners: Vec<Listener>,
+    pub(crate) handle: ServerHandle,
+    pub(crate) notifier: LoopNotifier,
+    pub(crate) ready: Receiver<ConnKey>,
+    pub(crate) settings: Settings,
+    pub(crate) handle_signals: bool,
+    pub(crate) plugins: Vec<PluginConfig>,
+    pub(crate) reload: crate::ReloadSource,
+}
+
 /// The loop. Built by [`crate::ServerBuilder::build`], driven by [`crate::Server::run`].
 pub struct EventLoop {
-    poll: Poll,
+    pub(crate) poll: Poll,
     listeners: Vec<Listener>,
-    conns: Slab<Conn>,
-    core: Core,
+    pub(crate) conns: Slab<Conn>,
+    pub(crate) core: Core,
     ready: Receiver<ConnKey>,
     timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
     signals: Option<Signals>,
     stopping: Option<Stopping>,
     next_serial: u64,
     accept_paused_until: Option<Instant>,
-    scratch: Vec<u8>,
+    pub(crate) scratch: Vec<u8>,
+    /// The plugin pools and their workers.
+    pub(crate) host: PluginHost,
+    /// Connections to service again before the turn ends (a worker wrote to them).
+    pub(crate) dirty_conns: Vec<usize>,
+    /// Where to re-read the configuration from.
+    reload: crate::ReloadSource,
+    /// Called once the server is ready: listening, and every plugin that learns its
+    /// commands from its worker's hello has heard it (or failed).
+    pub(crate) on_ready: Option<crate::ReadyCallback>,
 }
 
 impl std::fmt::Debug for EventLoop {
@@ -105,20 +131,23 @@ impl std::fmt::Debug for EventLoop {
 }
 
 impl EventLoop {
-    pub(crate) fn new(
-        poll: Poll,
-        mut listeners: Vec<Listener>,
-        handle: ServerHandle,
-        notifier: LoopNotifier,
-        ready: Receiver<ConnKey>,
-        settings: Settings,
-        handle_signals: bool,
-    ) -> io::Result<Self> {
+    pub(crate) fn new(init: LoopInit) -> io::Result<Self> {
+        let LoopInit {
+            poll,
+            mut listeners,
+            handle,
+            notifier,
+            ready,
+            settings,
+            handle_signals,
+            plugins,
+            reload,
+        } = init;
         for (i, l) in listeners.iter_mut().enumerate() {
             l.register(poll.registry(), Token(FIRST_LISTENER + i))?;
         }
         let signals = if handle_signals {
-            let mut s = Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+            let mut s = Signals::new([SIGTERM, SIGINT, SIGHUP, SIGCHLD])?;
             poll.registry()
                 .register(&mut s, SIGNALS, mio::Interest::READABLE)?;
             Some(s)
@@ -126,7 +155,8 @@ impl EventLoop {
             None
         };
         let pool = Pool::new(settings.min_threads, settings.max_threads);
-        Ok(Self {
+        let host = PluginHost::new(plugins);
+        let mut event_loop = Self {
             poll,
             listeners,
             conns: Slab::new(),
@@ -143,7 +173,16 @@ impl EventLoop {
             next_serial: 0,
             accept_paused_until: None,
             scratch: vec![0; 64 << 10],
-        })
+            host,
+            dirty_conns: Vec::new(),
+            reload,
+            on_ready: None,
+        };
+        for pool in 0..event_loop.host.pools.len() {
+            event_loop.publish_routes(pool);
+        }
+        event_loop.publish_plugins();
+        Ok(event_loop)
     }
 
     /// What the listeners are bound to.
@@ -155,7 +194,13 @@ impl EventLoop {
     pub fn run(mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         self.core.handle.set_pool_threads(self.core.pool.threads());
+        self.settle(Instant::now());
         loop {
+            if self.on_ready.is_some() && self.host.is_warm() {
+                if let Some(ready) = self.on_ready.take() {
+                    ready(self.listening());
+                }
+            }
             let timeout = self.next_timeout(Instant::now());
             match self.poll.poll(&mut events, timeout) {
                 Ok(()) => {}
@@ -169,6 +214,18 @@ impl EventLoop {
                     SIGNALS => self.on_signals(),
                     Token(t) if (FIRST_LISTENER..FIRST_CONN).contains(&t) => {
                         self.accept_all(t - FIRST_LISTENER, now)
+                    }
+                    Token(t) if t >= FIRST_WORKER => {
+                        let slot = t - FIRST_WORKER;
+                        if let Some(w) = self.host.workers.get_mut(slot) {
+                            if event.is_readable() || event.is_read_closed() || event.is_error() {
+                                w.bufs.readable = true;
+                            }
+                            if event.is_writable() || event.is_write_closed() || event.is_error() {
+                                w.bufs.writable = true;
+                            }
+                            self.service_worker(slot, now);
+                        }
                     }
                     Token(t) => {
                         let slot = t - FIRST_CONN;
@@ -194,20 +251,143 @@ impl EventLoop {
                 }
             }
             self.fire_timers(now);
+            if self.host.next_deadline().is_some_and(|t| now >= t) {
+                self.host_tick(now);
+            }
+            self.settle(now);
             if self.accept_paused_until.is_some_and(|t| now >= t) {
                 self.accept_paused_until = None;
                 for i in 0..self.listeners.len() {
                     self.accept_all(i, now);
                 }
             }
+            if self.core.handle.take_reload() && self.stopping.is_none() {
+                self.reload(now);
+                self.settle(now);
+            }
             if self.core.handle.stop_requested() && self.stopping.is_none() {
                 self.begin_stop(now);
             }
             if self.stopping.is_some() && self.advance_stop(now) {
+                self.kill_plugins(now);
                 tracing::info!("stopped");
                 return Ok(());
             }
             self.core.handle.set_pool_threads(self.core.pool.threads());
+        }
+    }
+
+    /// Works off everything a turn left for later: workers to read or write, connections a
+    /// worker wrote to, pools with sessions to assign or workers to start.
+    fn settle(&mut self, now: Instant) {
+        let mut plugin_activity = false;
+        loop {
+            let mut workers = std::mem::take(&mut self.host.dirty_workers);
+            let mut conns = std::mem::take(&mut self.dirty_conns);
+            let mut pools = std::mem::take(&mut self.host.dirty);
+            if workers.is_empty() && conns.is_empty() && pools.is_empty() {
+                break;
+            }
+            plugin_activity = true;
+            for list in [&mut workers, &mut conns, &mut pools] {
+                list.sort_unstable();
+                list.dedup();
+            }
+            for w in workers {
+                self.service_worker(w, now);
+            }
+            for c in conns {
+                self.service(c, now);
+            }
+            for p in pools {
+                self.maintain_pool(p, now);
+            }
+        }
+        if plugin_activity {
+            self.publish_plugins();
+        }
+    }
+
+    /// Re-reads the configuration: plugins whose table changed (or that were disabled) are
+    /// replaced by fresh pools, removed ones retire after their running sessions, new ones
+    /// start; aliases are added. Running sessions are never dropped. Listen addresses and
+    /// limits need a restart.
+    fn reload(&mut self, now: Instant) {
+        let loaded = match crate::config::ServerConfig::load(self.reload.path.as_deref()) {
+            Ok(l) => l.config,
+            Err(e) => {
+                tracing::error!("reload failed, keeping the running configuration: {e}");
+                return;
+            }
+        };
+        let mut kept = Vec::new();
+        for pool in 0..self.host.pools.len() {
+            if self.host.pools[pool].status == PoolStatus::Retiring {
+                continue;
+            }
+            let same = loaded
+                .plugins
+                .iter()
+                .find(|c| c.name == self.host.pools[pool].config.name);
+            match same {
+                Some(c)
+                    if *c == self.host.pools[pool].config
+                        && self.host.pools[pool].status == PoolStatus::Active =>
+                {
+                    kept.push(c.name.clone());
+                }
+                _ => self.retire_pool(pool, now),
+            }
+        }
+        for config in loaded.plugins.iter().filter(|c| !kept.contains(&c.name)) {
+            let pool = self.host.pools.len();
+            self.host
+                .pools
+                .push(crate::plugin::Pool::new(config.clone()));
+            // Sessions queued on the retired pool of the same name move over.
+            let moved: Vec<_> = self
+                .host
+                .pools
+                .iter_mut()
+                .filter(|p| p.status == PoolStatus::Retiring && p.config.name == config.name)
+                .flat_map(|p| p.queue.drain(..))
+                .collect();
+            self.host.pools[pool].queue.extend(moved);
+            self.publish_routes(pool);
+            self.host.dirty.push(pool);
+        }
+        for (alias, command) in &loaded.aliases {
+            if let Err(e) = self.core.handle.registry().add_alias(alias, command) {
+                tracing::warn!("reload: alias '{alias}': {e}");
+            }
+        }
+        tracing::info!(
+            "configuration reloaded: {} plugins kept, {} (re)started",
+            kept.len(),
+            loaded.plugins.len() - kept.len()
+        );
+    }
+
+    fn retire_pool(&mut self, pool: usize, now: Instant) {
+        tracing::info!(plugin = %self.host.pools[pool].config.name, "retiring");
+        self.host.pools[pool].status = PoolStatus::Retiring;
+        self.core
+            .handle
+            .registry()
+            .set_plugin_commands(pool, &[], "");
+        let idle: Vec<usize> = self.host.pools[pool]
+            .workers
+            .iter()
+            .copied()
+            .filter(|w| {
+                !matches!(
+                    self.host.workers[*w].state,
+                    crate::plugin::WorkerState::Busy(_)
+                )
+            })
+            .collect();
+        for w in idle {
+            self.quit_worker(w, now);
         }
     }
 
@@ -219,6 +399,7 @@ impl EventLoop {
             }
         };
         consider(self.accept_paused_until);
+        consider(self.host.next_deadline());
         if let Some(s) = &self.stopping {
             consider(Some(s.cancel_at));
             consider(s.give_up_at);
@@ -230,9 +411,11 @@ impl EventLoop {
         let Some(signals) = self.signals.as_mut() else {
             return;
         };
-        for signal in signals.pending() {
+        let pending: Vec<i32> = signals.pending().collect();
+        for signal in pending {
             match signal {
-                SIGHUP => tracing::info!("SIGHUP: the configuration has nothing to reload"),
+                SIGCHLD => self.reap_workers(Instant::now()),
+                SIGHUP => self.core.handle.request_reload(),
                 _ => {
                     tracing::info!("signal {signal}: stopping");
                     self.core.handle.request_stop();
@@ -323,8 +506,9 @@ impl EventLoop {
             serial: conn.serial,
         };
         let core = &self.core;
+        let host = &mut self.host;
         pull_io(conn);
-        read_input(conn, core, key, &mut self.scratch, now);
+        read_input(conn, core, host, key, &mut self.scratch, now);
         pull_io(conn);
         flush(conn);
         if matches!(conn.state, ConnState::Finishing)
@@ -337,7 +521,20 @@ impl EventLoop {
                 until: now + DRAIN_LINGER,
             };
             // The client may already have closed; look once more.
-            read_input(conn, core, key, &mut self.scratch, now);
+            read_input(conn, core, host, key, &mut self.scratch, now);
+        }
+        // A relay lives only as long as the plugin state: any other transition (protocol
+        // error, close) hangs the worker up.
+        if let Some(relay) = conn.relay {
+            if !matches!(conn.state, ConnState::Plugin(_)) {
+                conn.relay = None;
+                relay::hangup(host, relay, now);
+            } else if conn.wbuf.len() < OUTPUT_LOW_WATER
+                && host.workers.get(relay.0).is_some_and(|w| w.bufs.readable)
+            {
+                // The client drained: read the worker again.
+                host.dirty_workers.push(relay.0);
+            }
         }
         if matches!(conn.state, ConnState::Closed) {
             self.close(slot);
@@ -353,6 +550,9 @@ impl EventLoop {
         let mut conn = self.conns.remove(slot);
         if let Some(io) = conn.io() {
             io.cancel(CancelReason::ClientGone);
+        }
+        if let Some(relay) = conn.relay {
+            relay::hangup(&mut self.host, relay, Instant::now());
         }
         let _ = conn.stream.deregister(self.poll.registry());
         tracing::debug!(conn = conn.serial, peer = %conn.peer, "closed");
@@ -390,9 +590,9 @@ impl EventLoop {
                 ConnState::Draining { until } if now >= until => {
                     conn.state = ConnState::Closed;
                 }
-                ConnState::Header | ConnState::Running(_) => {
+                ConnState::Header | ConnState::Running(_) | ConnState::Plugin(_) => {
                     match conn.session.handle_timeout(now) {
-                        Ok(()) => handle_events(conn, &self.core, key, now),
+                        Ok(()) => handle_events(conn, &self.core, &mut self.host, key, now),
                         Err(e) => protocol_error(conn, &self.core, e),
                     }
                 }
@@ -418,6 +618,7 @@ impl EventLoop {
         }
         // Dropping the listeners closes them and removes their socket files.
         self.listeners.clear();
+        self.stop_plugins(now);
         self.stopping = Some(Stopping {
             cancel_at: now + grace,
             give_up_at: None,
@@ -426,7 +627,7 @@ impl EventLoop {
 
     /// True when the server may exit.
     fn advance_stop(&mut self, now: Instant) -> bool {
-        if self.conns.is_empty() {
+        if self.conns.is_empty() && self.host.is_empty() {
             return true;
         }
         let Some(stopping) = self.stopping.as_mut() else {
@@ -461,7 +662,8 @@ impl EventLoop {
             }
             self.service(slot, now);
         }
-        self.conns.is_empty()
+        self.settle(now);
+        self.conns.is_empty() && self.host.is_empty()
     }
 }
 
@@ -506,7 +708,14 @@ fn pull_io(conn: &mut Conn) {
 }
 
 /// Reads and decodes until `WouldBlock`, end of file, or stdin backpressure.
-fn read_input(conn: &mut Conn, core: &Core, key: ConnKey, scratch: &mut [u8], now: Instant) {
+fn read_input(
+    conn: &mut Conn,
+    core: &Core,
+    host: &mut PluginHost,
+    key: ConnKey,
+    scratch: &mut [u8],
+    now: Instant,
+) {
     while conn.readable && !matches!(conn.state, ConnState::Closed) {
         if conn.stdin_backlog > STDIN_HIGH_WATER {
             // Resumed when the command reads (it notifies the loop).
@@ -515,7 +724,7 @@ fn read_input(conn: &mut Conn, core: &Core, key: ConnKey, scratch: &mut [u8], no
         match conn.stream.read(scratch) {
             Ok(0) => {
                 conn.readable = false;
-                on_eof(conn, core, key, now);
+                on_eof(conn, core, host, key, now);
                 return;
             }
             Ok(n) => {
@@ -525,7 +734,7 @@ fn read_input(conn: &mut Conn, core: &Core, key: ConnKey, scratch: &mut [u8], no
                 }
                 conn.rbuf.extend_from_slice(&scratch[..n]);
                 let result = conn.session.handle_bytes(&mut conn.rbuf, now);
-                handle_events(conn, core, key, now);
+                handle_events(conn, core, host, key, now);
                 if let Err(e) = result {
                     protocol_error(conn, core, e);
                 }
@@ -541,17 +750,17 @@ fn read_input(conn: &mut Conn, core: &Core, key: ConnKey, scratch: &mut [u8], no
     }
 }
 
-fn on_eof(conn: &mut Conn, core: &Core, key: ConnKey, now: Instant) {
+fn on_eof(conn: &mut Conn, core: &Core, host: &mut PluginHost, key: ConnKey, now: Instant) {
     match conn.state {
         ConnState::Header => {
             tracing::debug!(conn = conn.serial, peer = %conn.peer, "closed before the command");
             conn.state = ConnState::Closed;
         }
-        ConnState::Running(_) => {
+        ConnState::Running(_) | ConnState::Plugin(_) => {
             if let Err(e) = conn.session.handle_eof() {
                 protocol_error(conn, core, e);
             }
-            handle_events(conn, core, key, now);
+            handle_events(conn, core, host, key, now);
         }
         ConnState::Finishing | ConnState::Draining { .. } => conn.state = ConnState::Closed,
         ConnState::Closed => {}
@@ -559,10 +768,14 @@ fn on_eof(conn: &mut Conn, core: &Core, key: ConnKey, now: Instant) {
 }
 
 /// Acts on everything the session decoded.
-fn handle_events(conn: &mut Conn, core: &Core, key: ConnKey, now: Instant) {
+fn handle_events(conn: &mut Conn, core: &Core, host: &mut PluginHost, key: ConnKey, now: Instant) {
     while let Some(event) = conn.session.poll_event() {
         match event {
-            ServerEvent::Launch(request) => launch(conn, core, key, request, now),
+            ServerEvent::Launch(request) => launch(conn, core, host, key, request, now),
+            ServerEvent::Stdin(data) if conn.relay.is_some() => {
+                relay::conn_stdin(conn, host, data);
+            }
+            ServerEvent::StdinEof if conn.relay.is_some() => relay::conn_stdin_eof(conn, host),
             ServerEvent::Stdin(data) => {
                 if let Some(io) = conn.io() {
                     let mut st = io.lock();
@@ -615,8 +828,14 @@ fn protocol_error(conn: &mut Conn, core: &Core, e: ProtocolError) {
     conn.state = ConnState::Finishing;
 }
 
-fn launch(conn: &mut Conn, core: &Core, key: ConnKey, request: ng_proto::Request, now: Instant) {
-    let _ = now;
+fn launch(
+    conn: &mut Conn,
+    core: &Core,
+    host: &mut PluginHost,
+    key: ConnKey,
+    request: ng_proto::Request,
+    now: Instant,
+) {
     let handle = &core.handle;
     let Some((name, entry)) = handle.registry().resolve(&request.command) else {
         handle.stats().unknown_command();
@@ -647,6 +866,9 @@ fn launch(conn: &mut Conn, core: &Core, key: ConnKey, request: ng_proto::Request
             } else {
                 core.pool.execute(job);
             }
+        }
+        Target::Plugin { pool } => {
+            relay::queue_session(conn, host, key, pool, name, request, now);
         }
     }
 }

@@ -12,6 +12,7 @@
 //! * [`session_io`]: what a running command shares with the loop (bounded both ways).
 //! * [`nail`]: the public [`Nail`] trait and its [`Context`].
 //! * [`pool`]: the elastic thread pool commands run on.
+//! * [`plugin`]: warm worker processes in any language, over the ngw protocol.
 //! * [`registry`]: commands and aliases; [`builtins`]: `ng-version`, `ng-stats`, ...
 //! * [`stats`]: per-command counters and latency percentiles.
 //! * [`transport`]: TCP and Unix listeners and streams.
@@ -25,6 +26,7 @@ pub mod config;
 pub mod conn;
 pub mod event_loop;
 pub mod nail;
+pub mod plugin;
 pub mod pool;
 pub mod registry;
 pub mod security;
@@ -84,6 +86,17 @@ pub struct Settings {
     pub peer_check: security::PeerCheck,
 }
 
+/// Called once with the bound addresses when the server is ready to serve.
+pub type ReadyCallback = Box<dyn FnOnce(Vec<String>) + Send>;
+
+/// What a reload needs: where the configuration came from, and what the command line
+/// overrode.
+#[derive(Clone, Debug, Default)]
+pub struct ReloadSource {
+    /// The file (`--config` or the default path), if any.
+    pub path: Option<std::path::PathBuf>,
+}
+
 impl Settings {
     /// Settings from a configuration.
     pub fn from_config(config: &ServerConfig) -> Self {
@@ -112,6 +125,8 @@ impl Settings {
 struct HandleInner {
     registry: Registry,
     stats: Stats,
+    plugins: std::sync::Mutex<Vec<plugin::PluginReport>>,
+    reload: AtomicBool,
     stop: AtomicBool,
     waker: Arc<Waker>,
     started: Instant,
@@ -146,6 +161,29 @@ impl ServerHandle {
     /// True once a stop was requested.
     pub fn stop_requested(&self) -> bool {
         self.inner.stop.load(Ordering::Acquire)
+    }
+
+    /// Asks the server to re-read its configuration file (as SIGHUP does).
+    pub fn request_reload(&self) {
+        self.inner.reload.store(true, Ordering::Release);
+        let _ = self.inner.waker.wake();
+    }
+
+    fn take_reload(&self) -> bool {
+        self.inner.reload.swap(false, Ordering::AcqRel)
+    }
+
+    /// The plugins' state, as of the last change.
+    pub fn plugins(&self) -> Vec<plugin::PluginReport> {
+        self.inner
+            .plugins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set_plugins(&self, reports: Vec<plugin::PluginReport>) {
+        *self.inner.plugins.lock().unwrap_or_else(|p| p.into_inner()) = reports;
     }
 
     /// Time since the server was built.
@@ -209,6 +247,7 @@ pub struct ServerBuilder {
     config: ServerConfig,
     prebound: Vec<Listener>,
     handle_signals: bool,
+    reload: ReloadSource,
 }
 
 impl Default for ServerBuilder {
@@ -220,6 +259,7 @@ impl Default for ServerBuilder {
             config: ServerConfig::default(),
             prebound: Vec::new(),
             handle_signals: false,
+            reload: ReloadSource::default(),
         }
     }
 }
@@ -269,6 +309,12 @@ impl ServerBuilder {
         Ok(self)
     }
 
+    /// Where the configuration came from, for reloads (SIGHUP, `ngd reload`).
+    pub fn config_path(&mut self, path: Option<std::path::PathBuf>) -> &mut Self {
+        self.reload.path = path;
+        self
+    }
+
     /// Stops on SIGTERM/SIGINT (for the `ngd` binary; off for embedded servers and tests).
     pub fn handle_signals(&mut self, yes: bool) -> &mut Self {
         self.handle_signals = yes;
@@ -282,6 +328,7 @@ impl ServerBuilder {
             config,
             prebound,
             handle_signals,
+            reload,
         } = self;
         let mut listeners = prebound;
         if listeners.is_empty() {
@@ -309,6 +356,8 @@ impl ServerBuilder {
             inner: Arc::new(HandleInner {
                 registry,
                 stats: Stats::default(),
+                plugins: std::sync::Mutex::new(Vec::new()),
+                reload: AtomicBool::new(false),
                 stop: AtomicBool::new(false),
                 waker: waker.clone(),
                 started: Instant::now(),
@@ -320,15 +369,17 @@ impl ServerBuilder {
             waker,
         };
         let settings = Settings::from_config(&config);
-        let event_loop = EventLoop::new(
+        let event_loop = EventLoop::new(event_loop::LoopInit {
             poll,
             listeners,
-            handle.clone(),
+            handle: handle.clone(),
             notifier,
-            ready_rx,
+            ready: ready_rx,
             settings,
             handle_signals,
-        )?;
+            plugins: config.plugins.clone(),
+            reload,
+        })?;
         Ok(Server { event_loop, handle })
     }
 }
@@ -336,7 +387,7 @@ impl ServerBuilder {
 fn bind(addr: &ListenAddr, allow_remote: bool) -> Result<Listener, ServeError> {
     match addr {
         ListenAddr::Tcp(sock) => {
-            if !sock.ip().is_loopback() {
+            if !security::is_loopback(sock.ip()) {
                 if !allow_remote {
                     return Err(ServeError::NotLoopback(sock.to_string()));
                 }
@@ -393,6 +444,17 @@ impl Server {
     /// Serves until stopped (`ng-stop`, [`ServerHandle::request_stop`], or a signal when
     /// enabled).
     pub fn run(self) -> std::io::Result<()> {
+        self.event_loop.run()
+    }
+
+    /// Like [`Server::run`], calling `ready` with the bound addresses once the server can
+    /// serve every configured command (plugins that learn their commands from their
+    /// worker's hello have heard it, or failed).
+    pub fn run_with_ready(
+        mut self,
+        ready: impl FnOnce(Vec<String>) + Send + 'static,
+    ) -> std::io::Result<()> {
+        self.event_loop.on_ready = Some(Box::new(ready));
         self.event_loop.run()
     }
 }

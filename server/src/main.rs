@@ -83,8 +83,8 @@ fn serve(
     log_level: Option<String>,
     allow_remote: bool,
 ) -> ExitCode {
-    let mut config = match ServerConfig::load(config_path.as_deref()) {
-        Ok(loaded) => loaded.config,
+    let (mut config, loaded_from) = match ServerConfig::load(config_path.as_deref()) {
+        Ok(loaded) => (loaded.config, loaded.path),
         Err(e) => {
             eprintln!("ngd: {e}");
             return ExitCode::from(78); // EX_CONFIG
@@ -96,7 +96,10 @@ fn serve(
     }
     config.allow_remote |= allow_remote;
     let mut builder = Server::builder();
-    builder.config(config).handle_signals(true);
+    builder
+        .config(config)
+        .config_path(loaded_from.or(config_path))
+        .handle_signals(true);
     let server = match builder.build() {
         Ok(s) => s,
         Err(e) => {
@@ -104,13 +107,15 @@ fn serve(
             return ExitCode::from(1);
         }
     };
-    println!(
-        "ngd {} listening on {}",
-        env!("CARGO_PKG_VERSION"),
-        server.listening().join(", ")
-    );
-    let _ = std::io::stdout().flush();
-    match server.run() {
+    let ready = |addrs: Vec<String>| {
+        println!(
+            "ngd {} listening on {}",
+            env!("CARGO_PKG_VERSION"),
+            addrs.join(", ")
+        );
+        let _ = std::io::stdout().flush();
+    };
+    match server.run_with_ready(ready) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ngd: {e}");

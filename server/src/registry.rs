@@ -1,8 +1,9 @@
 //! What can be run: commands by name, and aliases.
 //!
-//! The registry is fixed once the server is built; aliases can be added at run time (by
-//! `ng-alias` or the config), so they sit behind a lock. An alias names a command; it never
-//! names another alias, so resolution takes one step and cannot loop.
+//! Built-in and embedded commands are registered before the server starts; plugin commands
+//! come and go at run time (learned from a worker's hello, changed by a reload), and aliases
+//! are added by `ng-alias` or the config, so both tables sit behind locks. An alias names a
+//! command; it never names another alias, so resolution takes one step and cannot loop.
 
 use crate::Nail;
 use std::collections::BTreeMap;
@@ -20,6 +21,11 @@ pub enum Target {
         /// stdin (their stdin reads see end of file).
         inline: bool,
     },
+    /// A command served by a plugin's worker pool.
+    Plugin {
+        /// The pool's index in the plugin host.
+        pool: usize,
+    },
 }
 
 impl fmt::Debug for Target {
@@ -29,6 +35,7 @@ impl fmt::Debug for Target {
                 .debug_struct("Nail")
                 .field("inline", inline)
                 .finish_non_exhaustive(),
+            Target::Plugin { pool } => f.debug_struct("Plugin").field("pool", pool).finish(),
         }
     }
 }
@@ -56,34 +63,69 @@ pub enum AliasError {
 /// Commands and aliases. See the module docs.
 #[derive(Debug, Default)]
 pub struct Registry {
-    commands: BTreeMap<String, Entry>,
+    commands: RwLock<BTreeMap<String, Entry>>,
     aliases: RwLock<BTreeMap<String, String>>,
 }
 
 impl Registry {
     /// Registers (or replaces) a command.
     pub fn insert(&mut self, name: impl Into<String>, entry: Entry) {
-        self.commands.insert(name.into(), entry);
+        self.commands
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.into(), entry);
+    }
+
+    fn read_commands(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
+        self.commands.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True if `name` is a command (not an alias).
+    pub fn contains(&self, name: &str) -> bool {
+        self.read_commands().contains_key(name)
+    }
+
+    /// Routes `names` to plugin pool `pool`, replacing that pool's previous routes. Names
+    /// taken by another command are skipped and returned.
+    pub fn set_plugin_commands(&self, pool: usize, names: &[String], plugin: &str) -> Vec<String> {
+        let mut commands = self.commands.write().unwrap_or_else(|p| p.into_inner());
+        commands.retain(|_, e| !matches!(e.target, Target::Plugin { pool: p } if p == pool));
+        let mut clashes = Vec::new();
+        for name in names {
+            if commands.contains_key(name) {
+                clashes.push(name.clone());
+                continue;
+            }
+            commands.insert(
+                name.clone(),
+                Entry {
+                    target: Target::Plugin { pool },
+                    description: format!("served by plugin '{plugin}'"),
+                },
+            );
+        }
+        clashes
     }
 
     /// Looks a name up, following one alias. Returns the command's own name and entry.
     pub fn resolve(&self, name: &[u8]) -> Option<(String, Entry)> {
         let name = std::str::from_utf8(name).ok()?;
-        if let Some(entry) = self.commands.get(name) {
+        let commands = self.read_commands();
+        if let Some(entry) = commands.get(name) {
             return Some((name.to_owned(), entry.clone()));
         }
         let aliases = self.aliases.read().unwrap_or_else(|p| p.into_inner());
         let target = aliases.get(name)?;
-        let entry = self.commands.get(target)?;
+        let entry = commands.get(target)?;
         Some((target.clone(), entry.clone()))
     }
 
     /// Adds or replaces an alias.
     pub fn add_alias(&self, alias: &str, command: &str) -> Result<(), AliasError> {
-        if self.commands.contains_key(alias) {
+        if self.contains(alias) {
             return Err(AliasError::ShadowsCommand(alias.to_owned()));
         }
-        if !self.commands.contains_key(command) {
+        if !self.contains(command) {
             return Err(AliasError::NoSuchCommand(command.to_owned()));
         }
         let mut aliases = self.aliases.write().unwrap_or_else(|p| p.into_inner());
@@ -92,8 +134,11 @@ impl Registry {
     }
 
     /// Every command with its description, sorted by name.
-    pub fn commands(&self) -> impl Iterator<Item = (&str, &Entry)> {
-        self.commands.iter().map(|(k, v)| (k.as_str(), v))
+    pub fn commands(&self) -> Vec<(String, String)> {
+        self.read_commands()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.description.clone()))
+            .collect()
     }
 
     /// Every alias and its command, sorted by alias.

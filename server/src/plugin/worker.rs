@@ -1,0 +1,158 @@
+//! Spawning one worker process and owning its channel.
+//!
+//! `docs/ngw.md` §1: a `socketpair(AF_UNIX, SOCK_STREAM)`; our end non-blocking and
+//! close-on-exec, the worker's end on fd 3 (`NGW_FD=3`); stdin `/dev/null`; stdout and
+//! stderr appended to the plugin's log; a new session (`setsid`) so the whole process group
+//! can be signalled; `PR_SET_PDEATHSIG(SIGKILL)` on Linux so a worker never outlives an
+//! `ngd` killed with SIGKILL.
+
+use super::config::PluginConfig;
+use bytes::BytesMut;
+use std::fs::OpenOptions;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+
+/// The fd number the worker finds its channel on.
+pub const CHANNEL_FD: i32 = 3;
+
+/// A spawned worker: the process and our end of its channel.
+#[derive(Debug)]
+pub struct Spawned {
+    /// The process (its pid is also its process group).
+    pub child: Child,
+    /// Our end of the channel, non-blocking.
+    pub channel: mio::net::UnixStream,
+}
+
+/// Starts a worker for `plugin`.
+pub fn spawn(plugin: &PluginConfig) -> io::Result<Spawned> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    ours.set_nonblocking(true)?;
+    let log_path = plugin.log_path();
+    if let Some(dir) = log_path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode_private()
+            .create(dir)?;
+    }
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&log_path)?;
+    let log_err = log.try_clone()?;
+    let mut cmd = Command::new(&plugin.command[0]);
+    cmd.args(&plugin.command[1..])
+        .envs(&plugin.env)
+        .env("NGW_FD", CHANNEL_FD.to_string())
+        .env("NGW_VERSION", "1")
+        .env("NGW_PLUGIN", &plugin.name)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err);
+    if let Some(cwd) = &plugin.cwd {
+        cmd.current_dir(cwd);
+    }
+    let fd = theirs.as_raw_fd();
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            #[cfg(target_os = "linux")]
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // dup2 clears FD_CLOEXEC on the new descriptor; if the socket already is fd 3,
+            // clear it by hand.
+            if fd == CHANNEL_FD {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(fd, CHANNEL_FD) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    drop(theirs);
+    Ok(Spawned {
+        child,
+        channel: mio::net::UnixStream::from_std(ours),
+    })
+}
+
+trait PrivateDir {
+    fn mode_private(&mut self) -> &mut Self;
+}
+
+impl PrivateDir for std::fs::DirBuilder {
+    fn mode_private(&mut self) -> &mut Self {
+        use std::os::unix::fs::DirBuilderExt;
+        self.mode(0o700)
+    }
+}
+
+/// Sends `signal` to the worker's whole process group (it leads its own session).
+pub fn signal_group(pid: u32, signal: i32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        if pid > 0 {
+            // SAFETY: kill(2) with a negative pid addresses a process group; no memory is
+            // involved.
+            unsafe {
+                libc::kill(-pid, signal);
+            }
+        }
+    }
+}
+
+/// The resident set size of a process, in bytes (`/proc/<pid>/statm`).
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
+/// The fields of a worker's hello that ngd uses (`docs/ngw.md` §5).
+#[derive(Clone, Debug, Default, serde::Deserialize, PartialEq, Eq)]
+pub struct Hello {
+    /// Must be 1.
+    pub protocol: Option<i64>,
+    /// The worker's pid.
+    pub pid: Option<u32>,
+    /// Commands it serves.
+    #[serde(default)]
+    pub commands: Vec<String>,
+    /// `interrupt`, `fork`, ...
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// Its inbound payload cap.
+    pub max_chunk: Option<u64>,
+    /// Its hangup-to-kill delay.
+    pub kill_grace_ms: Option<u64>,
+    /// SDK name, for status.
+    pub sdk: Option<String>,
+    /// A refusal to start.
+    pub error: Option<String>,
+}
+
+/// Buffers for one worker channel.
+#[derive(Debug, Default)]
+pub struct ChannelBufs {
+    /// Bytes read, not yet decoded.
+    pub rbuf: BytesMut,
+    /// Bytes to write.
+    pub wbuf: BytesMut,
+    /// Edge-triggered readiness.
+    pub readable: bool,
+    /// Edge-triggered readiness.
+    pub writable: bool,
+}
