@@ -672,10 +672,27 @@ version = "ng-version"
 
     #[test]
     fn unknown_section_is_an_error_too() {
-        let text = "[[plugin]]\nname = \"x\"\n";
+        let text = "[[plugins]]\nname = \"x\"\n";
         let msg = ServerConfig::from_toml_str(text).unwrap_err().to_string();
-        assert!(msg.contains("unknown field `plugin`"), "{msg}");
+        assert!(msg.contains("unknown field `plugins`"), "{msg}");
         assert!(msg.contains("line 1"), "{msg}");
+    }
+
+    #[test]
+    fn plugin_tables_parse_resolve_and_validate() {
+        let text = "[[plugin]]\nname = \"py\"\ncommand = [\"./w.py\"]\ncwd = \"/srv\"\n";
+        let c = ServerConfig::from_toml_str(text).unwrap();
+        assert_eq!(c.plugins[0].command[0], "/srv/./w.py");
+        assert_eq!(c.plugins[0].max_workers, 2);
+        let twice = format!("{text}{text}");
+        let msg = ServerConfig::from_toml_str(&twice).unwrap_err().to_string();
+        assert!(msg.contains("two plugins are named 'py'"), "{msg}");
+        let bad = "[[plugin]]\nname = \"p\"\ncommand = [\"x\"]\nmin_workers = 3\n";
+        let msg = ServerConfig::from_toml_str(bad).unwrap_err().to_string();
+        assert!(msg.contains("min_workers"), "{msg}");
+        let unknown = "[[plugin]]\nname = \"p\"\ncommand = [\"x\"]\nworkerz = 3\n";
+        let msg = ServerConfig::from_toml_str(unknown).unwrap_err().to_string();
+        assert!(msg.contains("unknown field `workerz`"), "{msg}");
     }
 
     #[test]
