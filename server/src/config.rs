@@ -691,7 +691,9 @@ version = "ng-version"
         let msg = ServerConfig::from_toml_str(bad).unwrap_err().to_string();
         assert!(msg.contains("min_workers"), "{msg}");
         let unknown = "[[plugin]]\nname = \"p\"\ncommand = [\"x\"]\nworkerz = 3\n";
-        let msg = ServerConfig::from_toml_str(unknown).unwrap_err().to_string();
+        let msg = ServerConfig::from_toml_str(unknown)
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("unknown field `workerz`"), "{msg}");
     }
 
