@@ -5,6 +5,7 @@
 //! | `ng-version` | prints `NailGun server version <v> (ngd)` |
 //! | `ng-stats [--json]` | per-command runs, running, failures, latency percentiles |
 //! | `ng-stop` | answers `X 0`, then stops the server gracefully |
+//! | `ng-reload` | re-reads the configuration file (as SIGHUP does) |
 //! | `ng-alias [NAME COMMAND]` | lists aliases, or adds one |
 //! | `ng-commands` | what can be run, one line each |
 //! | `ng-true` | exits 0 at once: a latency probe |
@@ -39,62 +40,55 @@ fn add(registry: &mut Registry, name: &str, description: &str, inline: bool, nai
 
 /// Registers every built-in command.
 pub fn register(registry: &mut Registry) {
-    add(
-        registry,
-        "ng-version",
-        "Prints the server version",
-        true,
-        version,
-    );
-    add(
-        registry,
-        "ng-stats",
-        "Per-command statistics (--json for JSON)",
-        true,
-        stats,
-    );
-    add(
-        registry,
-        "ng-stop",
-        "Stops the server gracefully",
-        true,
-        stop,
-    );
-    add(
-        registry,
-        "ng-alias",
-        "Lists aliases, or adds one: ng-alias NAME COMMAND",
-        true,
-        alias,
-    );
-    add(
-        registry,
-        "ng-commands",
-        "Lists the commands that can be run",
-        true,
-        commands,
-    );
-    add(
-        registry,
-        "ng-true",
-        "Exits 0 at once (latency probe)",
-        true,
-        |_: &mut Context| 0,
-    );
-    add(
-        registry,
-        "ng-cat",
-        "Copies stdin to stdout (throughput probe)",
-        false,
-        cat,
-    );
-    add(
-        registry,
-        "ng-yes",
-        "Writes BYTES bytes of 'y\\n' (output probe): ng-yes 64M",
-        false,
-        yes,
-    );
+    type Builtin = (&'static str, &'static str, bool, fn(&mut Context) -> i32);
+    const BUILTINS: &[Builtin] = &[
+        ("ng-version", "Prints the server version", true, version),
+        (
+            "ng-stats",
+            "Per-command and plugin statistics (--json for JSON)",
+            true,
+            stats,
+        ),
+        ("ng-stop", "Stops the server gracefully", true, stop),
+        (
+            "ng-reload",
+            "Re-reads the configuration file (plugins, aliases)",
+            true,
+            reload,
+        ),
+        (
+            "ng-alias",
+            "Lists aliases, or adds one: ng-alias NAME COMMAND",
+            true,
+            alias,
+        ),
+        (
+            "ng-commands",
+            "Lists the commands that can be run",
+            true,
+            commands,
+        ),
+        ("ng-true", "Exits 0 at once (latency probe)", true, true_),
+        (
+            "ng-cat",
+            "Copies stdin to stdout (throughput probe)",
+            false,
+            cat,
+        ),
+        (
+            "ng-yes",
+            "Writes BYTES bytes of 'y\\n' (output probe): ng-yes 64M",
+            false,
+            yes,
+        ),
+    ];
+    for (name, description, inline, run) in BUILTINS {
+        add(registry, name, description, *inline, *run);
+    }
+}
+
+fn true_(_: &mut Context) -> i32 {
+    0
 }
 
 fn version(ctx: &mut Context) -> i32 {
@@ -116,6 +110,7 @@ fn stats(ctx: &mut Context) -> i32 {
     let server = ctx.server().clone();
     let commands = server.stats().commands();
     let counters = server.stats().counters();
+    let plugins = server.plugins();
     let mut out = Vec::new();
     if json {
         let doc = serde_json::json!({
@@ -125,6 +120,7 @@ fn stats(ctx: &mut Context) -> i32 {
             "nail_threads": server.nail_threads(),
             "connections": counters,
             "commands": commands,
+            "plugins": plugins,
         });
         let _ = writeln!(out, "{doc}");
     } else {
@@ -157,6 +153,31 @@ fn stats(ctx: &mut Context) -> i32 {
                 c.command, c.runs, c.running, c.failures, c.p50_ms, c.p90_ms, c.p99_ms, c.max_ms
             );
         }
+        for p in &plugins {
+            let state = match &p.status {
+                crate::plugin::PoolStatus::Active => "active".to_owned(),
+                crate::plugin::PoolStatus::Retiring => "retiring".to_owned(),
+                crate::plugin::PoolStatus::Disabled { reason } => format!("DISABLED: {reason}"),
+            };
+            let _ = writeln!(
+                out,
+                "plugin {}: {state}; workers {} idle, {} busy, {} starting, {} quitting; \
+                 {} queued; {} sessions; {} restarts; commands: {}; log: {}",
+                p.name,
+                p.idle,
+                p.busy,
+                p.starting,
+                p.quitting,
+                p.queued,
+                p.sessions,
+                p.restarts,
+                p.commands.join(" "),
+                p.log
+            );
+            if let Some(why) = &p.last_failure {
+                let _ = writeln!(out, "plugin {}: last failure: {why}", p.name);
+            }
+        }
     }
     let _ = ctx.stdout().write_all(&out);
     0
@@ -164,6 +185,15 @@ fn stats(ctx: &mut Context) -> i32 {
 
 fn stop(ctx: &mut Context) -> i32 {
     ctx.server().request_stop();
+    0
+}
+
+fn reload(ctx: &mut Context) -> i32 {
+    ctx.server().request_reload();
+    let _ = writeln!(
+        ctx.stdout(),
+        "reload requested; see ng-stats for the plugins' state"
+    );
     0
 }
 

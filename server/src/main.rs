@@ -1,8 +1,8 @@
-//! The `ngd` binary: `ngd serve`, `ngd status`, `ngd stop`.
+//! The `ngd` binary: `ngd serve`, `ngd status`, `ngd reload`, `ngd stop`.
 //!
 //! `serve` runs the server in the foreground and prints one line saying where it listens
-//! once it accepts connections. `status` and `stop` talk to a running server over the
-//! Nailgun protocol (they run its `ng-stats` and `ng-stop` commands), on `--server ADDR` or
+//! once it accepts connections. `status`, `reload` and `stop` talk to a running server over
+//! the Nailgun protocol (they run its `ng-stats`, `ng-reload` and `ng-stop` commands), on `--server ADDR` or
 //! the default Unix socket, then `127.0.0.1:2113`.
 
 use clap::{Parser, Subcommand};
@@ -52,6 +52,12 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         server: Option<ListenAddr>,
     },
+    /// Make a running server re-read its configuration file (plugins, aliases).
+    Reload {
+        /// The server's address (default: the private Unix socket, then 127.0.0.1:2113).
+        #[arg(long, value_name = "ADDR")]
+        server: Option<ListenAddr>,
+    },
     /// Stop a running server gracefully.
     Stop {
         /// The server's address (default: the private Unix socket, then 127.0.0.1:2113).
@@ -73,6 +79,7 @@ fn main() -> ExitCode {
             let args: &[&str] = if json { &["--json"] } else { &[] };
             remote(server, "ng-stats", args)
         }
+        Command::Reload { server } => remote(server, "ng-reload", &[]),
         Command::Stop { server } => remote(server, "ng-stop", &[]),
     }
 }
