@@ -36,15 +36,22 @@ both_clients! {
     }
 }
 
+/// Codes outside 0..=255 keep their low eight bits, as `exit(3)` would: the server
+/// sends `X "-1\n"`, `X "256\n"`, `X "298\n"`.
+pub fn codes_wrap_to_8_bits(server: &dyn Server, client: Client) {
+    for (code, status) in [(-1, 255), (256, 0), (298, 42)] {
+        let out = client
+            .cmd()
+            .nail(server, Nail::Exit)
+            .arg(code.to_string())
+            .run();
+        out.assert_code(status);
+    }
+}
+
 both_clients! {
-    /// Codes outside 0..=255 keep their low eight bits, as `exit(3)` would: the server
-    /// sends `X "-1\n"`, `X "256\n"`, `X "298\n"`.
     fn codes_wrap_to_8_bits(client) {
-        let server = JavaServer::shared(Transport::Tcp);
-        for (code, status) in [(-1, 255), (256, 0), (298, 42)] {
-            let out = client.cmd().nail(server, Nail::Exit).arg(code.to_string()).run();
-            out.assert_code(status);
-        }
+        super::codes_wrap_to_8_bits(JavaServer::shared(Transport::Tcp), client);
     }
 }
 

@@ -47,34 +47,43 @@ both_clients! {
     }
 }
 
+/// `NAILGUN_SERVER` and `NAILGUN_PORT` name the server when no option does.
+pub fn server_from_environment(server: &dyn Server, client: Client) {
+    let out = client
+        .cmd()
+        .server_env(server.address())
+        .arg(server.command(Nail::Version))
+        .run();
+    out.assert_success();
+    eqnice!(server.version_output(), out.stdout_text(), "{out:?}");
+}
+
+/// A relative `local:` path is relative to the client's working directory (`server`
+/// must listen on a Unix socket).
+pub fn relative_unix_socket_path(server: &dyn Server, client: Client) {
+    let Address::Unix(path) = server.address() else {
+        panic!("{} is not a Unix socket server", server.describe())
+    };
+    let out = client
+        .cmd()
+        .cwd(path.parent().unwrap())
+        .server(&Address::Unix(path.file_name().unwrap().into()))
+        .arg(server.command(Nail::Version))
+        .run();
+    out.assert_success();
+    eqnice!(server.version_output(), out.stdout_text(), "{out:?}");
+}
+
 both_clients! {
-    /// `NAILGUN_SERVER` and `NAILGUN_PORT` name the server when no option does.
     fn server_from_environment(client) {
         for transport in Transport::ALL {
-            let server = JavaServer::shared(transport);
-            let out = client
-                .cmd()
-                .server_env(server.address())
-                .arg(server.command(Nail::Version))
-                .run();
-            out.assert_success();
-            eqnice!(server.version_output(), out.stdout_text(), "{out:?}");
+            super::server_from_environment(JavaServer::shared(transport), client);
         }
     }
 }
 
 both_clients! {
-    /// A relative `local:` path is relative to the client's working directory.
     fn relative_unix_socket_path(client) {
-        let server = JavaServer::shared(Transport::Unix);
-        let Address::Unix(path) = server.address() else { unreachable!() };
-        let out = client
-            .cmd()
-            .cwd(path.parent().unwrap())
-            .server(&Address::Unix(path.file_name().unwrap().into()))
-            .arg(server.command(Nail::Version))
-            .run();
-        out.assert_success();
-        eqnice!(server.version_output(), out.stdout_text(), "{out:?}");
+        super::relative_unix_socket_path(JavaServer::shared(Transport::Unix), client);
     }
 }

@@ -99,20 +99,23 @@ both_clients! {
     }
 }
 
+/// A nail that never reads stdin finishes even though stdin stays open: the client only
+/// reads stdin when the server asks (`S`), like `sleep 60 | ng ng-version`.
+pub fn open_stdin_is_not_waited_for(server: &dyn Server, client: Client) {
+    let out = client
+        .cmd()
+        .nail(server, Nail::Version)
+        .stdin_open()
+        .timeout(Duration::from_secs(10))
+        .run();
+    out.assert_success();
+    eqnice!(server.version_output(), out.stdout_text(), "{out:?}");
+}
+
 both_clients! {
-    /// A nail that never reads stdin finishes even though stdin stays open: the client
-    /// only reads stdin when the server asks (`S`), like `sleep 60 | ng ng-version`.
     fn open_stdin_is_not_waited_for(client) {
         for transport in Transport::ALL {
-            let server = JavaServer::shared(transport);
-            let out = client
-                .cmd()
-                .nail(server, Nail::Version)
-                .stdin_open()
-                .timeout(Duration::from_secs(10))
-                .run();
-            out.assert_success();
-            eqnice!(server.version_output(), out.stdout_text(), "{out:?}");
+            super::open_stdin_is_not_waited_for(JavaServer::shared(transport), client);
         }
     }
 }

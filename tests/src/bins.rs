@@ -1,10 +1,11 @@
 //! Locations of the binaries under test and of the reference peers.
 //!
 //! Our binaries are found the ripgrep way: an environment variable if set (`NG_BIN`,
-//! `NGD_BIN`), else next to the test executable. Cargo puts integration tests in
-//! `target/<profile>/deps/` and binaries in `target/<profile>/`, and `CARGO_BIN_EXE_*`
-//! only exists for a package's own binaries, so `scripts/test` builds the workspace's
-//! binaries before running the tests.
+//! `NGD_BIN`, `NGD_TESTBED_BIN`), else next to the test executable. Cargo puts integration
+//! tests in `target/<profile>/deps/` and binaries in `target/<profile>/`, and
+//! `CARGO_BIN_EXE_*` only exists for a package's own binaries, so `scripts/test` builds the
+//! workspace's binaries before running the tests (`cargo test -p ng-tests` builds this
+//! package's own `ngd-testbed`).
 //!
 //! The reference peers come from Debian's `nailgun` package (`scripts/install-peers`):
 //! the C client `ng-nailgun` on `PATH` (override: `NG_C_CLIENT`), the server jar
@@ -25,6 +26,11 @@ pub fn ng() -> PathBuf {
 /// Our server, `ngd`.
 pub fn ngd() -> PathBuf {
     our_binary("ngd", "NGD_BIN", "cargo build -p ng-server")
+}
+
+/// The test-bed server, `ngd-testbed` (this package's binary: `ngd` with the test nails).
+pub fn ngd_testbed() -> PathBuf {
+    our_binary("ngd-testbed", "NGD_TESTBED_BIN", "cargo build -p ng-tests")
 }
 
 /// The reference C client (Debian renames it `ng-nailgun`).

@@ -2,7 +2,7 @@
 //!
 //! The tests in `tests/e2e/` run a client process (our `ng`, or the reference C client
 //! `ng-nailgun` as an oracle) against a server process (the reference Java server
-//! today, `ngd` later), and assert what a user would see: exit status, stdout and stderr.
+//! or `ngd`), and assert what a user would see: exit status, stdout and stderr.
 //! This crate holds everything those tests share, so a scenario reads like a
 //! specification and the same scenario can run against any server.
 //!
@@ -14,6 +14,8 @@
 //! * [`server`]: the server-under-test seam: [`Server`], [`Address`], [`Transport`] and
 //!   the logical test [`Nail`]s every server must provide.
 //! * [`java_server`]: [`JavaServer`], the reference Nailgun 0.9.3 server as a guard.
+//! * [`ngd_server`]: [`NgdServer`], `ngd` (or `ngd-testbed`, `ngd` with the test nails
+//!   built in, from `src/bin/`) as a guard, on TCP and/or a Unix socket.
 //! * [`java`]: compiles the Java test nails in `tests/java/` once per run.
 //! * [`fake`]: [`FakeServer`], a scripted in-test server that records what a client sent
 //!   (for what the Java server cannot show: IPv6, `L` chunks), and [`RefusingPort`].
@@ -41,6 +43,7 @@ pub mod fake;
 pub mod java;
 pub mod java_server;
 pub mod macros;
+pub mod ngd_server;
 pub mod process;
 pub mod server;
 pub mod wire;
@@ -49,4 +52,5 @@ pub use client::{Client, ClientCmd, Input, Output, Running};
 pub use dump::Dump;
 pub use fake::{FakeServer, RefusingPort, Reply, Request};
 pub use java_server::JavaServer;
+pub use ngd_server::{Flavor, NgdServer};
 pub use server::{Address, Nail, Server, Transport};

@@ -3,8 +3,9 @@
 //! Scenarios take `&dyn Server`. A server is reachable at an [`Address`] (TCP or a Unix
 //! socket), provides the logical test [`Nail`]s under command names of its own, and can
 //! be killed in the middle of a command. [`crate::JavaServer`] implements it with the
-//! reference Nailgun 0.9.3 server and the Java nails in `tests/java/`; an `ngd` guard will
-//! implement it with equivalent built-in or plugin nails.
+//! reference Nailgun 0.9.3 server and the Java nails in `tests/java/`;
+//! [`crate::NgdServer`] with `ngd`'s built-ins, or with the equivalent Rust nails of
+//! `ngd-testbed`.
 
 use std::ffi::OsString;
 use std::fmt;
