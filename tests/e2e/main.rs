@@ -1,12 +1,13 @@
-//! End-to-end tests: real client binaries against real servers (issue #2).
+//! End-to-end tests: real client binaries against real servers (issues #2 and #3).
 //!
 //! Every scenario runs with our `ng` and with the reference C client `ng-nailgun`, as
 //! `<module>::<scenario>::ours` and `<module>::<scenario>::c_client`, so a difference
-//! between the two shows up side by side in one report. The server is the reference
-//! Nailgun 0.9.3 Java server (one shared instance per transport, plus private ones for
-//! tests that kill it or need other settings). Scenario bodies are `pub fn`s taking
-//! `&dyn Server`, so the same scenarios can run against `ngd`. The harness is the
-//! `ng_tests` library (`tests/src/`).
+//! between the two shows up side by side in one report. The first modules run against the
+//! reference Nailgun 0.9.3 Java server (one shared instance per transport, plus private
+//! ones for tests that kill it or need other settings). Scenario bodies are `pub fn`s
+//! taking `&dyn Server`; the `ngd_*` modules run them, and `ngd`'s own scenarios, against
+//! `ngd` (the real binary, and `ngd-testbed`, the same server with the test nails). The
+//! harness is the `ng_tests` library (`tests/src/`).
 
 // The harness itself: the Java server starts and answers, independent of any client.
 mod harness;
@@ -26,3 +27,11 @@ mod failures;
 mod invocation;
 // Our client's options where it fixes the reference client: filearg, -D, IPv6.
 mod options;
+// Against ngd: the issue-2 scenarios above, unchanged, on ngd-testbed and ngd.
+mod ngd_compat;
+// Against the ngd binary (issue #3): built-ins, concurrency, killed clients, stopping.
+mod ngd_builtins;
+// Against ngd: other users are refused.
+mod ngd_security;
+// Against ngd: `ngd serve` with no --listen, and `ng` with no server named.
+mod ngd_defaults;
