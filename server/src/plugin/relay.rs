@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 const REAP_GRACE: Duration = Duration::from_millis(500);
 
 /// Queues a plugin command's session; the pool assigns a worker at the end of the turn.
+/// When every worker is busy and `queue` sessions already wait, the client is told at once
+/// (exit code 75) rather than left hanging.
 pub(crate) fn queue_session(
     conn: &mut Conn,
     host: &mut PluginHost,
@@ -37,6 +39,17 @@ pub(crate) fn queue_session(
     request: Request,
     now: Instant,
 ) {
+    let p = &host.pools[pool];
+    let waiting = p.queue.len();
+    if waiting >= p.idle.len() + p.config.queue && p.status == PoolStatus::Active {
+        tracing::info!(conn = conn.serial, command = %command, "busy: {waiting} queued");
+        conn.session.write_stderr(
+            format!("ngd: '{command}' is busy ({waiting} queued); try again later\n").as_bytes(),
+        );
+        conn.session.exit(exit_codes::TEMPFAIL);
+        conn.state = ConnState::Finishing;
+        return;
+    }
     conn.state = ConnState::Plugin(PluginConn {
         pool,
         command,
