@@ -111,7 +111,12 @@ fn serve(
         Ok(s) => s,
         Err(e) => {
             eprintln!("ngd: {e}");
-            return ExitCode::from(1);
+            let config_problem = matches!(
+                e,
+                ng_server::ServeError::NotLoopback(_) | ng_server::ServeError::Alias { .. }
+            );
+            // EX_CONFIG for a configuration that cannot work; 1 when listening failed.
+            return ExitCode::from(if config_problem { 78 } else { 1 });
         }
     };
     let ready = |addrs: Vec<String>| {
