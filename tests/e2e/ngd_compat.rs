@@ -267,7 +267,30 @@ both_clients! {
     }
 }
 
-/// Harness check with teeth for the test above: a client that never heartbeats is
+both_clients! {
+    /// A command waiting 3.5 s for stdin (a slow producer, a user typing) is not taken
+    /// for a gone client: the client heartbeats while its stdin is idle, on both
+    /// transports at once.
+    fn slow_stdin_with_heartbeats(client) {
+        let server = strict_testbed();
+        std::thread::scope(|scope| {
+            for transport in Transport::ALL {
+                scope.spawn(move || {
+                    let at = server.at(transport);
+                    let out = client
+                        .cmd()
+                        .nail(&at, ng_tests::Nail::Echo)
+                        .stdin_later(Duration::from_millis(3500), "late\n")
+                        .run();
+                    out.assert_success();
+                    eqnice!("late\n", out.stdout_text(), "on {}\n{out:?}", at.describe());
+                });
+            }
+        });
+    }
+}
+
+/// Harness check with teeth for the tests above: a client that never heartbeats is
 /// dropped after the heartbeat timeout. `ngd` cancels the command and closes the
 /// connection without an `X` (the client is presumed gone), where the reference server
 /// lets the nail finish and report `client connected: false`.

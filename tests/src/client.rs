@@ -80,6 +80,9 @@ pub enum Input {
     /// A pipe that stays open, with nothing written to it, until the client exits (like
     /// `sleep 60 | ng ...`): a client must not wait for stdin the server never asked for.
     Open,
+    /// A pipe that stays empty for a while, then gets these bytes and end of file (like
+    /// `(sleep 3; echo hi) | ng ...`, or a user typing slowly).
+    Later(Duration, Vec<u8>),
 }
 
 /// One client run, being configured.
@@ -197,6 +200,12 @@ impl ClientCmd {
         self
     }
 
+    /// Feeds `bytes` to stdin through a pipe after `delay` ([`Input::Later`]).
+    pub fn stdin_later(mut self, delay: Duration, bytes: impl Into<Vec<u8>>) -> ClientCmd {
+        self.stdin = Input::Later(delay, bytes.into());
+        self
+    }
+
     /// Kills the client and fails the test if it runs longer than `timeout`.
     pub fn timeout(mut self, timeout: Duration) -> ClientCmd {
         self.timeout = timeout;
@@ -236,7 +245,11 @@ impl ClientCmd {
             }
             Input::Bytes(bytes) => {
                 cmd.stdin(Stdio::piped());
-                feed = Some(bytes.clone());
+                feed = Some((Duration::ZERO, bytes.clone()));
+            }
+            Input::Later(delay, bytes) => {
+                cmd.stdin(Stdio::piped());
+                feed = Some((*delay, bytes.clone()));
             }
             Input::File(path) => {
                 let file = File::open(path)
@@ -251,11 +264,12 @@ impl ClientCmd {
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("could not start {what}: {e}"));
-        let writer = feed.map(|bytes| {
+        let writer = feed.map(|(delay, bytes)| {
             let mut pipe = child.stdin.take().unwrap();
             // The client may exit or stop reading early (it only reads stdin when the
             // server asks), so a broken pipe here is not an error.
             thread::spawn(move || {
+                thread::sleep(delay);
                 let _ = pipe.write_all(&bytes);
             })
         });
