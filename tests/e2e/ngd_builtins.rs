@@ -151,6 +151,7 @@ both_clients! {
     /// all succeed with the right output. The `ng-cat` clients' stdin is held back until
     /// every client has started, so their sessions really are open together.
     fn concurrent_clients(client) {
+        raise_fd_limit();
         let server = NgdServer::both(Flavor::Ngd);
         let started = Instant::now();
         let mut clients: Vec<Concurrent> = Vec::with_capacity(CONCURRENT);
@@ -207,6 +208,27 @@ both_clients! {
             failures.join("\n"),
             server.log()
         );
+    }
+}
+
+/// Raises this process's soft limit on open files toward its hard limit: two
+/// [`concurrent_clients`] tests at once hold about a thousand descriptors (output files and
+/// stdin pipes), the common default soft limit.
+fn raise_fd_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return;
+        }
+        let want = limit.rlim_max.min(16384);
+        if limit.rlim_cur < want {
+            limit.rlim_cur = want;
+            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
     }
 }
 
