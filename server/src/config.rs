@@ -19,7 +19,7 @@
 //! max_chunk_bytes = 8388608     # largest single chunk accepted (8 MiB)
 //! max_header_bytes = 16777216   # largest header (all A/E/D/L chunks together, 16 MiB)
 //! max_connections = 1024        # connections served at once; more wait in the backlog
-//! nail_threads = 16             # default: max(4, 2 × CPUs)
+//! nail_threads = 64             # default: 512 (an elastic bound)
 //! shutdown_grace_ms = 5000      # how long running commands get to finish on shutdown
 //! log_level = "info"            # tracing filter; absent: RUST_LOG, else "info"
 //!
@@ -289,8 +289,8 @@ pub struct ServerConfig {
     /// `max_connections` (default 1024): connections served at once. Beyond it the server
     /// stops accepting until one closes; further clients wait in the kernel backlog.
     pub max_connections: usize,
-    /// `nail_threads` (default max(4, 2 × available CPUs)): threads running in-process
-    /// commands. Commands beyond it queue.
+    /// `nail_threads` (default 512): the most threads running in-process commands at
+    /// once (the pool grows on demand and shrinks when idle). Commands beyond it queue.
     pub nail_threads: usize,
     /// `shutdown_grace_ms` (default 5000): on shutdown, running commands get this long to
     /// finish before they are cancelled and their clients told.
@@ -320,10 +320,12 @@ impl ServerConfig {
     /// Default `shutdown_grace_ms`.
     pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 5_000;
 
-    /// The default `nail_threads` on this machine: max(4, 2 × available CPUs).
+    /// The default `nail_threads`: 512.
     pub fn default_nail_threads() -> usize {
-        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-        (cpus.saturating_mul(2)).max(4)
+        // The pool is elastic: threads start on demand and exit when idle, so this is only
+        // a bound. It must be generous: commands may block on a client's interactive stdin,
+        // and a small bound would let a few of them starve every other command.
+        512
     }
 
     /// Loads the configuration: from `explicit` (`--config FILE`) if given, which must
@@ -552,8 +554,7 @@ mod tests {
         assert_eq!(c.max_chunk_bytes, 8 * 1024 * 1024);
         assert_eq!(c.max_header_bytes, 16 * 1024 * 1024);
         assert_eq!(c.max_connections, 1024);
-        assert!(c.nail_threads >= 4);
-        assert_eq!(c.nail_threads % 2, 0);
+        assert_eq!(c.nail_threads, 512);
         assert_eq!(c.shutdown_grace(), Duration::from_secs(5));
         assert_eq!(c.log_level, None);
         assert!(c.aliases.is_empty());

@@ -527,3 +527,22 @@ fn two_hundred_concurrent_clients_all_succeed() {
         t.join().unwrap();
     }
 }
+
+#[test]
+fn commands_blocked_on_stdin_do_not_starve_others() {
+    // Regression: with a small fixed pool, a few commands waiting on interactive stdin
+    // starved every other command. The pool grows on demand.
+    let server = TestServer::start(Config::default(), |_| {});
+    let blocked: Vec<TcpStream> = (0..10)
+        .map(|_| {
+            let mut s = server.connect();
+            s.write_all(&header("ng-cat", &[])).unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let out = run(&server, &header("ng-yes", &[b"10"]));
+    assert_eq!(exit_of(&out), "0\n");
+    assert_eq!(stdout_of(&out), b"y\ny\ny\ny\ny\n");
+    drop(blocked);
+}

@@ -154,6 +154,20 @@ impl Worker {
     }
 }
 
+/// A worker whose channel is closed, waiting to be reaped (its exit status tells its
+/// client what happened). Never waited for on the loop thread: SIGCHLD or the deadline.
+#[derive(Debug)]
+pub struct Dying {
+    /// The worker, out of the slab.
+    pub worker: Worker,
+    /// Why it is going.
+    pub reason: String,
+    /// SIGKILL its group at this time if it has not exited.
+    pub deadline: Instant,
+    /// SIGKILL was sent.
+    pub killed: bool,
+}
+
 /// A session waiting for a worker.
 #[derive(Clone, Copy, Debug)]
 pub struct Queued {
@@ -296,6 +310,8 @@ pub struct PluginHost {
     pub dirty_workers: Vec<usize>,
     /// The server is stopping: no new workers, no new sessions.
     pub stopping: bool,
+    /// Workers whose channel closed, not yet reaped.
+    pub dying: Vec<Dying>,
 }
 
 impl PluginHost {
@@ -382,6 +398,9 @@ impl PluginHost {
                 }
             }
         }
+        for d in &self.dying {
+            consider(Some(d.deadline));
+        }
         for p in &self.pools {
             consider(p.next_spawn);
             if let Some(q) = p.queue.front() {
@@ -433,7 +452,7 @@ impl PluginHost {
 
     /// True when no worker is left (for the end of a shutdown).
     pub fn is_empty(&self) -> bool {
-        self.workers.is_empty()
+        self.workers.is_empty() && self.dying.is_empty()
     }
 }
 

@@ -634,37 +634,75 @@ impl EventLoop {
         self.host.dirty_workers.push(slot);
     }
 
-    /// A worker is gone or must go: kill its group, reap it, tell its client, count it.
+    /// A worker is gone or must go: take it out of service now, and reap it (then tell its
+    /// client and count it) as soon as it has exited, without ever blocking the loop.
     pub(crate) fn worker_died(&mut self, slot: usize, reason: String, now: Instant) {
         if !self.host.workers.contains(slot) {
             return;
         }
         let mut w = self.host.workers.remove(slot);
         let _ = self.poll.registry().deregister(&mut w.channel);
-        let pid = w.pid();
-        // The channel is closed or broken: whatever is left of the process group goes. A
-        // worker that exits on its own has its status already; the kill changes nothing then.
-        let status = match w.child.try_wait() {
-            Ok(Some(s)) => Some(s),
-            _ => {
-                let deadline = Instant::now() + REAP_GRACE;
-                let mut status = None;
-                while Instant::now() < deadline {
-                    if let Ok(Some(s)) = w.child.try_wait() {
-                        status = Some(s);
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                worker::signal_group(pid, libc::SIGKILL);
-                status.or_else(|| w.child.wait().ok())
-            }
-        };
-        worker::signal_group(pid, libc::SIGKILL);
-        let pool = w.pool;
-        let p = &mut self.host.pools[pool];
+        let p = &mut self.host.pools[w.pool];
         p.workers.retain(|s| *s != slot);
         p.idle.retain(|s| *s != slot);
+        self.host.dirty.push(w.pool);
+        if worker::has_exited(w.pid()) {
+            let status = worker::finish(&mut w.child);
+            self.worker_reaped(w, status, reason, now);
+        } else {
+            {
+                // Exiting (it closed its channel) or wedged: give it a moment, then SIGKILL.
+                let deadline = now + REAP_GRACE;
+                self.host.dying.push(super::Dying {
+                    worker: w,
+                    reason,
+                    deadline,
+                    killed: false,
+                });
+            }
+        }
+    }
+
+    /// Reaps dying workers that have exited; kills those past their deadline.
+    pub(crate) fn reap_dying(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.host.dying.len() {
+            let d = &mut self.host.dying[i];
+            let exited = worker::has_exited(d.worker.pid());
+            let status = if exited {
+                Some(worker::finish(&mut d.worker.child))
+            } else if now >= d.deadline && !d.killed {
+                worker::signal_group(d.worker.pid(), libc::SIGKILL);
+                d.killed = true;
+                d.deadline = now + REAP_GRACE;
+                None
+            } else if now >= d.deadline {
+                // SIGKILL cannot be ignored; a process still not gone is stuck in the kernel.
+                // Waiting for it here is the only way not to leave a zombie.
+                Some(worker::finish(&mut d.worker.child))
+            } else {
+                None
+            };
+            match status {
+                Some(status) => {
+                    let d = self.host.dying.swap_remove(i);
+                    self.worker_reaped(d.worker, status, d.reason, now);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    fn worker_reaped(
+        &mut self,
+        w: super::Worker,
+        status: Option<std::process::ExitStatus>,
+        reason: String,
+        now: Instant,
+    ) {
+        let pid = w.pid();
+        let pool = w.pool;
+        let p = &self.host.pools[pool];
         let (code, how) = describe_exit(status);
         let name = p.config.name.clone();
         let log = p.config.log_path();
@@ -720,8 +758,12 @@ impl EventLoop {
         self.host.dirty.push(pool);
     }
 
-    /// Timers: handshakes, pings, idle timeouts, hangup graces, stop escalation, queues.
+    /// Timers: handshakes, pings, idle timeouts, hangup graces, stop escalation, queues,
+    /// dying workers.
     pub(crate) fn host_tick(&mut self, now: Instant) {
+        if self.host.dying.iter().any(|d| now >= d.deadline) {
+            self.reap_dying(now);
+        }
         let slots: Vec<usize> = self.host.workers.iter().map(|(k, _)| k).collect();
         for slot in slots {
             let Some(w) = self.host.workers.get_mut(slot) else {
@@ -807,12 +849,13 @@ impl EventLoop {
         let exited: Vec<usize> = self
             .host
             .workers
-            .iter_mut()
-            .filter_map(|(k, w)| matches!(w.child.try_wait(), Ok(Some(_))).then_some(k))
+            .iter()
+            .filter_map(|(k, w)| worker::has_exited(w.pid()).then_some(k))
             .collect();
         for slot in exited {
             self.worker_died(slot, "exited".to_owned(), now);
         }
+        self.reap_dying(now);
     }
 
     /// Shutdown: stop every idle or starting worker now; busy ones after their session.
@@ -827,12 +870,19 @@ impl EventLoop {
         self.host.dirty.extend(0..self.host.pools.len());
     }
 
-    /// Shutdown gave up: kill what is left.
+    /// Shutdown gave up (or finished): kill and reap whatever is left, synchronously, so
+    /// that no process outlives the server.
     pub(crate) fn kill_plugins(&mut self, now: Instant) {
         let slots: Vec<usize> = self.host.workers.iter().map(|(k, _)| k).collect();
         for slot in slots {
             self.worker_died(slot, "the server stopped".to_owned(), now);
         }
+        for d in &mut self.host.dying {
+            worker::signal_group(d.worker.pid(), libc::SIGKILL);
+            d.killed = true;
+            d.deadline = now;
+        }
+        self.reap_dying(now);
     }
 }
 

@@ -112,6 +112,30 @@ pub fn signal_group(pid: u32, signal: i32) {
     }
 }
 
+/// Has the worker exited? Checked with `waitid(WNOWAIT)`, which leaves the zombie in
+/// place, so its process group id stays reserved until [`finish`] reaps it: the group can
+/// then be killed without any risk of hitting a reused id.
+pub fn has_exited(pid: u32) -> bool {
+    let pid: libc::id_t = pid;
+    // SAFETY: `info` is a live, zeroed siginfo_t that waitid fills.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_PID,
+            pid,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        rc == 0 && info.si_pid() != 0
+    }
+}
+
+/// Kills what is left of an exited worker's process group, then reaps the worker.
+pub fn finish(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    signal_group(child.id(), libc::SIGKILL);
+    child.wait().ok()
+}
+
 /// The resident set size of a process, in bytes (`/proc/<pid>/statm`).
 pub fn rss_bytes(pid: u32) -> Option<u64> {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
