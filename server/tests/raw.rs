@@ -546,3 +546,65 @@ fn commands_blocked_on_stdin_do_not_starve_others() {
     assert_eq!(stdout_of(&out), b"y\ny\ny\ny\ny\n");
     drop(blocked);
 }
+
+/// The Python reference client's wire habits (read from `nailgun-client/py/ng.py`, which
+/// no package registry ships): `L` pieces first with no terminator, every chunk's header
+/// and payload in two separate sends, a heartbeat every 0.5 s from right after `C`, one
+/// `readline()` per `S` (so stdin chunks of any size), and `int()` on the exit payload.
+#[test]
+fn the_python_clients_wire_habits_are_served() {
+    let server = TestServer::start(Config::default(), |_| {});
+    let mut s = server.connect();
+    s.set_nodelay(false).unwrap();
+    let send = |s: &mut TcpStream, ty: u8, payload: &[u8]| {
+        let c = chunk(ty, payload);
+        s.write_all(&c[..5]).unwrap();
+        s.write_all(&c[5..]).unwrap();
+    };
+    send(&mut s, b'L', b"file ");
+    send(&mut s, b'L', b"contents");
+    send(&mut s, b'A', b"second");
+    send(&mut s, b'E', b"NAILGUN_TTY_0=0");
+    send(&mut s, b'D', b"/tmp");
+    send(&mut s, b'C', b"args");
+    let out = chunks(&read_all(&mut s));
+    assert_eq!(stdout_of(&out), b"file contents\nsecond\n");
+    assert_eq!(exit_of(&out).trim().parse::<i32>().unwrap(), 0);
+
+    // Stdin: one whole line per S, longer than the C client's 2 KiB, heartbeats in between.
+    let mut s = server.connect();
+    send(&mut s, b'C', b"ng-cat");
+    let line = [b'x'; 10_000];
+    let mut reader = s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        let mut buf = BytesMut::new();
+        let mut dec = ng_proto::Decoder::default();
+        let mut lines_sent = 0;
+        let mut echoed = 0usize;
+        loop {
+            let c = loop {
+                if let Some(c) = dec.decode(&mut buf).unwrap() {
+                    break c;
+                }
+                let mut tmp = [0u8; 65536];
+                let n = reader.read(&mut tmp).unwrap();
+                assert!(n > 0);
+                buf.extend_from_slice(&tmp[..n]);
+            };
+            match c.ty.0 {
+                b'S' if lines_sent < 3 => {
+                    send(&mut s, b'H', b"");
+                    send(&mut s, b'0', &line);
+                    lines_sent += 1;
+                }
+                b'S' => send(&mut s, b'.', b""),
+                b'1' => echoed += c.payload.len(),
+                b'X' => return (echoed, c.payload.to_vec()),
+                other => panic!("unexpected chunk {other}"),
+            }
+        }
+    });
+    let (echoed, exit) = writer.join().unwrap();
+    assert_eq!(echoed, 30_000);
+    assert_eq!(exit, b"0\n");
+}
