@@ -8,9 +8,12 @@
 //! 3. `NAILGUN_TTY_0..2=<0|1>`, whether stdin, stdout and stderr are terminals;
 //! 4. the client's real environment, byte for byte and in its own order (an inherited
 //!    `NAILGUN_TTY_*` therefore overrides the computed one, as with the reference);
-//! 5. the `--nailgun-D` definitions, last, so they win (the real entries they override are
-//!    left out);
-//! 6. `D <cwd>` (empty if the working directory is gone) and `C <command>`.
+//! 5. the `--nailgun-D` definitions, so they win (the real entries they override are left
+//!    out);
+//! 6. `NGD_CLIENT_UMASK=<octal>`, the client's umask: an ngd extension (a stock server just
+//!    passes it on as one more variable; ngd strips it and gives a plugin command the
+//!    client's umask, as a cold run would have);
+//! 7. `D <cwd>` (empty if the working directory is gone) and `C <command>`.
 //!
 //! Nothing is ever converted to UTF-8: the server gets the OS's bytes.
 //!
@@ -48,6 +51,8 @@ pub struct Context {
     pub env: Vec<(OsString, OsString)>,
     /// The working directory; empty if it cannot be determined.
     pub cwd: Vec<u8>,
+    /// The process's umask.
+    pub umask: u32,
 }
 
 impl Context {
@@ -61,9 +66,18 @@ impl Context {
             cwd: std::env::current_dir()
                 .map(|d| d.into_os_string().into_vec())
                 .unwrap_or_default(),
+            // SAFETY: umask(2) cannot fail; the old mask is put back at once.
+            umask: unsafe {
+                let old = libc::umask(0o022);
+                libc::umask(old);
+                old as u32
+            },
         }
     }
 }
+
+/// The environment entry carrying the client's umask to ngd.
+pub const UMASK_VAR: &str = "NGD_CLIENT_UMASK";
 
 /// Builds the header for `command`.
 pub fn header(
@@ -72,7 +86,7 @@ pub fn header(
     overrides: &[(OsString, OsString)],
     context: Context,
 ) -> Header {
-    let mut env = Vec::with_capacity(5 + context.env.len() + overrides.len());
+    let mut env = Vec::with_capacity(6 + context.env.len() + overrides.len());
     env.push(b"NAILGUN_FILESEPARATOR=/".to_vec());
     env.push(b"NAILGUN_PATHSEPARATOR=:".to_vec());
     for (fd, &tty) in context.ttys.iter().enumerate() {
@@ -87,6 +101,7 @@ pub fn header(
     for (name, value) in overrides {
         env.push(entry(name, value));
     }
+    env.push(format!("{UMASK_VAR}={:04o}", context.umask & 0o7777).into_bytes());
     Header {
         command: command.into_vec(),
         args,
@@ -117,6 +132,7 @@ mod tests {
                 .map(|(n, v)| (OsStr::from_bytes(n).into(), OsStr::from_bytes(v).into()))
                 .collect(),
             cwd: b"/work/\xffdir".to_vec(),
+            umask: 0o027,
         }
     }
 
@@ -146,6 +162,7 @@ mod tests {
                 b"ZED=1",
                 b"ALPHA=x=y",
                 b"NAILGUN_TTY_0=0",
+                b"NGD_CLIENT_UMASK=0027",
             ]
         );
     }
@@ -168,7 +185,12 @@ mod tests {
         );
         assert_eq!(
             strings(&h.env[5..]),
-            vec![&b"PATH=/bin"[..], b"HOME=/elsewhere", b"NEW="]
+            vec![
+                &b"PATH=/bin"[..],
+                b"HOME=/elsewhere",
+                b"NEW=",
+                b"NGD_CLIENT_UMASK=0027"
+            ]
         );
     }
 

@@ -72,6 +72,8 @@ pub struct PluginConn {
     pub command: String,
     /// The request, until a worker takes it.
     pub request: Option<ng_proto::Request>,
+    /// The client's umask, if it reported it (`NGD_CLIENT_UMASK`).
+    pub umask: Option<u32>,
 }
 
 /// See the module docs.

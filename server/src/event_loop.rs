@@ -833,10 +833,11 @@ fn launch(
     core: &Core,
     host: &mut PluginHost,
     key: ConnKey,
-    request: ng_proto::Request,
+    mut request: ng_proto::Request,
     now: Instant,
 ) {
     let handle = &core.handle;
+    let client_umask = take_client_umask(&mut request);
     let Some((name, entry)) = handle.registry().resolve(&request.command) else {
         handle.stats().unknown_command();
         let shown = String::from_utf8_lossy(&request.command);
@@ -868,9 +869,19 @@ fn launch(
             }
         }
         Target::Plugin { pool } => {
-            relay::queue_session(conn, host, key, pool, name, request, now);
+            relay::queue_session(conn, host, key, pool, name, request, client_umask, now);
         }
     }
+}
+
+/// Removes our client's `NGD_CLIENT_UMASK` extension entry (a command never sees it) and
+/// returns its value, if well-formed (octal, at most 0o7777).
+fn take_client_umask(request: &mut ng_proto::Request) -> Option<u32> {
+    const NAME: &[u8] = b"NGD_CLIENT_UMASK";
+    let value = request.env_var(NAME).cloned();
+    request.env.retain(|(name, _)| name.as_ref() != NAME);
+    let value = std::str::from_utf8(value.as_deref()?).ok()?;
+    u32::from_str_radix(value, 8).ok().filter(|m| *m <= 0o7777)
 }
 
 fn run_nail(

@@ -608,3 +608,23 @@ fn the_python_clients_wire_habits_are_served() {
     assert_eq!(echoed, 30_000);
     assert_eq!(exit, b"0\n");
 }
+
+#[test]
+fn the_client_umask_extension_is_never_seen_by_commands() {
+    let server = TestServer::start(Config::default(), |b| {
+        b.nail("env-names", "prints env names", |ctx: &mut Context| {
+            let names: Vec<String> = ctx
+                .env()
+                .iter()
+                .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                .collect();
+            let _ = writeln!(ctx.stdout(), "{}", names.join(","));
+            0
+        });
+    });
+    let mut bytes = chunk(b'E', b"NGD_CLIENT_UMASK=0027");
+    bytes.extend(chunk(b'E', b"KEEP=1"));
+    bytes.extend(chunk(b'C', b"env-names"));
+    let out = run(&server, &bytes);
+    assert_eq!(stdout_of(&out), b"KEEP\n");
+}

@@ -19,8 +19,18 @@ fn header_bytes_are_exact() {
     std::fs::write(&file, &contents).unwrap();
     let server = Server::tcp();
 
-    // env(1) sets the environment in the order given, so the order ng forwards is visible.
-    let child = Command::new("/usr/bin/env")
+    // env(1) sets the environment in the order given, so the order ng forwards is visible;
+    // the umask is fixed so that the NGD_CLIENT_UMASK entry is known.
+    let mut command = Command::new("/usr/bin/env");
+    // SAFETY: umask(2) is async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        command.pre_exec(|| {
+            libc::umask(0o027);
+            Ok(())
+        });
+    }
+    let child = command
         .arg("-i")
         .arg("Z_FIRST=1")
         .arg("A_SECOND=2")
@@ -65,6 +75,7 @@ fn header_bytes_are_exact() {
         b"A_SECOND=2",
         b"RAW=\xff\xfe",
         b"Z_FIRST=override",
+        b"NGD_CLIENT_UMASK=0027",
     ] {
         want.extend(frame(b'E', e));
     }

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 /// How long after its channel closes a worker may take to exit before it is killed.
 const REAP_GRACE: Duration = Duration::from_millis(500);
 
+#[allow(clippy::too_many_arguments)]
 /// Queues a plugin command's session; the pool assigns a worker at the end of the turn.
 /// When every worker is busy and `queue` sessions already wait, the client is told at once
 /// (exit code 75) rather than left hanging.
@@ -37,6 +38,7 @@ pub(crate) fn queue_session(
     pool: usize,
     command: String,
     request: Request,
+    umask: Option<u32>,
     now: Instant,
 ) {
     let p = &host.pools[pool];
@@ -54,6 +56,7 @@ pub(crate) fn queue_session(
         pool,
         command,
         request: Some(request),
+        umask,
     });
     host.pools[pool].queue.push_back(Queued {
         conn: key,
@@ -325,11 +328,12 @@ impl EventLoop {
     fn bind(&mut self, slot: usize, key: ConnKey, now: Instant) {
         let session_id = self.host.next_session;
         self.host.next_session += 1;
-        let umask = self.host.umask;
         let conn = &mut self.conns[key.slot];
         let ConnState::Plugin(p) = &mut conn.state else {
             return;
         };
+        // The client's umask when it reports it (our ng does), else ngd's own.
+        let umask = p.umask.unwrap_or(self.host.umask);
         let Some(request) = p.request.take() else {
             return;
         };
