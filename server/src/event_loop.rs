@@ -403,6 +403,7 @@ impl EventLoop {
         if let Some(s) = &self.stopping {
             consider(Some(s.cancel_at));
             consider(s.give_up_at);
+            consider(s.give_up_at.map(|t| t + self.host.max_stop_time()));
         }
         next.map(|t| t.saturating_duration_since(now))
     }
@@ -634,7 +635,17 @@ impl EventLoop {
             return false;
         };
         if let Some(give_up) = stopping.give_up_at {
-            return now >= give_up;
+            if now < give_up {
+                return false;
+            }
+            // Clients have had their exit codes; workers finish their stop escalation
+            // (q, SIGTERM after stop_timeout_ms, SIGKILL 2 s later), within a bound.
+            let slots: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+            for slot in slots {
+                self.close(slot);
+            }
+            let bound = give_up + self.host.max_stop_time();
+            return self.host.is_empty() || now >= bound;
         }
         if now < stopping.cancel_at {
             return false;

@@ -450,6 +450,18 @@ impl PluginHost {
             .all(|p| p.status != PoolStatus::Active || !p.commands.is_empty())
     }
 
+    /// The longest a worker's stop escalation can take (q, then SIGTERM, then SIGKILL),
+    /// plus a margin for reaping.
+    pub fn max_stop_time(&self) -> Duration {
+        let longest = self
+            .pools
+            .iter()
+            .map(|p| PluginConfig::ms(p.config.stop_timeout_ms))
+            .max()
+            .unwrap_or_default();
+        longest + TERM_TO_KILL + Duration::from_secs(1)
+    }
+
     /// True when no worker is left (for the end of a shutdown).
     pub fn is_empty(&self) -> bool {
         self.workers.is_empty() && self.dying.is_empty()

@@ -226,17 +226,13 @@ impl EventLoop {
             };
             let refusal = match &p.status {
                 PoolStatus::Disabled { reason } => Some((
-                    format!("ngd: command '{{}}' could not start: {reason}"),
+                    Refusal::CannotStart(reason.clone()),
                     exit_codes::CANNOT_START,
                 )),
-                _ if self.host.stopping => Some((
-                    "ngd: command '{}' cancelled: the server is shutting down".to_owned(),
-                    exit_codes::UNAVAILABLE,
-                )),
-                _ if now >= q.since + PluginConfig::ms(p.config.queue_timeout_ms) => Some((
-                    "ngd: '{}' timed out waiting for a worker".to_owned(),
-                    exit_codes::TEMPFAIL,
-                )),
+                _ if self.host.stopping => Some((Refusal::Stopping, exit_codes::UNAVAILABLE)),
+                _ if now >= q.since + PluginConfig::ms(p.config.queue_timeout_ms) => {
+                    Some((Refusal::TimedOut, exit_codes::TEMPFAIL))
+                }
                 _ => None,
             };
             let Some((message, code)) = refusal else {
@@ -307,7 +303,7 @@ impl EventLoop {
         })
     }
 
-    fn refuse_queued(&mut self, key: ConnKey, template: &str, code: i32, now: Instant) {
+    fn refuse_queued(&mut self, key: ConnKey, refusal: &Refusal, code: i32, now: Instant) {
         if !self.is_waiting(key) {
             return;
         }
@@ -315,7 +311,16 @@ impl EventLoop {
         let ConnState::Plugin(p) = &conn.state else {
             return;
         };
-        let message = template.replace("{}", &p.command);
+        let command = &p.command;
+        let message = match refusal {
+            Refusal::CannotStart(reason) => {
+                format!("ngd: command '{command}' could not start: {reason}")
+            }
+            Refusal::Stopping => {
+                format!("ngd: command '{command}' cancelled: the server is shutting down")
+            }
+            Refusal::TimedOut => format!("ngd: '{command}' timed out waiting for a worker"),
+        };
         tracing::info!(conn = conn.serial, "{message}");
         conn.session.write_stderr(format!("{message}\n").as_bytes());
         conn.session.exit(code);
@@ -888,6 +893,13 @@ impl EventLoop {
         }
         self.reap_dying(now);
     }
+}
+
+/// Why a queued session is refused.
+enum Refusal {
+    CannotStart(String),
+    Stopping,
+    TimedOut,
 }
 
 fn live(conns: &mut slab::Slab<Conn>, key: ConnKey) -> Option<&mut Conn> {
