@@ -35,3 +35,5 @@ mod ngd_builtins;
 mod ngd_security;
 // Against ngd: `ngd serve` with no --listen, and `ng` with no server named.
 mod ngd_defaults;
+// Issue #4: plugins (Python ngw workers) on the ngd binary, with both clients.
+mod plugins;

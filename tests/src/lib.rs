@@ -44,6 +44,7 @@ pub mod java;
 pub mod java_server;
 pub mod macros;
 pub mod ngd_server;
+pub mod plugins;
 pub mod process;
 pub mod server;
 pub mod wire;
