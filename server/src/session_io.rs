@@ -12,7 +12,8 @@
 //! pieces costs one wake-up per loop turn, not one per write.
 //!
 //! Memory is bounded in both directions: a writer blocks while more than
-//! [`OUTPUT_HIGH_WATER`] bytes are queued or in flight, and the loop stops reading the socket
+//! [`OUTPUT_HIGH_WATER`] bytes are queued or in flight (a single large write is taken in
+//! [`OUTPUT_CHUNK`] pieces, each waiting for room), and the loop stops reading the socket
 //! while more than [`STDIN_HIGH_WATER`] bytes of stdin wait for the command.
 
 use bytes::{Bytes, BytesMut};
@@ -21,10 +22,15 @@ use mio::Waker;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-/// A writer blocks while this many output bytes are queued or unsent.
-pub const OUTPUT_HIGH_WATER: usize = 4 << 20;
+/// A writer blocks while this many output bytes are queued or unsent. Small on purpose:
+/// measured, 512 KiB both cuts a streaming session's peak memory (two buffers that would
+/// otherwise double up to 8 MiB each) and raises throughput (the buffers stay in cache).
+pub const OUTPUT_HIGH_WATER: usize = 512 << 10;
 /// A blocked writer resumes once the backlog falls below this.
-pub const OUTPUT_LOW_WATER: usize = 1 << 20;
+pub const OUTPUT_LOW_WATER: usize = 128 << 10;
+/// The largest output chunk a command's write becomes, so a buffer never has to grow far
+/// past the high-water mark to hold one write.
+pub const OUTPUT_CHUNK: usize = 128 << 10;
 /// The loop stops reading the client while this much stdin waits for the command.
 pub const STDIN_HIGH_WATER: usize = 1 << 20;
 /// The loop keeps one `S` outstanding (prefetch) while less than this much stdin waits.
@@ -159,22 +165,24 @@ impl SessionIo {
     /// the high-water mark. Fails once the command is cancelled.
     pub(crate) fn write(&self, ty: ng_proto::ChunkType, data: &[u8]) -> std::io::Result<()> {
         let mut st = self.lock();
-        loop {
-            if let Some(reason) = st.cancelled {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::BrokenPipe,
-                    reason.describe(),
-                ));
+        for piece in data.chunks(OUTPUT_CHUNK) {
+            loop {
+                if let Some(reason) = st.cancelled {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::BrokenPipe,
+                        reason.describe(),
+                    ));
+                }
+                if self.inline || st.out.len() + st.unsent < OUTPUT_HIGH_WATER {
+                    break;
+                }
+                st.writer_waiting = true;
+                self.notify_loop(&mut st);
+                st = self.wait(st);
             }
-            if self.inline || st.out.len() + st.unsent < OUTPUT_HIGH_WATER {
-                break;
-            }
-            st.writer_waiting = true;
+            ng_proto::codec::encode(ty, piece, &mut st.out);
             self.notify_loop(&mut st);
-            st = self.wait(st);
         }
-        ng_proto::codec::encode_stream(ty, data, 1 << 20, &mut st.out);
-        self.notify_loop(&mut st);
         Ok(())
     }
 
