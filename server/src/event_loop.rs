@@ -80,7 +80,11 @@ pub(crate) struct Core {
 
 #[derive(Debug)]
 struct Stopping {
+    /// End of the grace period: nails are cancelled, plugin sessions get `i SIGTERM`.
     cancel_at: Instant,
+    /// Plugin sessions that have not sent their `X` by then are answered by ngd.
+    plugin_deadline: Option<Instant>,
+    /// Connections still open then are closed; workers finish their stop escalation.
     give_up_at: Option<Instant>,
 }
 
@@ -402,6 +406,7 @@ impl EventLoop {
         consider(self.host.next_deadline());
         if let Some(s) = &self.stopping {
             consider(Some(s.cancel_at));
+            consider(s.plugin_deadline);
             consider(s.give_up_at);
             consider(s.give_up_at.map(|t| t + self.host.max_stop_time()));
         }
@@ -608,7 +613,7 @@ impl EventLoop {
         let running = self
             .conns
             .iter()
-            .filter(|(_, c)| matches!(c.state, ConnState::Running(_)))
+            .filter(|(_, c)| matches!(c.state, ConnState::Running(_) | ConnState::Plugin(_)))
             .count();
         tracing::info!(
             "stopping: no new connections; {running} running commands get {:.1}s to finish",
@@ -622,6 +627,7 @@ impl EventLoop {
         self.stop_plugins(now);
         self.stopping = Some(Stopping {
             cancel_at: now + grace,
+            plugin_deadline: None,
             give_up_at: None,
         });
     }
@@ -647,10 +653,32 @@ impl EventLoop {
             let bound = give_up + self.host.max_stop_time();
             return self.host.is_empty() || now >= bound;
         }
+        if let Some(deadline) = stopping.plugin_deadline {
+            if now < deadline {
+                return false;
+            }
+            // Plugin sessions that did not answer SIGTERM: answer for them; the worker is
+            // hung up as the relay ends.
+            stopping.give_up_at = Some(now + SHUTDOWN_FLUSH);
+            let slots: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+            for slot in slots {
+                let conn = &mut self.conns[slot];
+                if let ConnState::Plugin(p) = &conn.state {
+                    tracing::info!(conn = conn.serial, command = %p.command, "cancelled by shutdown");
+                    conn.session
+                        .write_stderr(b"ngd: command cancelled: the server is shutting down\n");
+                    conn.session.exit(exit_codes::TERMINATED);
+                    conn.state = ConnState::Finishing;
+                }
+                self.service(slot, now);
+            }
+            self.settle(now);
+            return self.conns.is_empty() && self.host.is_empty();
+        }
         if now < stopping.cancel_at {
             return false;
         }
-        stopping.give_up_at = Some(now + SHUTDOWN_FLUSH);
+        stopping.plugin_deadline = Some(now + SHUTDOWN_FLUSH);
         let slots: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         for slot in slots {
             let conn = &mut self.conns[slot];
@@ -668,6 +696,13 @@ impl EventLoop {
                         .write_stderr(b"ngd: the server is shutting down\n");
                     conn.session.exit(exit_codes::UNAVAILABLE);
                     conn.state = ConnState::Finishing;
+                }
+                // The worker forwards SIGTERM to the command, whose own exit code (143
+                // for most programs) then reaches the client.
+                ConnState::Plugin(_) => {
+                    if let Some(relay) = conn.relay {
+                        relay::interrupt(&mut self.host, relay, "SIGTERM");
+                    }
                 }
                 _ => {}
             }

@@ -144,6 +144,26 @@ pub(crate) fn hangup(host: &mut PluginHost, relay: (usize, u64), now: Instant) {
     host.dirty_workers.push(slot);
 }
 
+/// Forwards a signal to a busy worker's command (`i <SIGNAME>`), if the worker acts on
+/// interrupts.
+pub(crate) fn interrupt(host: &mut PluginHost, relay: (usize, u64), signal: &str) {
+    let (slot, serial) = relay;
+    let Some(w) = host.workers.get_mut(slot) else {
+        return;
+    };
+    if w.serial != serial || !matches!(w.state, WorkerState::Busy(_)) {
+        return;
+    }
+    if w.has_feature("interrupt") {
+        encode(
+            ChunkType::WORKER_INTERRUPT,
+            signal.as_bytes(),
+            &mut w.bufs.wbuf,
+        );
+        host.dirty_workers.push(slot);
+    }
+}
+
 impl EventLoop {
     /// Registers `pool`'s commands (configured ones at once).
     pub(crate) fn publish_routes(&mut self, pool: usize) {
