@@ -200,6 +200,7 @@ impl EventLoop {
         self.core.handle.set_pool_threads(self.core.pool.threads());
         self.settle(Instant::now());
         loop {
+            self.prune_timers();
             if self.on_ready.is_some() && self.host.is_warm() {
                 if let Some(ready) = self.on_ready.take() {
                     ready(self.listening());
@@ -573,6 +574,21 @@ impl EventLoop {
                 conn.timer_at = Some(deadline);
                 self.timers.push(Reverse((deadline, slot, conn.serial)));
             }
+        }
+    }
+
+    /// Drops timer entries at the head of the heap that no longer belong to a live
+    /// connection's earliest deadline, so that closed connections never wake the loop.
+    fn prune_timers(&mut self) {
+        while let Some(Reverse((at, slot, serial))) = self.timers.peek().copied() {
+            let live = self
+                .conns
+                .get(slot)
+                .is_some_and(|c| c.serial == serial && c.timer_at == Some(at));
+            if live {
+                return;
+            }
+            self.timers.pop();
         }
     }
 
