@@ -29,7 +29,7 @@ struct Cli {
 enum Command {
     /// Run the server in the foreground.
     Serve {
-        /// Where to listen: 127.0.0.1:2113, [::1]:2113 or local:/path.sock (repeatable;
+        /// Where to listen: 127.0.0.1:2113, `[::1]:2113` or local:/path.sock (repeatable;
         /// default: the private Unix socket and 127.0.0.1:2113).
         #[arg(long = "listen", value_name = "ADDR")]
         listen: Vec<ListenAddr>,

@@ -3,7 +3,7 @@
 //! Nails may block (on stdin, on a slow client, on their own work), so a fixed pool would let
 //! a few slow commands starve quick ones. This pool keeps idle threads for reuse and starts a
 //! new one whenever a job arrives and no idle thread is free, up to a maximum; past it, jobs
-//! queue. Threads idle for [`IDLE_EXIT`] beyond the minimum exit.
+//! queue. Threads idle for a minute beyond the minimum exit.
 //!
 //! The counts live under one small mutex: `idle` is the number of idle threads not yet
 //! *claimed* by a submitter, and `backlog` the number of jobs queued with no thread claimed
