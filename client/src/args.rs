@@ -6,7 +6,7 @@
 //!   are removed from what is sent. There is no `--` terminator (as in the reference, a
 //!   command can never receive a literal `--nailgun-port`). Unknown `--nailgun-*` words are
 //!   passed on like any argument.
-//! * The command is the basename of argv[0] unless that is `ng` (the "symlink" rule:
+//! * The command is the basename of `argv[0]` unless that is `ng` (the "symlink" rule:
 //!   `ln -s ng aws; aws s3 ls` runs `aws`); otherwise it is the first argument that is not an
 //!   option.
 //! * `ng` alone prints the usage (exit 0). `-h`/`--help` print it only when it is the *only*
@@ -31,7 +31,7 @@ use crate::exit::ClientError;
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-/// The name under which argv[0] means "the client itself" rather than a command.
+/// The name under which `argv[0]` means "the client itself" rather than a command.
 pub const CLIENT_NAME: &[u8] = b"ng";
 
 /// The line `--nailgun-version` and `--nailgun-showversion` print on stdout. It starts like
@@ -109,7 +109,7 @@ pub enum Parsed {
     Version,
 }
 
-/// Parses a full argv, argv[0] included.
+/// Parses a full argv, `argv[0]` included.
 pub fn parse<I>(argv: I) -> Result<Parsed, ClientError>
 where
     I: IntoIterator<Item = OsString>,
@@ -168,7 +168,7 @@ where
     }))
 }
 
-/// The command named by argv[0], or `None` when argv[0] is the client itself.
+/// The command named by `argv[0]`, or `None` when `argv[0]` is the client itself.
 fn command_from_argv0(argv0: &OsString) -> Option<OsString> {
     let bytes = argv0.as_bytes();
     let base = match bytes.iter().rposition(|&b| b == b'/') {
