@@ -37,3 +37,5 @@ mod ngd_security;
 mod ngd_defaults;
 // Issue #4: plugins (Python ngw workers) on the ngd binary, with both clients.
 mod plugins;
+// Issue #5: plugin fault injection (crashing, lying, hanging, flooding workers) and kill -9 of ngd.
+mod faults;

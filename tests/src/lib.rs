@@ -40,6 +40,7 @@ pub mod client;
 pub mod data;
 pub mod dump;
 pub mod fake;
+pub mod faults;
 pub mod java;
 pub mod java_server;
 pub mod macros;

@@ -1,0 +1,612 @@
+//! Fault injection for `ngd`'s plugin host: misbehaving workers from
+//! `tests/fixtures/faults/`, a process census, and a raw client that reads slowly, for the
+//! scenarios in `tests/e2e/faults*.rs`.
+//!
+//! The servers are [`PluginServer`]s (see [`crate::plugins`]): `ngd` with `[[plugin]]`
+//! tables, stopped and checked for leftover processes when dropped. On top of that check
+//! (processes tagged with [`TAG_VAR`], `ngd`'s descendants), a [`Census`] remembers every
+//! worker and session child it has seen, and at the end of a test fails if any process
+//!
+//! * carries `NGW_PLUGIN=<one of the test's plugins>` in `/proc/<pid>/environ` (plugin
+//!   names are made unique per test by [`unique`]), or this server's tag;
+//! * has the session id or the process group of a worker or session child seen earlier
+//!   (a grandchild whose parent died and which lost its environment is still found);
+//! * descends from `ngd`.
+//!
+//! Fixtures: `raw_worker.py` speaks ngw by hand (no SDK), so it can break the protocol
+//! exactly where a test wants; `sdk_worker.py` uses the SDK. Both are documented in their
+//! module docstrings.
+
+use std::collections::BTreeSet;
+use std::io::{self, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::plugins::{python, repo_root, send_signal, Json, Plugin, PluginServer, TAG_VAR};
+use crate::server::Address;
+use crate::wire::{Chunk, Stream};
+
+/// A file in `tests/fixtures/faults/`.
+pub fn fixture(name: &str) -> PathBuf {
+    let path = repo_root().join("tests/fixtures/faults").join(name);
+    assert!(path.is_file(), "fixture {} is missing", path.display());
+    path
+}
+
+/// `base` made unique within this machine's runs (`<base>-<test pid>-<n>`), so that
+/// `NGW_PLUGIN=<name>` in a process's environment tells that it belongs to this test.
+pub fn unique(base: &str) -> String {
+    static SERIAL: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{base}-{}-{}",
+        std::process::id(),
+        SERIAL.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A plugin running `python3 raw_worker.py <args>` under a unique name based on `base`.
+pub fn raw_plugin<S: AsRef<str>>(base: &str, args: &[S]) -> Plugin {
+    let mut command = vec![
+        python().to_string_lossy().into_owned(),
+        fixture("raw_worker.py").to_string_lossy().into_owned(),
+    ];
+    command.extend(args.iter().map(|a| a.as_ref().to_string()));
+    Plugin::new(&unique(base), &command)
+}
+
+/// A plugin running the SDK fixture `sdk_worker.py` under a unique name based on `base`.
+pub fn sdk_plugin(base: &str) -> Plugin {
+    let command = [
+        python().to_string_lossy().into_owned(),
+        fixture("sdk_worker.py").to_string_lossy().into_owned(),
+    ];
+    Plugin::new(&unique(base), &command)
+}
+
+/// One process, from `/proc/<pid>/stat`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proc {
+    /// Process id.
+    pub pid: u32,
+    /// Parent's pid.
+    pub ppid: u32,
+    /// Process group.
+    pub pgrp: u32,
+    /// Session.
+    pub sid: u32,
+    /// `R`, `S`, `Z`...
+    pub state: char,
+    /// Start time in clock ticks since boot.
+    pub start: u64,
+    /// The command line, or `[comm]`.
+    pub cmdline: String,
+}
+
+/// `/proc/<pid>/stat` of one process, if it exists.
+pub fn proc_info(pid: u32) -> Option<Proc> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = &stat[open + 1..close];
+    let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    let field = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok());
+    let id = |i: usize| field(i).and_then(|v| u32::try_from(v).ok());
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .trim_end_matches('\0')
+                .replace('\0', " ")
+        })
+        .unwrap_or_default();
+    Some(Proc {
+        pid,
+        state: rest.first()?.chars().next()?,
+        ppid: id(1)?,
+        pgrp: id(2)?,
+        sid: id(3)?,
+        start: field(19)?,
+        cmdline: if cmdline.is_empty() {
+            format!("[{comm}]")
+        } else {
+            cmdline
+        },
+    })
+}
+
+/// Every process now.
+pub fn all_processes() -> Vec<Proc> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(proc_info)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `pid`'s environment holds exactly the entry `entry` (`NAME=value`).
+pub fn environ_has(pid: u32, entry: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.split(|&b| b == 0).any(|e| e == entry.as_bytes()))
+}
+
+/// Whether process `pid` exists and is not a zombie.
+pub fn running(pid: u32) -> bool {
+    proc_info(pid).is_some_and(|p| p.state != 'Z')
+}
+
+/// One line per process, for messages.
+pub fn describe(procs: &[Proc]) -> String {
+    if procs.is_empty() {
+        return "  (none)".to_string();
+    }
+    procs
+        .iter()
+        .map(|p| {
+            format!(
+                "  pid {} ppid {} pgrp {} sid {} state {} {}",
+                p.pid, p.ppid, p.pgrp, p.sid, p.state, p.cmdline
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every process that `ngd` (pid `ngd`) started and that still exists: workers, session
+/// children, their descendants.
+pub fn descendants(ngd: u32) -> Vec<Proc> {
+    let all = all_processes();
+    let parent = |pid: u32| all.iter().find(|p| p.pid == pid).map(|p| p.ppid);
+    all.iter()
+        .filter(|p| {
+            let mut pid = p.pid;
+            for _ in 0..64 {
+                match parent(pid) {
+                    Some(pp) if pp == ngd => return true,
+                    Some(pp) if pp > 1 => pid = pp,
+                    _ => return false,
+                }
+            }
+            false
+        })
+        .cloned()
+        .collect()
+}
+
+/// What a test knows about the processes of one plugin world. See the module docs.
+#[derive(Debug)]
+pub struct Census {
+    ngd: u32,
+    tag: String,
+    /// `NGW_PLUGIN=<name>` of every plugin of the test.
+    plugin_entries: Vec<String>,
+    /// Sessions and process groups led by workers and session children seen so far.
+    leaders: Mutex<BTreeSet<u32>>,
+}
+
+impl Census {
+    /// A census of `server`'s world, whose plugins are `plugins` (by name).
+    pub fn new<S: AsRef<str>>(server: &PluginServer, plugins: &[S]) -> Census {
+        let census = Census {
+            ngd: server.pid(),
+            tag: server.tag().to_string(),
+            plugin_entries: plugins
+                .iter()
+                .map(|p| format!("NGW_PLUGIN={}", p.as_ref()))
+                .collect(),
+            leaders: Mutex::new(BTreeSet::new()),
+        };
+        census.snapshot();
+        census
+    }
+
+    /// A census for a second `ngd` (pid `ngd`) serving the same plugins, e.g. after a
+    /// restart; it inherits what this one has seen.
+    pub fn for_ngd(&self, ngd: u32) -> Census {
+        Census {
+            ngd,
+            tag: self.tag.clone(),
+            plugin_entries: self.plugin_entries.clone(),
+            leaders: Mutex::new(self.leaders.lock().unwrap().clone()),
+        }
+    }
+
+    /// Remembers `ngd`'s descendants now (their sessions and process groups); returns them.
+    pub fn snapshot(&self) -> Vec<Proc> {
+        let found = descendants(self.ngd);
+        let own = proc_info(std::process::id());
+        let mut leaders = self.leaders.lock().unwrap();
+        for p in &found {
+            // Workers and session children lead their own session; never count the
+            // test's own session or group.
+            if own
+                .as_ref()
+                .is_none_or(|o| o.sid != p.sid && o.pgrp != p.pgrp)
+            {
+                leaders.insert(p.sid);
+                leaders.insert(p.pgrp);
+            }
+        }
+        found
+    }
+
+    /// The worker pids now: `ngd`'s direct children.
+    pub fn workers(&self) -> Vec<u32> {
+        self.snapshot()
+            .into_iter()
+            .filter(|p| p.ppid == self.ngd && p.state != 'Z')
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    /// Processes that belong to this world by any of the module docs' rules (the test
+    /// process and its direct children, the clients, excepted).
+    pub fn leftovers(&self) -> Vec<Proc> {
+        let me = std::process::id();
+        let tag = format!("{TAG_VAR}={}", self.tag);
+        let leaders = self.leaders.lock().unwrap().clone();
+        let under_ngd: BTreeSet<u32> = descendants(self.ngd).iter().map(|p| p.pid).collect();
+        all_processes()
+            .into_iter()
+            .filter(|p| p.pid != me && p.ppid != me && p.pid != self.ngd)
+            .filter(|p| {
+                under_ngd.contains(&p.pid)
+                    || leaders.contains(&p.sid)
+                    || leaders.contains(&p.pgrp)
+                    || environ_has(p.pid, &tag)
+                    || self.plugin_entries.iter().any(|e| environ_has(p.pid, e))
+            })
+            .collect()
+    }
+
+    /// Waits up to `timeout` for [`leftovers`](Census::leftovers) to be empty; otherwise
+    /// kills them (by pid) and fails the test, naming them.
+    #[track_caller]
+    pub fn assert_nothing_left(&self, timeout: Duration, context: &str) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left: Vec<Proc> = self
+                .leftovers()
+                .into_iter()
+                .filter(|p| p.state != 'Z')
+                .collect();
+            if left.is_empty() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                for p in &left {
+                    send_signal(p.pid, libc::SIGKILL);
+                }
+                panic!(
+                    "{context}: processes started by ngd are still running {timeout:?} later \
+                     (killed now):\n{}",
+                    describe(&left)
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Stops `server` (SIGTERM; the guard checks its tagged processes) and then checks the
+/// census: nothing `ngd` started is left.
+#[track_caller]
+pub fn stop_and_check(server: &PluginServer, census: &Census) {
+    census.snapshot();
+    server.stop();
+    census.assert_nothing_left(Duration::from_secs(3), "after ngd stopped");
+}
+
+/// The pids on the line `<word><pid> <pid>...` that a fixture command printed.
+#[track_caller]
+pub fn pids(out: &str, word: &str) -> Vec<u32> {
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix(word))
+        .unwrap_or_else(|| panic!("no {word:?} line in {out:?}"));
+    line.split_whitespace()
+        .map(|p| p.parse().unwrap_or_else(|_| panic!("bad pid in {line:?}")))
+        .collect()
+}
+
+/// Polls `f` every 20 ms until it returns `Some`, for at most `timeout`.
+pub fn poll<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `ngd`'s log (its stderr) contains `needle`; fails the test after `timeout`.
+#[track_caller]
+pub fn wait_log(server: &PluginServer, needle: &str, timeout: Duration) -> String {
+    poll(timeout, || {
+        let log = server.ngd().stderr_text();
+        log.contains(needle).then_some(log)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "ngd's log does not say {needle:?} within {timeout:?}\n{}",
+            server.log()
+        )
+    })
+}
+
+/// `status.state` of a plugin report (`active`, `disabled`, `retiring`).
+pub fn state(report: &Json) -> &str {
+    report
+        .get("status")
+        .and_then(|s| s.get("state"))
+        .and_then(Json::as_str)
+        .unwrap_or("?")
+}
+
+/// `status.reason` of a disabled plugin's report, or "".
+pub fn disabled_reason(report: &Json) -> String {
+    report
+        .get("status")
+        .and_then(|s| s.get("reason"))
+        .and_then(Json::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `last_failure` of a plugin report, or "".
+pub fn last_failure(report: &Json) -> String {
+    report
+        .get("last_failure")
+        .and_then(Json::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The starts a `raw_worker.py --starts FILE` recorded: `(pid, CLOCK_MONOTONIC ns)`.
+pub fn starts(path: &Path) -> Vec<(u32, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `VmRSS` of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// CPU time process `pid` has used (user + system), from `/proc/<pid>/stat`.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let ticks: u64 = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
+    Some(Duration::from_millis(ticks * 1000 / hz.max(1)))
+}
+
+/// The share of one CPU that process `pid` uses over the next `window` (0.0 to 1.0).
+pub fn cpu_share(pid: u32, window: Duration) -> f64 {
+    let before = cpu_time(pid).expect("the process's CPU time");
+    let start = Instant::now();
+    thread::sleep(window);
+    let used = cpu_time(pid).expect("the process's CPU time") - before;
+    used.as_secs_f64() / start.elapsed().as_secs_f64()
+}
+
+/// Samples the RSS of `pid` every 10 ms on a thread until [`RssProbe::stop`].
+#[derive(Debug)]
+pub struct RssProbe {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<thread::JoinHandle<u64>>,
+}
+
+impl RssProbe {
+    /// Starts sampling.
+    pub fn start(pid: u32) -> RssProbe {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = thread::spawn(move || {
+            let mut max = 0;
+            while !flag.load(Ordering::Relaxed) {
+                max = max.max(rss_kib(pid).unwrap_or(0));
+                thread::sleep(Duration::from_millis(10));
+            }
+            max.max(rss_kib(pid).unwrap_or(0))
+        });
+        RssProbe {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling; the largest RSS seen, in KiB.
+    pub fn stop(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
+    }
+}
+
+impl Drop for RssProbe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A bare Nailgun client on a raw socket that reads only when told to, so a test can be
+/// a slow client, a stalled one, or one that vanishes mid-stream. It sends a heartbeat
+/// (`H`) whenever it has been quiet for 500 ms while the test drives it, and answers `S`
+/// with `.`.
+#[derive(Debug)]
+pub struct RawClient {
+    stream: Stream,
+    last_sent: Instant,
+    /// Bytes read, not yet decoded.
+    buf: Vec<u8>,
+    /// Output bytes received so far, by stream: stdout, stderr.
+    pub received: [u64; 2],
+    /// The first bytes of stdout and of stderr (up to 64 KiB each), for checks.
+    pub heads: [Vec<u8>; 2],
+    /// The exit code, once `X` arrived.
+    pub exit: Option<i32>,
+}
+
+impl RawClient {
+    /// Connects to `address` and sends a header running `command args` in `/`, with
+    /// `TAG_VAR=<tag>` in the environment.
+    pub fn start(address: &Address, tag: &str, command: &str, args: &[&str]) -> RawClient {
+        let mut stream =
+            Stream::connect(address).unwrap_or_else(|e| panic!("connect to {address}: {e}"));
+        stream
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut header = Vec::new();
+        for a in args {
+            header.extend(Chunk::new(b'A', *a).encode());
+        }
+        header.extend(Chunk::new(b'E', format!("{TAG_VAR}={tag}")).encode());
+        header.extend(Chunk::new(b'D', "/").encode());
+        header.extend(Chunk::new(b'C', command).encode());
+        stream.write_all(&header).expect("send the header");
+        RawClient {
+            stream,
+            last_sent: Instant::now(),
+            buf: Vec::new(),
+            received: [0, 0],
+            heads: [Vec::new(), Vec::new()],
+            exit: None,
+        }
+    }
+
+    fn heartbeat(&mut self) {
+        if self.last_sent.elapsed() >= Duration::from_millis(500) {
+            let _ = self.stream.write_all(&Chunk::new(b'H', "").encode());
+            self.last_sent = Instant::now();
+        }
+    }
+
+    /// Heartbeats, without reading, for `d`.
+    pub fn stall(&mut self, d: Duration) {
+        let until = Instant::now() + d;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            self.heartbeat();
+            thread::sleep(Duration::from_millis(50).min(left));
+        }
+    }
+
+    /// Takes the whole chunks out of the buffer; `false` once `X` was seen.
+    fn decode(&mut self) -> io::Result<bool> {
+        let mut at = 0;
+        let mut more = true;
+        while self.buf.len() - at >= 5 {
+            let len = u32::from_be_bytes(self.buf[at..at + 4].try_into().unwrap()) as usize;
+            if self.buf.len() - at - 5 < len {
+                break;
+            }
+            let ty = self.buf[at + 4];
+            let payload = &self.buf[at + 5..at + 5 + len];
+            match ty {
+                b'1' | b'2' => {
+                    let i = usize::from(ty == b'2');
+                    self.received[i] += len as u64;
+                    let room = (64usize << 10).saturating_sub(self.heads[i].len());
+                    self.heads[i].extend_from_slice(&payload[..room.min(len)]);
+                }
+                b'S' => {
+                    self.stream.write_all(&Chunk::new(b'.', "").encode())?;
+                    self.last_sent = Instant::now();
+                }
+                b'X' => {
+                    self.exit = String::from_utf8_lossy(payload).trim().parse().ok();
+                    more = false;
+                }
+                _ => {}
+            }
+            at += 5 + len;
+            if !more {
+                break;
+            }
+        }
+        self.buf.drain(..at);
+        Ok(more)
+    }
+
+    /// Reads at most `max` bytes from the socket and handles the chunks completed;
+    /// `Ok(false)` at the session's end (`X`, or end of stream).
+    pub fn step(&mut self, max: usize) -> io::Result<bool> {
+        self.heartbeat();
+        let mut chunk = vec![0u8; max];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => return Ok(false),
+            Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        self.decode()
+    }
+
+    /// Reads until `received` totals `bytes`, `every` bytes at a time with `pause` between
+    /// reads (a slow reader); fails the test after `timeout`.
+    #[track_caller]
+    pub fn read_slowly(&mut self, bytes: u64, every: usize, pause: Duration, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.total() < bytes {
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {bytes} bytes within {timeout:?}",
+                self.total()
+            );
+            match self.step(every) {
+                Ok(true) => {}
+                Ok(false) => panic!("the session ended after {} bytes", self.total()),
+                Err(e) => panic!("reading failed after {} bytes: {e}", self.total()),
+            }
+            thread::sleep(pause);
+        }
+    }
+
+    /// Reads to the end of the session and returns its exit code; fails the test after
+    /// `timeout`.
+    #[track_caller]
+    pub fn finish(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "no X within {timeout:?} ({} bytes)",
+                self.total()
+            );
+            match self.step(1 << 20) {
+                Ok(true) => {}
+                Ok(false) => return self.exit,
+                Err(e) => panic!("reading failed after {} bytes: {e}", self.total()),
+            }
+        }
+    }
+
+    /// Output bytes received so far.
+    pub fn total(&self) -> u64 {
+        self.received[0] + self.received[1]
+    }
+}
