@@ -39,3 +39,5 @@ mod ngd_defaults;
 mod plugins;
 // Issue #5: plugin fault injection (crashing, lying, hanging, flooding workers) and kill -9 of ngd.
 mod faults;
+// Issue #5: hostile clients (every bad input, floods, slow and silent clients) against the ngd binary.
+mod hostile;

@@ -41,6 +41,7 @@ pub mod data;
 pub mod dump;
 pub mod fake;
 pub mod faults;
+pub mod hostile;
 pub mod java;
 pub mod java_server;
 pub mod macros;
