@@ -159,7 +159,13 @@ impl EventLoop {
             None
         };
         let pool = Pool::new(settings.min_threads, settings.max_threads);
-        let host = PluginHost::new(plugins);
+        let mut host = PluginHost::new(plugins);
+        if handle_signals {
+            // The binary owns its process tree: adopt what workers' commands leave behind,
+            // and reap it on SIGCHLD. (An embedding program keeps its own tree.)
+            crate::plugin::worker::become_subreaper();
+            host.subreaper = true;
+        }
         let mut event_loop = Self {
             poll,
             listeners,

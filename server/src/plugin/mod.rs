@@ -162,6 +162,9 @@ pub struct Dying {
     pub worker: Worker,
     /// Why it is going.
     pub reason: String,
+    /// It died as a failure (a failed start or an early death), to be counted when reaped;
+    /// its pool starts no worker until then.
+    pub failure: bool,
     /// SIGKILL its group at this time if it has not exited.
     pub deadline: Instant,
     /// SIGKILL was sent.
@@ -312,6 +315,8 @@ pub struct PluginHost {
     pub stopping: bool,
     /// Workers whose channel closed, not yet reaped.
     pub dying: Vec<Dying>,
+    /// ngd adopts orphans (`PR_SET_CHILD_SUBREAPER`; the `ngd` binary, not embedders).
+    pub subreaper: bool,
 }
 
 impl PluginHost {
@@ -387,9 +392,11 @@ impl PluginHost {
                 } => {
                     consider(*next_ping);
                     consider(ping.map(|(_, d)| d));
-                    let idle_timeout = self.pools[w.pool].config.idle_timeout_ms;
-                    if idle_timeout > 0 {
-                        consider(Some(*since + PluginConfig::ms(idle_timeout)));
+                    // Only a surplus worker times out; reporting the deadline of one that
+                    // stays would make the loop spin once it passed.
+                    let p = &self.pools[w.pool];
+                    if p.config.idle_timeout_ms > 0 && p.workers.len() > p.config.min_workers {
+                        consider(Some(*since + PluginConfig::ms(p.config.idle_timeout_ms)));
                     }
                 }
                 WorkerState::Busy(b) => consider(b.hangup_deadline),
@@ -402,7 +409,9 @@ impl PluginHost {
             consider(Some(d.deadline));
         }
         for p in &self.pools {
-            consider(p.next_spawn);
+            if p.status == PoolStatus::Active {
+                consider(p.next_spawn);
+            }
             if let Some(q) = p.queue.front() {
                 consider(Some(q.since + PluginConfig::ms(p.config.queue_timeout_ms)));
             }
@@ -417,6 +426,7 @@ impl PluginHost {
         p.last_failure = Some(reason.clone());
         tracing::warn!(plugin = %p.config.name, failures = p.failures, "worker failed: {reason}");
         if p.failures >= p.config.max_restarts.max(1) {
+            p.next_spawn = None;
             if p.status == PoolStatus::Active {
                 tracing::error!(
                     plugin = %p.config.name,
@@ -438,6 +448,7 @@ impl PluginHost {
         let p = &mut self.pools[pool];
         tracing::error!(plugin = %p.config.name, "disabled: {reason}");
         p.last_failure = Some(reason.clone());
+        p.next_spawn = None;
         if p.status == PoolStatus::Active {
             p.status = PoolStatus::Disabled { reason };
         }

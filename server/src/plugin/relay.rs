@@ -24,6 +24,9 @@ use ng_proto::{exit, ChunkType, Decoder, Limits, Request};
 use std::io::{ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
+/// The reason given when a worker's channel reaches end of file.
+const CLOSED: &str = "closed its channel";
+
 /// How long after its channel closes a worker may take to exit before it is killed.
 const REAP_GRACE: Duration = Duration::from_millis(500);
 
@@ -295,16 +298,21 @@ impl EventLoop {
                 .saturating_sub(alive)
                 .max(want_for_queue);
             let room = p.config.max_workers.saturating_sub(alive);
-            let backoff_over = p.next_spawn.is_none_or(|t| now >= t);
+            let failure_pending = self
+                .host
+                .dying
+                .iter()
+                .any(|d| d.failure && d.worker.pool == pool);
+            let backoff_over = p.next_spawn.is_none_or(|t| now >= t) && !failure_pending;
             if backoff_over {
+                // A passed backoff is over whether or not a worker is wanted now.
+                self.host.pools[pool].next_spawn = None;
                 for _ in 0..want.min(room) {
                     self.spawn_worker(pool, now);
-                    if self.host.pools[pool].status != PoolStatus::Active {
+                    let p = &self.host.pools[pool];
+                    if p.status != PoolStatus::Active || p.next_spawn.is_some() {
                         break;
                     }
-                }
-                if want.min(room) > 0 {
-                    self.host.pools[pool].next_spawn = None;
                 }
             }
         }
@@ -465,7 +473,7 @@ impl EventLoop {
             match w.channel.read(&mut self.scratch) {
                 Ok(0) => {
                     w.bufs.readable = false;
-                    self.worker_died(slot, "closed its channel".to_owned(), now);
+                    self.worker_died(slot, CLOSED.to_owned(), now);
                     return;
                 }
                 Ok(n) => w.bufs.rbuf.extend_from_slice(&self.scratch[..n]),
@@ -569,12 +577,18 @@ impl EventLoop {
             return Err(format!("refused to start: {error}"));
         }
         if hello.protocol != Some(1) {
-            let reason = format!(
-                "speaks ngw protocol {:?}; this ngd speaks 1",
-                hello.protocol
+            let theirs = hello.protocol.map_or_else(
+                || "no protocol version".to_owned(),
+                |v| format!("protocol {v}"),
             );
-            self.host.disable(pool, reason.clone());
-            return Err(reason);
+            // Retrying would only repeat it: disable the plugin, and let the worker go as
+            // any stopped worker does (q, then SIGTERM, then SIGKILL).
+            self.host.disable(
+                pool,
+                format!("its worker speaks ngw {theirs}; this ngd speaks 1"),
+            );
+            self.quit_worker(slot, now);
+            return Ok(());
         }
         let p = &mut self.host.pools[pool];
         if p.config.commands.is_empty() {
@@ -671,24 +685,39 @@ impl EventLoop {
         }
         let mut w = self.host.workers.remove(slot);
         let _ = self.poll.registry().deregister(&mut w.channel);
-        let p = &mut self.host.pools[w.pool];
+        let pool = w.pool;
+        let p = &mut self.host.pools[pool];
         p.workers.retain(|s| *s != slot);
         p.idle.retain(|s| *s != slot);
-        self.host.dirty.push(w.pool);
+        self.host.dirty.push(pool);
+        // A failure is counted once the worker is reaped (its exit status makes the reason);
+        // until then the pool starts nothing (see `maintain_pool`), so the backoff always
+        // applies to the next start.
+        let early = match &w.state {
+            WorkerState::Starting { .. } => true,
+            WorkerState::Busy(_) | WorkerState::Idle { .. } => w
+                .ready_at
+                .is_some_and(|t| now.saturating_duration_since(t) < EARLY_DEATH),
+            WorkerState::Quitting { .. } => false,
+        };
+        let closed = reason == CLOSED;
+        if !closed && !matches!(w.state, WorkerState::Quitting { .. }) {
+            // It broke the protocol or missed a deadline: no grace.
+            worker::signal_group(w.pid(), libc::SIGKILL);
+        }
         if worker::has_exited(w.pid()) {
             let status = worker::finish(&mut w.child);
-            self.worker_reaped(w, status, reason, now);
+            self.worker_reaped(w, status, reason, early, !closed, now);
         } else {
-            {
-                // Exiting (it closed its channel) or wedged: give it a moment, then SIGKILL.
-                let deadline = now + REAP_GRACE;
-                self.host.dying.push(super::Dying {
-                    worker: w,
-                    reason,
-                    deadline,
-                    killed: false,
-                });
-            }
+            // Exiting (it closed its channel) or being killed: reap it when it is gone
+            // (SIGCHLD or the deadline), SIGKILL it if it takes too long.
+            self.host.dying.push(super::Dying {
+                worker: w,
+                reason,
+                failure: early,
+                deadline: now + REAP_GRACE,
+                killed: !closed,
+            });
         }
     }
 
@@ -715,35 +744,50 @@ impl EventLoop {
             match status {
                 Some(status) => {
                     let d = self.host.dying.swap_remove(i);
-                    self.worker_reaped(d.worker, status, d.reason, now);
+                    // `killed` here may be our deadline's SIGKILL after it closed its channel;
+                    // what matters for the reason is whether we killed it at death.
+                    let ours = d.reason != CLOSED;
+                    self.worker_reaped(d.worker, status, d.reason, d.failure, ours, now);
                 }
                 None => i += 1,
             }
         }
     }
 
+    /// A worker is gone: count the failure (if `failure`), tell its client, log it. A
+    /// worker ngd killed itself (`killed_by_us`) keeps the reason it was killed for; one that
+    /// went on its own is described by its exit status.
     fn worker_reaped(
         &mut self,
         w: super::Worker,
         status: Option<std::process::ExitStatus>,
         reason: String,
+        failure: bool,
+        killed_by_us: bool,
         now: Instant,
     ) {
         let pid = w.pid();
         let pool = w.pool;
-        let p = &self.host.pools[pool];
         let (code, how) = describe_exit(status);
+        let p = &self.host.pools[pool];
         let name = p.config.name.clone();
-        let log = p.config.log_path();
+        let full_reason = match &w.state {
+            _ if killed_by_us => reason.clone(),
+            WorkerState::Starting { .. } => format!(
+                "worker {how} before its hello; see {}",
+                p.config.log_path().display()
+            ),
+            _ => format!("worker {how}: {reason}"),
+        };
+        if !matches!(w.state, WorkerState::Quitting { .. }) {
+            self.host.pools[pool].restarts += 1;
+        }
+        if failure {
+            self.host.record_failure(pool, full_reason.clone(), now);
+        }
         match &w.state {
             WorkerState::Starting { .. } => {
-                let reason = if reason == "closed its channel" {
-                    format!("worker {how} before its hello; see {}", log.display())
-                } else {
-                    reason
-                };
-                self.host.record_failure(pool, reason, now);
-                self.host.pools[pool].restarts += 1;
+                tracing::warn!(plugin = %name, pid, "failed start: {full_reason}");
             }
             WorkerState::Busy(b) => {
                 tracing::warn!(plugin = %name, pid, "worker {how} during a session: {reason}");
@@ -762,23 +806,9 @@ impl EventLoop {
                 }
                 let elapsed = now.saturating_duration_since(b.started);
                 self.core.handle.stats().finished(&b.command, code, elapsed);
-                if w.ready_at
-                    .is_some_and(|t| now.saturating_duration_since(t) < EARLY_DEATH)
-                {
-                    self.host
-                        .record_failure(pool, format!("worker {how}: {reason}"), now);
-                }
-                self.host.pools[pool].restarts += 1;
             }
             WorkerState::Idle { .. } => {
                 tracing::warn!(plugin = %name, pid, "idle worker {how}: {reason}");
-                if w.ready_at
-                    .is_some_and(|t| now.saturating_duration_since(t) < EARLY_DEATH)
-                {
-                    self.host
-                        .record_failure(pool, format!("worker {how}: {reason}"), now);
-                }
-                self.host.pools[pool].restarts += 1;
             }
             WorkerState::Quitting { .. } => {
                 tracing::info!(plugin = %name, pid, "worker stopped ({how})");
@@ -885,6 +915,64 @@ impl EventLoop {
             self.worker_died(slot, "exited".to_owned(), now);
         }
         self.reap_dying(now);
+        if self.host.subreaper {
+            self.reap_orphans(now);
+        }
+    }
+
+    /// Reaps adopted orphans (descendants of workers whose parents exited) that have exited.
+    fn reap_orphans(&mut self, now: Instant) {
+        for _ in 0..4096 {
+            let Some(pid) = worker::exited_child() else {
+                return;
+            };
+            let worker = self
+                .host
+                .workers
+                .iter()
+                .find(|(_, w)| w.pid() == pid)
+                .map(|(k, _)| k);
+            if let Some(slot) = worker {
+                self.worker_died(slot, "exited".to_owned(), now);
+            } else if self.host.dying.iter().any(|d| d.worker.pid() == pid) {
+                self.reap_dying(now);
+            } else {
+                worker::reap(pid);
+            }
+        }
+    }
+
+    /// At the very end: kill and reap every process ngd adopted, until none is left (a
+    /// killed orphan's own children are adopted in turn), within a second.
+    pub(crate) fn kill_orphans(&mut self) {
+        if !self.host.subreaper {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            let children = worker::children();
+            if children.is_empty() {
+                return;
+            }
+            tracing::info!("killing {} leftover processes", children.len());
+            for pid in &children {
+                if let Ok(pid) = i32::try_from(*pid) {
+                    // SAFETY: kill(2) on our own child.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
+            for pid in children {
+                if let Ok(pid) = i32::try_from(pid) {
+                    // SAFETY: waitpid on our own child, which was just killed.
+                    unsafe {
+                        let mut status = 0;
+                        libc::waitpid(pid, &mut status, 0);
+                    }
+                }
+            }
+        }
     }
 
     /// Shutdown: stop every idle or starting worker now; busy ones after their session.
@@ -912,6 +1000,7 @@ impl EventLoop {
             d.deadline = now;
         }
         self.reap_dying(now);
+        self.kill_orphans();
     }
 }
 

@@ -136,6 +136,65 @@ pub fn finish(child: &mut std::process::Child) -> Option<std::process::ExitStatu
     child.wait().ok()
 }
 
+/// Makes this process adopt the orphaned descendants of its children (Linux
+/// `PR_SET_CHILD_SUBREAPER`), so that nothing a worker's commands leave behind escapes ngd:
+/// ngd reaps them as they exit and kills those still running when it stops.
+pub fn become_subreaper() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with integer arguments only.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+}
+
+/// The pid of one exited child of this process, without reaping it (`waitid(WNOWAIT)`).
+pub fn exited_child() -> Option<u32> {
+    // SAFETY: `info` is a live, zeroed siginfo_t that waitid fills.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        (rc == 0 && info.si_pid() > 0).then(|| info.si_pid() as u32)
+    }
+}
+
+/// Reaps one child that is known to have exited.
+pub fn reap(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        // SAFETY: waitpid on a specific, exited child; the status is discarded.
+        unsafe {
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, libc::WNOHANG);
+        }
+    }
+}
+
+/// The pids of this process's children, from `/proc` (every thread's children).
+pub fn children() -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for task in tasks.flatten() {
+        let path = task.path().join("children");
+        if let Ok(text) = std::fs::read_to_string(path) {
+            pids.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+    }
+    pids.retain(|p| *p != me);
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
 /// The resident set size of a process, in bytes (`/proc/<pid>/statm`).
 pub fn rss_bytes(pid: u32) -> Option<u64> {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
