@@ -101,6 +101,9 @@ pub struct Conn {
     pub state: ConnState,
     /// The earliest timer queued for this connection, if any.
     pub timer_at: Option<Instant>,
+    /// The last time bytes were written to the client (or the connection opened): a
+    /// finished session whose client stops reading is closed after the heartbeat timeout.
+    pub last_write: Instant,
     /// The plugin worker (slot, serial) running this connection's session, until its `X`.
     /// Kept outside the state so that every way of closing hangs the worker up.
     pub relay: Option<(usize, u64)>,
@@ -108,7 +111,13 @@ pub struct Conn {
 
 impl Conn {
     /// A connection accepted at `now`.
-    pub fn new(serial: u64, stream: Stream, peer: PeerAddr, session: ServerSession) -> Self {
+    pub fn new(
+        serial: u64,
+        stream: Stream,
+        peer: PeerAddr,
+        session: ServerSession,
+        now: Instant,
+    ) -> Self {
         Self {
             serial,
             stream,
@@ -121,6 +130,7 @@ impl Conn {
             stdin_backlog: 0,
             state: ConnState::Header,
             timer_at: None,
+            last_write: now,
             relay: None,
         }
     }
@@ -132,8 +142,18 @@ impl Conn {
                 self.session.poll_timeout()
             }
             ConnState::Draining { until } => Some(*until),
-            ConnState::Finishing | ConnState::Closed => None,
+            ConnState::Finishing => Some(self.last_write + self.write_timeout()),
+            ConnState::Closed => None,
         }
+    }
+
+    /// How long a client may leave output unread once its command has finished: the
+    /// heartbeat timeout (10 s when heartbeats are not checked).
+    pub fn write_timeout(&self) -> std::time::Duration {
+        self.session
+            .config()
+            .heartbeat_timeout
+            .unwrap_or(std::time::Duration::from_secs(10))
     }
 
     /// The running command's shared state, if one runs.

@@ -67,6 +67,9 @@ const REFUSAL_MARGIN: usize = 64;
 const DRAIN_LINGER: Duration = Duration::from_secs(2);
 /// After cancelling at shutdown, how long to wait for the exit codes to be written.
 const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
+/// At most this much is read from one connection per loop turn; the rest waits for the next
+/// turn, so one busy client (a huge header, junk after its exit code) cannot delay others.
+const READ_BUDGET: usize = 1 << 20;
 /// How long to wait before accepting again after running out of file descriptors.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -118,6 +121,8 @@ pub struct EventLoop {
     pub(crate) host: PluginHost,
     /// Connections to service again before the turn ends (a worker wrote to them).
     pub(crate) dirty_conns: Vec<usize>,
+    /// Connections that used their read budget: serviced again next turn.
+    revisit: Vec<usize>,
     /// Where to re-read the configuration from.
     reload: crate::ReloadSource,
     /// Called once the server is ready: listening, and every plugin that learns its
@@ -185,6 +190,7 @@ impl EventLoop {
             scratch: vec![0; 64 << 10],
             host,
             dirty_conns: Vec::new(),
+            revisit: Vec::new(),
             reload,
             on_ready: None,
         };
@@ -251,6 +257,9 @@ impl EventLoop {
                         }
                     }
                 }
+            }
+            for slot in std::mem::take(&mut self.revisit) {
+                self.service(slot, now);
             }
             while let Ok(key) = self.ready.try_recv() {
                 if self
@@ -403,6 +412,9 @@ impl EventLoop {
     }
 
     fn next_timeout(&self, now: Instant) -> Option<Duration> {
+        if !self.revisit.is_empty() {
+            return Some(Duration::ZERO);
+        }
         let mut next = self.timers.peek().map(|Reverse((t, _, _))| *t);
         let mut consider = |t: Option<Instant>| {
             if let Some(t) = t {
@@ -472,7 +484,7 @@ impl EventLoop {
             return;
         }
         let session = ServerSession::new(self.core.settings.session, now);
-        let mut conn = Conn::new(serial, stream, peer, session);
+        let mut conn = Conn::new(serial, stream, peer, session, now);
         conn.readable = true;
         conn.writable = true;
         if let Some((message, code)) = refusal {
@@ -521,9 +533,12 @@ impl EventLoop {
         let core = &self.core;
         let host = &mut self.host;
         pull_io(conn);
-        read_input(conn, core, host, key, &mut self.scratch, now);
+        let budget_left = read_input(conn, core, host, key, &mut self.scratch, now);
         pull_io(conn);
         flush(conn);
+        if !budget_left && !self.revisit.contains(&slot) {
+            self.revisit.push(slot);
+        }
         if matches!(conn.state, ConnState::Finishing)
             && conn.wbuf.is_empty()
             && conn.session.transmit().is_empty()
@@ -534,7 +549,11 @@ impl EventLoop {
                 until: now + DRAIN_LINGER,
             };
             // The client may already have closed; look once more.
-            read_input(conn, core, host, key, &mut self.scratch, now);
+            if !read_input(conn, core, host, key, &mut self.scratch, now)
+                && !self.revisit.contains(&slot)
+            {
+                self.revisit.push(slot);
+            }
         }
         // A relay lives only as long as the plugin state: any other transition (protocol
         // error, close) hangs the worker up.
@@ -616,6 +635,10 @@ impl EventLoop {
             let key = ConnKey { slot, serial };
             match conn.state {
                 ConnState::Draining { until } if now >= until => {
+                    conn.state = ConnState::Closed;
+                }
+                ConnState::Finishing if now >= conn.last_write + conn.write_timeout() => {
+                    tracing::debug!(conn = conn.serial, peer = %conn.peer, "the client stopped reading its output");
                     conn.state = ConnState::Closed;
                 }
                 ConnState::Header | ConnState::Running(_) | ConnState::Plugin(_) => {
@@ -775,7 +798,8 @@ fn pull_io(conn: &mut Conn) {
     }
 }
 
-/// Reads and decodes until `WouldBlock`, end of file, or stdin backpressure.
+/// Reads and decodes until `WouldBlock`, end of file, stdin backpressure, or the read
+/// budget; false when the budget ran out with more to read (come back next turn).
 fn read_input(
     conn: &mut Conn,
     core: &Core,
@@ -783,19 +807,24 @@ fn read_input(
     key: ConnKey,
     scratch: &mut [u8],
     now: Instant,
-) {
+) -> bool {
+    let mut budget = READ_BUDGET;
     while conn.readable && !matches!(conn.state, ConnState::Closed) {
+        if budget == 0 {
+            return false;
+        }
         if conn.stdin_backlog > STDIN_HIGH_WATER {
             // Resumed when the command reads (it notifies the loop).
-            return;
+            return true;
         }
         match conn.stream.read(scratch) {
             Ok(0) => {
                 conn.readable = false;
                 on_eof(conn, core, host, key, now);
-                return;
+                return true;
             }
             Ok(n) => {
+                budget = budget.saturating_sub(n);
                 conn.stream.quickack();
                 if conn.session.is_exited() {
                     continue; // draining: discard
@@ -816,6 +845,7 @@ fn read_input(
             }
         }
     }
+    true
 }
 
 fn on_eof(conn: &mut Conn, core: &Core, host: &mut PluginHost, key: ConnKey, now: Instant) {
@@ -1008,6 +1038,7 @@ fn flush(conn: &mut Conn) {
         }
     }
     if wrote {
+        conn.last_write = Instant::now();
         if let Some(io) = conn.io() {
             let mut st = io.lock();
             st.unsent = conn.wbuf.len();
