@@ -48,6 +48,22 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Logs to stderr as `ngd` does: `level` (a level or a `tracing` filter), else `RUST_LOG`,
+/// else `info`. For server binaries built on this library.
+pub fn init_logging(level: Option<&str>) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(l) => EnvFilter::new(l),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    // A second call (an embedder that set up its own) is not an error.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
 /// The exit codes `ngd` itself sends (commands choose their own).
 ///
 /// Shell conventions where a shell has one (127, 126, 128+N); `sysexits.h` otherwise.

@@ -97,7 +97,7 @@ fn serve(
             return ExitCode::from(78); // EX_CONFIG
         }
     };
-    init_logging(log_level.as_deref().or(config.log_level.as_deref()));
+    ng_server::init_logging(log_level.as_deref().or(config.log_level.as_deref()));
     if !listen.is_empty() {
         config.listen = listen;
     }
@@ -134,19 +134,6 @@ fn serve(
             ExitCode::from(1)
         }
     }
-}
-
-fn init_logging(level: Option<&str>) {
-    use tracing_subscriber::EnvFilter;
-    let filter = match level {
-        Some(l) => EnvFilter::new(l),
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
 }
 
 /// A blocking connection to a running server, split into read and write halves.

@@ -91,7 +91,7 @@ fn main() -> ExitCode {
             return ExitCode::from(78);
         }
     };
-    init_logging(config.log_level.as_deref());
+    ng_server::init_logging(config.log_level.as_deref());
     if !options.listen.is_empty() {
         config.listen = options.listen;
     }
@@ -134,20 +134,6 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// Logs to stderr as `ngd` does: the config's level, else `RUST_LOG`, else `info`.
-fn init_logging(level: Option<&str>) {
-    use tracing_subscriber::EnvFilter;
-    let filter = match level {
-        Some(l) => EnvFilter::new(l),
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
 }
 
 /// `Echo.java`: stdin to stdout, one write per read, until end of input.
