@@ -41,3 +41,5 @@ mod plugins;
 mod faults;
 // Issue #5: hostile clients (every bad input, floods, slow and silent clients) against the ngd binary.
 mod hostile;
+// Issue #5: the soak, bounded: a mixed load with killed clients leaves no descriptor or process behind.
+mod soak;

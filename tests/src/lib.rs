@@ -49,6 +49,7 @@ pub mod ngd_server;
 pub mod plugins;
 pub mod process;
 pub mod server;
+pub mod soak;
 pub mod wire;
 
 pub use client::{Client, ClientCmd, Input, Output, Running};
