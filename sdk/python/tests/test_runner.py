@@ -99,6 +99,32 @@ class Runner(unittest.TestCase):
         finally:
             shutil.rmtree(tmp)
 
+    def test_script_mode_with_and_without_prefork(self):
+        tmp = tempfile.mkdtemp()
+        try:
+            script = os.path.join(tmp, "tool")
+            with open(script, "w") as f:
+                f.write("import os\nprint(os.getppid())\n")
+            for flags, spares in (([], 1), (["--no-prefork"], 0)):
+                w = driver.Worker(RUNNER + ["script", "tool=" + script] + flags)
+                try:
+                    w.hello()
+                    for _ in range(2):
+                        r = w.run("tool", env=client_env())
+                        self.assertEqual((r.code, int(r.stdout)), (0, w.proc.pid))
+                    deadline = time.monotonic() + 5
+                    while time.monotonic() < deadline:
+                        kids = driver.worker_pids_children(w.proc.pid)
+                        if len(kids) == spares and all(st == "S" for _, st in kids):
+                            break
+                        time.sleep(0.01)
+                    self.assertEqual(len(kids), spares, (flags, kids))
+                    self.assertEqual(w.quit(), 0)
+                finally:
+                    w.close()
+        finally:
+            shutil.rmtree(tmp)
+
     def test_entrypoint_argv0(self):
         tmp = tempfile.mkdtemp()
         try:

@@ -95,6 +95,9 @@ def main(argv=None):
                              "the interpreter or on PATH, as a shell would run it)")
     common.add_argument("--kill-grace", type=float, default=2.0, metavar="SECONDS",
                         help="after a hangup: SIGHUP, then SIGKILL this much later")
+    common.add_argument("--no-prefork", dest="prefork", action="store_false",
+                        help="fork each session's child when the session starts, instead of "
+                             "keeping one forked ahead of time (one idle process per worker)")
     ep = sub.add_parser("entrypoint", parents=[common],
                         help="serve console-script entry points NAME=MODULE:FUNCTION")
     ep.add_argument("targets", nargs="+", metavar="NAME=MODULE:FUNCTION",
@@ -119,7 +122,7 @@ def main(argv=None):
             default = default_argv0(name)
         worker.add(name, t.run, fork=True, argv0=argv0.get(name, default))
         startup.append(t)
-    worker.serve(startup, kill_grace=args.kill_grace)
+    worker.serve(startup, kill_grace=args.kill_grace, prefork=args.prefork)
 
 
 if __name__ == "__main__":

@@ -83,20 +83,29 @@ class Channel:
 
     # -- blocking helpers for the idle loop ------------------------------------------------
 
-    def poll(self, timeout, read=True):
-        """Waits until the socket is readable (if read) or writable with pending output."""
+    def poll(self, timeout, read=True, extra=None):
+        """Waits until the socket is readable (if read) or writable with pending output,
+        or until descriptor `extra` is readable: then returns True."""
         events = (select.POLLIN if read and not self.eof else 0) | (
             select.POLLOUT if self.out and not self.dead else 0
         )
-        if not events:
-            return
+        if not events and extra is None:
+            return False
         p = select.poll()
-        p.register(self.fd, events)
-        for _, ev in p.poll(None if timeout is None else max(0, timeout) * 1000):
+        if events:
+            p.register(self.fd, events)
+        if extra is not None:
+            p.register(extra, select.POLLIN)
+        extra_ready = False
+        for fd, ev in p.poll(None if timeout is None else max(0, timeout) * 1000):
+            if fd == extra:
+                extra_ready = True
+                continue
             if ev & select.POLLOUT or (ev & (select.POLLERR | select.POLLHUP) and self.out):
                 self.flush_some()
             if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
                 self.read_some()
+        return extra_ready
 
     def recv_chunk(self, timeout=None):
         """The next chunk, flushing output meanwhile. None at end of stream or timeout."""

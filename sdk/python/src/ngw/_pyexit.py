@@ -38,9 +38,10 @@ def user_traceback(tb):
     return tb
 
 
-def run_main(fn):
+def run_main(fn, before_exit=None):
     """Runs `fn()` the way the interpreter runs a main module, in a forked session child.
-    Never returns: ends the process with the status a cold run would have."""
+    Never returns: ends the process with the status a cold run would have.
+    `before_exit(status)` runs last, right before _exit (not when dying of SIGINT)."""
     status = 0
     reraise_sigint = False
     try:
@@ -69,6 +70,11 @@ def run_main(fn):
         try:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
+        except BaseException:
+            pass
+    elif before_exit is not None:
+        try:
+            before_exit(status)
         except BaseException:
             pass
     os._exit(status)

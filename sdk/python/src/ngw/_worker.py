@@ -69,11 +69,14 @@ class Worker:
         """Registers `fn` as command `name` (the decorator's non-decorator form)."""
         self.command(name, fork=fork, argv0=argv0)(fn)
 
-    def serve(self, preload=(), *, kill_grace=2.0, max_chunk=_wire.DEFAULT_MAX_CHUNK):
+    def serve(self, preload=(), *, kill_grace=2.0, max_chunk=_wire.DEFAULT_MAX_CHUNK,
+              prefork=True):
         """Runs the worker until ngd says quit or goes away; never returns (exits the
         process). `preload`: module names to import (or callables to call) before the
         hello; a failure is reported to ngd and the log. `kill_grace`: seconds
-        between SIGHUP and SIGKILL when a fork-mode session is hung up."""
+        between SIGHUP and SIGKILL when a fork-mode session is hung up. `prefork`: after
+        each fork-mode session, fork the next session's child ahead of time (one idle
+        process per worker; docs/ngw.md section 11.5)."""
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("ngw: serve() must run in the main thread (it handles signals)")
         chan = _open_channel(max_chunk)
@@ -103,7 +106,10 @@ class Worker:
         if any(c.fork for c in self.commands.values()):
             from ._fork import ForkRunner
 
-            self._fork = ForkRunner(log, kill_grace, _env_delta(env_before, os.environ))
+            self._fork = ForkRunner(log, kill_grace, _env_delta(env_before, os.environ),
+                                    prefork=prefork)
+            self._fork.commands = {n: c for n, c in self.commands.items() if c.fork}
+            self._fork.private_fds.append(chan.fileno())
             # Preloaded objects stay out of the collector: fewer copy-on-write faults.
             if self._inline is not None:
                 self._fork.private_fds.extend(self._inline.private_fds())
@@ -127,14 +133,32 @@ class Worker:
         except _wire.ProtocolError as e:
             log("ngw: protocol error: %s; exiting" % e)
             status = EXIT_PROTOCOL
+        finally:
+            if self._fork is not None:
+                self._fork.shutdown()
         chan.flush_all(timeout=5)
         chan.close()
         sys.exit(status)
 
+    def _recv(self, chan):
+        """The next chunk between sessions (None at end of stream); meanwhile reaps the
+        fork runner's children as they exit, so none stays a zombie while idle."""
+        runner = self._fork
+        while True:
+            c = chan.next_chunk()
+            if c is not None or chan.eof:
+                return c
+            chan.flush_some()
+            if runner is not None and runner.watching():
+                if chan.poll(None, extra=runner.wake_r.fileno()):
+                    runner.reap()
+            else:
+                chan.poll(None)
+
     def _loop(self, chan):
         header = HeaderBuilder()
         while True:
-            c = chan.recv_chunk()
+            c = self._recv(chan)
             if c is None:
                 return 0  # ngd closed the channel
             ty, payload = c
@@ -163,8 +187,11 @@ class Worker:
             chan.send(_wire.STDERR, msg.encode("utf-8", "surrogateescape"))
             chan.send(_wire.EXIT, b"127\n")
             return False, False
-        runner = self._fork if cmd.fork else self._inline
-        return runner.run(chan, info, cmd)
+        if cmd.fork:
+            return self._fork.run(chan, info, cmd)
+        if self._fork is not None:
+            self._fork.discard_spare()
+        return self._inline.run(chan, info, cmd)
 
 
 def _env_delta(before, after):

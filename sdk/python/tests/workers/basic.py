@@ -154,6 +154,17 @@ def fexit(ctx):
     sys.exit(int(mode))
 
 
+@ngw.command("fforkret", fork=True)
+def fforkret(ctx):
+    # A child of the command that returns through the SDK too (its exit report must not
+    # be taken for the session's).
+    pid = os.fork()
+    if pid == 0:
+        return 5
+    os.waitpid(pid, 0)
+    return 3
+
+
 @ngw.command("fcaptured", fork=True)
 def fcaptured(ctx):
     CAPTURED_STDOUT.write("through the stream object captured at import\n")
@@ -226,4 +237,5 @@ def ftty(ctx):
     sys.stdout.write("line1\nline2\n")
 
 
-ngw.serve(kill_grace=float(os.environ.get("TEST_KILL_GRACE", "0.5")))
+ngw.serve(kill_grace=float(os.environ.get("TEST_KILL_GRACE", "0.5")),
+          prefork=os.environ.get("TEST_PREFORK", "1") != "0")
