@@ -125,6 +125,9 @@ pub struct EventLoop {
     revisit: Vec<usize>,
     /// Where to re-read the configuration from.
     reload: crate::ReloadSource,
+    /// When to hand freed memory back to the kernel ([`crate::memory`]): set when a
+    /// connection closes, acted on if none is open by then.
+    release_memory_at: Option<Instant>,
     /// Called once the server is ready: listening, and every plugin that learns its
     /// commands from its worker's hello has heard it (or failed).
     pub(crate) on_ready: Option<crate::ReadyCallback>,
@@ -192,6 +195,7 @@ impl EventLoop {
             dirty_conns: Vec::new(),
             revisit: Vec::new(),
             reload,
+            release_memory_at: None,
             on_ready: None,
         };
         for pool in 0..event_loop.host.pools.len() {
@@ -271,6 +275,13 @@ impl EventLoop {
                 }
             }
             self.fire_timers(now);
+            if self.release_memory_at.is_some_and(|t| now >= t) {
+                self.release_memory_at = None;
+                if self.conns.is_empty() {
+                    let released = crate::memory::release_free_memory();
+                    tracing::debug!(released, "quiet: freed memory handed back");
+                }
+            }
             if self.host.next_deadline().is_some_and(|t| now >= t) {
                 self.host_tick(now);
             }
@@ -422,6 +433,7 @@ impl EventLoop {
             }
         };
         consider(self.accept_paused_until);
+        consider(self.release_memory_at);
         consider(self.host.next_deadline());
         if let Some(s) = &self.stopping {
             consider(Some(s.cancel_at));
@@ -588,6 +600,7 @@ impl EventLoop {
         }
         let _ = conn.stream.deregister(self.poll.registry());
         tracing::debug!(conn = conn.serial, peer = %conn.peer, "closed");
+        self.release_memory_at = Some(Instant::now() + crate::memory::QUIET_AFTER);
     }
 
     fn schedule(&mut self, slot: usize) {

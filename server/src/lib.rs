@@ -25,6 +25,7 @@ pub mod builtins;
 pub mod config;
 pub mod conn;
 pub mod event_loop;
+pub mod memory;
 pub mod nail;
 pub mod plugin;
 pub mod pool;
