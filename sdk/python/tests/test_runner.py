@@ -3,6 +3,7 @@ CLI byte for byte, packaging, and a timing printout."""
 
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -162,12 +163,36 @@ class Runner(unittest.TestCase):
         self.assertEqual(default_argv0("aws"), aws_script())
 
 
+AWS_PRELOADS = ["--preload", "ngw.programs.awscli"]
+FAKE_SERVICE = {
+    "version": "2.0",
+    "metadata": {"apiVersion": "2026-01-01", "endpointPrefix": "SERVICE", "jsonVersion": "1.1",
+                 "protocol": "json", "serviceFullName": "ngw test service", "serviceId": "SERVICE",
+                 "signatureVersion": "v4", "targetPrefix": "NgwTest", "uid": "SERVICE-2026-01-01"},
+    "operations": {"Ping": {"name": "Ping", "http": {"method": "POST", "requestUri": "/"},
+                            "input": {"shape": "PingRequest"}}},
+    "shapes": {"PingRequest": {"type": "structure", "members": {}}},
+}
+
+
+def add_fake_service(data_path, name):
+    """A minimal service model `name` under an AWS_DATA_PATH directory."""
+    directory = os.path.join(data_path, name, "2026-01-01")
+    os.makedirs(directory)
+    model = json.dumps(FAKE_SERVICE).replace("SERVICE", name)
+    with open(os.path.join(directory, "service-2.json"), "w") as f:
+        f.write(model)
+
+
 class Aws(unittest.TestCase):
+    """The aws CLI served with ngw.programs.awscli, without ngw.memo.botocore (AwsMemo: with
+    both, as examples/aws.toml serves it)."""
+
+    preloads = AWS_PRELOADS
+
     @classmethod
     def setUpClass(cls):
-        cls.w = driver.Worker(RUNNER + ["entrypoint", "aws=awscli.clidriver:main",
-                                        "--preload", "awscli.clidriver",
-                                        "--preload", "awscli.handlers"])
+        cls.w = driver.Worker(RUNNER + ["entrypoint", "aws=awscli.clidriver:main"] + cls.preloads)
         cls.w.hello(60)
 
     @classmethod
@@ -177,16 +202,41 @@ class Aws(unittest.TestCase):
         finally:
             cls.w.close()
 
-    def _compare(self, args):
-        env = client_env()
+    def _compare(self, args, normalise=None, **extra_env):
+        env = client_env(**extra_env)
         cwd = tempfile.gettempdir()
         cold = subprocess.run([aws_script()] + args, env=env, cwd=cwd,
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
         warm = self.w.run("aws", args, env=env, cwd=cwd)
-        self.assertEqual(bytes(warm.stdout), cold.stdout, args)
-        self.assertEqual(bytes(warm.stderr), cold.stderr, args)
+        fix = normalise or (lambda b: b)
+        self.assertEqual(fix(bytes(warm.stdout)), fix(cold.stdout), args)
+        self.assertEqual(fix(bytes(warm.stderr)), fix(cold.stderr), args)
         self.assertEqual(warm.code, cold.returncode, args)
         return warm, cold
+
+    def test_configure_list_is_byte_identical(self):
+        self._compare(["configure", "list"])
+
+    def test_debug_log_records_are_the_same(self):
+        # --debug writes every event name botocore aliases and every handler it calls;
+        # only the timestamps and object addresses differ from run to run.
+        def normalise(b):
+            b = re.sub(rb"(?m)^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", b"T ", b)
+            return re.sub(rb"0x[0-9a-f]+", b"0x?", b)
+
+        warm, cold = self._compare(["--debug", "configure", "list"], normalise)
+        self.assertIn(b"botocore.hooks - DEBUG - ", cold.stderr)
+
+    def test_client_data_path_is_scanned_on_every_run(self):
+        # A service model under the client's AWS_DATA_PATH, added after the worker started
+        # and after a run that did not see it, is seen by the next run, as cold.
+        with tempfile.TemporaryDirectory() as data:
+            warm, _ = self._compare(["ngwtestsvc"], AWS_DATA_PATH=data)
+            self.assertIn(b"Invalid choice", bytes(warm.stderr))
+            add_fake_service(data, "ngwtestsvc")
+            warm, _ = self._compare(["ngwtestsvc"], AWS_DATA_PATH=data)
+            self.assertIn(b"the following arguments are required: operation",
+                          bytes(warm.stderr))
 
     def test_version_is_byte_identical(self):
         warm, cold = self._compare(["--version"])
@@ -197,6 +247,12 @@ class Aws(unittest.TestCase):
         self._compare(["no-such-service-ngw"])  # usage error on stderr, exit 2
         self._compare(["sts", "get-caller-identity", "--region", "us-east-1",
                        "--endpoint-url", "http://127.0.0.1:9", "--cli-connect-timeout", "1"])
+
+
+class AwsMemo(Aws):
+    """The same, as examples/aws.toml serves it: with ngw.memo.botocore preloaded."""
+
+    preloads = AWS_PRELOADS + ["--preload", "ngw.memo.botocore"]
 
 
 class Packaging(unittest.TestCase):

@@ -22,7 +22,7 @@ import termios
 import threading
 import time
 
-from . import _pyexit, _wire
+from . import _pyexit, _rules, _wire
 
 try:  # the C functions: signal's wrappers turn every signal of a mask into an enum member
     from _signal import getsignal as _getsignal  # (~2 us each: 0.1 ms for a full mask)
@@ -78,12 +78,21 @@ def _load_libc():
 _KEEP = []
 
 
-def _environ_plan(env, delta):
+def _environ_plan(env, delta, rules=None):
     """The child's environment as os.environ's data ({bytes: bytes}) and as C `environ`
     entries (b"NAME=VALUE"): the client's environment, in its order, then the preload
-    delta applied as os.environ assignments would apply it."""
+    delta applied as os.environ assignments would apply it, except for variables with a
+    rule (ngw.environ_rule), which the rule computes from the client's environment."""
     final = dict(env)
     for name, value in delta.items():
+        if rules and name in rules:
+            continue
+        if value is None:
+            final.pop(name, None)
+        else:
+            final[name] = value
+    for name, rule in (rules or {}).items():
+        value = rule(env.get(name), env)
         if value is None:
             final.pop(name, None)
         else:
@@ -179,6 +188,7 @@ class ForkRunner:
         self.log = log
         self.kill_grace = kill_grace
         self.env_delta = env_delta or {}
+        self.env_rules = dict(_rules.RULES)
         self.prefork = prefork
         self.commands = {}  # name -> Command, for spares (they learn the name over the socket)
         self.private_fds = []  # the rest of the worker's plumbing, closed in every child
@@ -648,7 +658,7 @@ class ForkRunner:
         it, in ~1/5 of the time in a fresh child: the old data is left alone rather than
         freed, and on Linux the C `environ` is pointed at a new array instead of ~2
         setenv() calls' worth of page faults per variable."""
-        data, entries = _environ_plan(env, self.env_delta)
+        data, entries = _environ_plan(env, self.env_delta, self.env_rules)
         _KEEP.append(os.environ._data)
         if self._environ is not None:
             array = self._environ_array(len(entries))(*entries)
@@ -686,7 +696,7 @@ class ForkRunner:
         p = select.poll()
         p.register(ctl, select.POLLIN)
         env = dict(os.environ)
-        data, entries = _environ_plan(env, self.env_delta)
+        data, entries = _environ_plan(env, self.env_delta, self.env_rules)
         if self._environ is not None:
             self._environ_array(len(entries))(*entries)
         if p.poll(0):
