@@ -1,7 +1,7 @@
 """ngw.memo.botocore and ngw.programs.awscli, against the behaviour they stand in for:
 botocore without the memos, and `import awscli` in a fresh interpreter."""
 
-import functools
+import importlib
 import json
 import os
 import subprocess
@@ -85,16 +85,22 @@ class BotocoreMemo(unittest.TestCase):
         self.assertIn(False, memo["frozen"])
 
 
+def sdk_module(name):
+    """Imports `name` from this SDK's sources (the tests run with them on sys.path when
+    started by run-tests; this also works when they are not)."""
+    sys.path.insert(0, SRC)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(SRC)
+
+
 AWSCLI_ORACLE = "import os, awscli; print(os.environ.get('AWS_DATA_PATH'))"
 
 
 class AwscliRule(unittest.TestCase):
     def test_aws_data_path_matches_a_cold_import(self):
-        sys.path.insert(0, SRC)
-        try:
-            from ngw.programs.awscli import aws_data_path
-        finally:
-            sys.path.remove(SRC)
+        aws_data_path = sdk_module("ngw.programs.awscli").aws_data_path
         cases = [None, "", "/x", "/x:/y", "~/models", "~root/m", "$NGWT_DIR/a:${NGWT_DIR}b",
                  "$NGWT_UNSET/c", "~", "relative/dir"]
         for value in cases:
@@ -114,11 +120,8 @@ class AwscliRule(unittest.TestCase):
 
 class ExpandFunctions(unittest.TestCase):
     def test_same_as_os_path_with_that_environment(self):
-        sys.path.insert(0, SRC)
-        try:
-            from ngw._rules import expanduser, expandvars
-        finally:
-            sys.path.remove(SRC)
+        rules = sdk_module("ngw._rules")
+        expanduser, expandvars = rules.expanduser, rules.expandvars
         env = {"A": "1", "B_2": "two", "HOME": "/h/me/"}
         saved = dict(os.environ)
         try:
