@@ -1,14 +1,17 @@
 """Where a warm `aws` run's time goes, without ngd in the way (run by benches/plugin-bench
 with the worker's interpreter; prints one JSON object).
 
-Imports awscli as the aws worker does (awscli.clidriver, awscli.handlers), then, in
-alternating order, measures for `aws ARGS`:
+Imports awscli as the aws worker does (awscli.clidriver and awscli.handlers, which is what
+--preload ngw.programs.awscli imports) and ngw.memo.botocore, which patches botocore and
+fills its memos here, in the parent, and gc.freeze()s it all as the worker does. The
+patches are switched off or on before each fork (the parent's state is otherwise the same
+for every mode). Then, in alternating order, measures for `aws ARGS`:
 
   fork+exit     fork and reap a child that exits at once: the kernel's cost of forking and
                 tearing down this interpreter (page tables, then copy-on-write faults)
-  main, forked  awscli.clidriver.main() in a forked child, as ngw runs it
-  main, memo    the same with botocore's data-directory scan memoised in the parent
-                (benches/plugin/ngbench_awscache.py)
+  main, forked  awscli.clidriver.main() in a forked child, as ngw runs it, without the
+                memos (--preload ngw.programs.awscli only)
+  main, memo    the same with ngw.memo.botocore's memos (examples/aws.toml's preloads)
   main, cold    main() in this process itself after import, as a cold `aws` runs it after
                 its imports: no fork, so no copy-on-write faults (measured once per process,
                 in fresh processes)
@@ -16,9 +19,10 @@ alternating order, measures for `aws ARGS`:
 with the child's minor page faults, and the modules main() imports (more preloads can
 only help if that is not zero).
 
-Usage: python3 aws_probe.py RUNS ARGS...
+Usage: PYTHONPATH=sdk/python/src python3 aws_probe.py RUNS ARGS...
 """
 
+import gc
 import json
 import os
 import resource
@@ -56,9 +60,32 @@ def main():
     args = sys.argv[2:]
     import awscli.clidriver
     import awscli.handlers  # noqa: F401
+    import botocore.compat
+    import botocore.hooks
     import botocore.loaders
 
-    original = botocore.loaders.Loader.list_available_services
+    # What ngw.memo.botocore replaces (see its _install_* functions).
+    patched = [(botocore.loaders.Loader, "list_available_services"),
+               (botocore.hooks.EventAliaser, "_alias_event_name"),
+               (botocore.compat, "accepts_kwargs"),
+               (botocore.hooks, "accepts_kwargs")]
+    original = [getattr(obj, name) for obj, name in patched]
+    import ngw.memo.botocore  # noqa: F401  (patches botocore and fills the memos)
+
+    memo = [getattr(obj, name) for obj, name in patched]
+    if ngw.memo.botocore.skipped or any(a is b for a, b in zip(original, memo)):
+        sys.exit(f"ngw.memo.botocore did not patch everything (skipped: "
+                 f"{ngw.memo.botocore.skipped}); update aws_probe.py's list")
+
+    # As the ngw worker does before serving: preloaded objects out of the collector, so a
+    # child's collections do not touch (and copy) every page they are on.
+    gc.collect()
+    gc.freeze()
+
+    def use(functions):
+        for (obj, name), fn in zip(patched, functions):
+            setattr(obj, name, fn)
+
     devnull = os.open(os.devnull, os.O_WRONLY)
 
     def run_in_child(mode):
@@ -91,16 +118,9 @@ def main():
 
     modes = ["fork+exit", "main, forked", "main, memo"]
     results = {m: [] for m in modes + ["main, cold"]}
-    memo_installed = False
     for i in range(runs + 1):
         for mode in (modes if i % 2 == 0 else modes[::-1]):
-            if mode == "main, memo" and not memo_installed:
-                sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-                import ngbench_awscache  # noqa: F401  (patches and fills the memo)
-                memo_installed = True
-            botocore.loaders.Loader.list_available_services = (
-                sys.modules["ngbench_awscache"]._list_available_services
-                if mode == "main, memo" else original)
+            use(memo if mode == "main, memo" else original)
             res = run_in_child(mode)
             if i > 0:
                 results[mode].append(res)
