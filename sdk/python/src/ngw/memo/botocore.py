@@ -55,7 +55,8 @@ _installed = False
 skipped = []
 _hits = {"scan": 0, "alias": 0, "argspec": 0}
 
-# (path, type_name) -> frozenset of service names, for paths inside a frozen package.
+# (path, type_name, file loader class) -> frozenset of service names, for paths inside
+# a frozen package.
 _scan_memo = {}
 # event name -> aliased name, for emitters using botocore's default EVENT_ALIASES.
 _alias_memo = {}
@@ -104,7 +105,8 @@ def _with_paths(loader, paths):
 
 
 def _scan(loader, path, type_name, original):
-    key = (path, type_name)
+    # The file loader decides which files count (botocore's: .json and .json.gz).
+    key = (path, type_name, type(loader.file_loader))
     found = _scan_memo.get(key)
     if found is None:
         found = frozenset(original(_with_paths(loader, [path]), type_name))
