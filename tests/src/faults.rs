@@ -25,6 +25,7 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub use crate::plugins::{all_processes, describe, proc_info, Proc};
 use crate::plugins::{python, repo_root, send_signal, Json, Plugin, PluginServer, TAG_VAR};
 use crate::server::Address;
 use crate::wire::{Chunk, Stream};
@@ -66,68 +67,6 @@ pub fn sdk_plugin(base: &str) -> Plugin {
     Plugin::new(&unique(base), &command)
 }
 
-/// One process, from `/proc/<pid>/stat`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Proc {
-    /// Process id.
-    pub pid: u32,
-    /// Parent's pid.
-    pub ppid: u32,
-    /// Process group.
-    pub pgrp: u32,
-    /// Session.
-    pub sid: u32,
-    /// `R`, `S`, `Z`...
-    pub state: char,
-    /// Start time in clock ticks since boot.
-    pub start: u64,
-    /// The command line, or `[comm]`.
-    pub cmdline: String,
-}
-
-/// `/proc/<pid>/stat` of one process, if it exists.
-pub fn proc_info(pid: u32) -> Option<Proc> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let comm = &stat[open + 1..close];
-    let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-    let field = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok());
-    let id = |i: usize| field(i).and_then(|v| u32::try_from(v).ok());
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| {
-            String::from_utf8_lossy(&b)
-                .trim_end_matches('\0')
-                .replace('\0', " ")
-        })
-        .unwrap_or_default();
-    Some(Proc {
-        pid,
-        state: rest.first()?.chars().next()?,
-        ppid: id(1)?,
-        pgrp: id(2)?,
-        sid: id(3)?,
-        start: field(19)?,
-        cmdline: if cmdline.is_empty() {
-            format!("[{comm}]")
-        } else {
-            cmdline
-        },
-    })
-}
-
-/// Every process now.
-pub fn all_processes() -> Vec<Proc> {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                .filter_map(proc_info)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Whether `pid`'s environment holds exactly the entry `entry` (`NAME=value`).
 pub fn environ_has(pid: u32, entry: &str) -> bool {
     std::fs::read(format!("/proc/{pid}/environ"))
@@ -137,23 +76,6 @@ pub fn environ_has(pid: u32, entry: &str) -> bool {
 /// Whether process `pid` exists and is not a zombie.
 pub fn running(pid: u32) -> bool {
     proc_info(pid).is_some_and(|p| p.state != 'Z')
-}
-
-/// One line per process, for messages.
-pub fn describe(procs: &[Proc]) -> String {
-    if procs.is_empty() {
-        return "  (none)".to_string();
-    }
-    procs
-        .iter()
-        .map(|p| {
-            format!(
-                "  pid {} ppid {} pgrp {} sid {} state {} {}",
-                p.pid, p.ppid, p.pgrp, p.sid, p.state, p.cmdline
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Every process that `ngd` (pid `ngd`) started and that still exists: workers, session

@@ -665,27 +665,27 @@ pub struct Proc {
     pub pid: u32,
     /// Parent's pid.
     pub ppid: u32,
-    /// Session id.
+    /// Process group.
+    pub pgrp: u32,
+    /// Session.
     pub sid: u32,
     /// `R`, `S`, `Z`...
     pub state: char,
-    /// Start time in clock ticks since boot (tells a reused pid apart).
+    /// Start time in clock ticks since boot.
     pub start: u64,
-    /// The command line (or `[comm]` for a zombie).
+    /// The command line, or `[comm]`.
     pub cmdline: String,
 }
 
-/// `/proc/<pid>/stat` and `cmdline` of one process, if it exists.
+/// `/proc/<pid>/stat` of one process, if it exists.
 pub fn proc_info(pid: u32) -> Option<Proc> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let open = stat.find('(')?;
     let close = stat.rfind(')')?;
     let comm = &stat[open + 1..close];
     let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-    let state = rest.first()?.chars().next()?;
-    let ppid = rest.get(1)?.parse().ok()?;
-    let sid = rest.get(3)?.parse().ok()?;
-    let start = rest.get(19)?.parse().ok()?;
+    let field = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok());
+    let id = |i: usize| field(i).and_then(|v| u32::try_from(v).ok());
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|b| {
             String::from_utf8_lossy(&b)
@@ -693,19 +693,31 @@ pub fn proc_info(pid: u32) -> Option<Proc> {
                 .replace('\0', " ")
         })
         .unwrap_or_default();
-    let cmdline = if cmdline.is_empty() {
-        format!("[{comm}]")
-    } else {
-        cmdline
-    };
     Some(Proc {
         pid,
-        ppid,
-        sid,
-        state,
-        start,
-        cmdline,
+        state: rest.first()?.chars().next()?,
+        ppid: id(1)?,
+        pgrp: id(2)?,
+        sid: id(3)?,
+        start: field(19)?,
+        cmdline: if cmdline.is_empty() {
+            format!("[{comm}]")
+        } else {
+            cmdline
+        },
     })
+}
+
+/// Every process now.
+pub fn all_processes() -> Vec<Proc> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter_map(proc_info)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Whether process `pid` exists (zombies included).
@@ -734,14 +746,7 @@ fn has_tag(pid: u32, entry: &[u8]) -> bool {
 fn scan(ngd: u32, tag: &str, seen: &Seen) -> Vec<Proc> {
     let me = std::process::id();
     let entry = format!("{TAG_VAR}={tag}").into_bytes();
-    let all: Vec<Proc> = std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                .filter_map(proc_info)
-                .collect()
-        })
-        .unwrap_or_default();
+    let all = all_processes();
     let parents: BTreeMap<u32, u32> = all.iter().map(|p| (p.pid, p.ppid)).collect();
     let descends_from_ngd = |mut pid: u32| {
         for _ in 0..64 {
@@ -775,8 +780,8 @@ pub fn describe(procs: &[Proc]) -> String {
         .iter()
         .map(|p| {
             format!(
-                "  pid {} ppid {} sid {} state {} {}",
-                p.pid, p.ppid, p.sid, p.state, p.cmdline
+                "  pid {} ppid {} pgrp {} sid {} state {} {}",
+                p.pid, p.ppid, p.pgrp, p.sid, p.state, p.cmdline
             )
         })
         .collect::<Vec<_>>()
