@@ -116,6 +116,21 @@ class ForkExit(WorkerTest):
         self.assertIn(b"ngw: cannot start finfo: [Errno 2] No such file or directory",
                       bytes(r.stderr))
 
+    def test_environ_rule_computes_the_variable(self):
+        env = client_env(RULE_TEST_VAR="abc", RULE_TEST_SUFFIX="x")
+        got = json.loads(self.run_ok("finfo", env=env).stdout)
+        self.assertEqual(got["env"]["RULE_TEST_VAR"], "abc+x")
+        got = json.loads(self.run_ok("finfo", env=client_env()).stdout)
+        self.assertNotIn("RULE_TEST_VAR", got["env"])
+
+    def test_failing_environ_rule_fails_the_start(self):
+        r = self.w.run("finfo", env=client_env(RULE_TEST_VAR="raise"))
+        self.assertEqual(r.code, 126)
+        self.assertEqual(bytes(r.stdout), b"")
+        self.assertIn(b"ngw: cannot start finfo: rule refused", bytes(r.stderr))
+        # The worker goes on serving.
+        self.run_ok("finfo", env=client_env())
+
     def test_no_directory_sent(self):
         got = json.loads(self.run_ok("finfo", env=client_env()).stdout)
         self.assertEqual(got["cwd"], os.getcwd())  # the worker's, inherited

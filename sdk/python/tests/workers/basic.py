@@ -237,5 +237,15 @@ def ftty(ctx):
     sys.stdout.write("line1\nline2\n")
 
 
+def _test_rule(value, env):
+    """An environment rule (ngw.environ_rule) for test_fork: derives the variable from the
+    client's value and another variable of its environment; "raise" makes it fail."""
+    if value == "raise":
+        raise ValueError("rule refused")
+    return None if value is None else value + "+" + env.get("RULE_TEST_SUFFIX", "")
+
+
+ngw.environ_rule("RULE_TEST_VAR", _test_rule)
+
 ngw.serve(kill_grace=float(os.environ.get("TEST_KILL_GRACE", "0.5")),
           prefork=os.environ.get("TEST_PREFORK", "1") != "0")
