@@ -43,12 +43,15 @@ impl ChunkType {
     pub const WORKER_HELLO: Self = Self(b'h');
     /// `i`: ngw interrupt (ngd to worker): the client is gone, or a signal name.
     pub const WORKER_INTERRUPT: Self = Self(b'i');
-    /// `p`: ngw ping (ngd to worker), only between sessions.
+    /// `p`: ngw ping (ngd to worker): between sessions, or any time to a `mux` worker.
     pub const WORKER_PING: Self = Self(b'p');
     /// `o`: ngw pong (worker to ngd), the answer to `p`.
     pub const WORKER_PONG: Self = Self(b'o');
     /// `q`: ngw quit (ngd to worker): finish and exit.
     pub const WORKER_QUIT: Self = Self(b'q');
+    /// `s`: ngw session select (both ways, `mux` workers only): the following session
+    /// chunks in that direction belong to the session whose id is the payload.
+    pub const WORKER_SELECT: Self = Self(b's');
 
     /// True for the twelve types of the Nailgun protocol proper.
     pub fn is_nailgun(self) -> bool {

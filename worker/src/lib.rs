@@ -1,0 +1,49 @@
+//! `ngw`: the worker side of ngd's worker protocol (`docs/ngw.md`), for workers written in
+//! Rust and for the bridges that carry other plugin protocols (`docs/ngw.md` §15.2).
+//!
+//! A worker is started by ngd with a channel on the fd named by `NGW_FD`. It says hello,
+//! then serves sessions: each one is a client's command line, environment, directory and
+//! stdio, and ends with an exit code. With [`Hello::max_sessions`] above 1 the worker
+//! announces `mux` and runs that many sessions at once, each on its own thread.
+//!
+//! ```no_run
+//! use std::io::Write;
+//! let channel = ngw::Channel::from_env().unwrap_or_else(|e| ngw::exit_spawn_error(&e));
+//! let hello = ngw::Hello::new(["greet"]).max_sessions(16);
+//! channel.serve(hello, |s: &mut ngw::Session| {
+//!     let _ = writeln!(s.stdout(), "hello, {}", s.args_lossy().join(" "));
+//!     0
+//! }).unwrap();
+//! ```
+//!
+//! The runtime is blocking std I/O: one thread reads the channel (and answers pings at
+//! once), writers share it under a lock, and each session runs the handler on a thread of
+//! its own. A session's [`Stdin`] asks ngd for input lazily (one `S` when its buffer is
+//! empty); its [`Output`]s send `1`/`2` chunks of at most 64 KiB. When the client goes away
+//! the session is told ([`Session::hung_up`]), its stdin reads end of file and its output
+//! is discarded; the handler's return value is still sent as the session's `X`.
+
+mod bridge;
+mod channel;
+mod session;
+
+pub use bridge::BridgeConfig;
+pub use channel::{exit_spawn_error, Channel, Error, Hello};
+pub use session::{Interrupt, Output, Session, Stdin};
+
+/// A session handler: runs one command and returns its exit code (0–255).
+///
+/// Called on a thread of its own per session; with `max_sessions` above 1, concurrently.
+pub trait Handler: Send + Sync + 'static {
+    /// Runs the session's command.
+    fn run(&self, session: &mut Session) -> i32;
+}
+
+impl<F> Handler for F
+where
+    F: Fn(&mut Session) -> i32 + Send + Sync + 'static,
+{
+    fn run(&self, session: &mut Session) -> i32 {
+        self(session)
+    }
+}
