@@ -52,6 +52,9 @@ impl ChunkType {
     /// `s`: ngw session select (both ways, `mux` workers only): the following session
     /// chunks in that direction belong to the session whose id is the payload.
     pub const WORKER_SELECT: Self = Self(b's');
+    /// `n`: ngw notice (worker to ngd, `notices` workers only): a JSON object saying what
+    /// happened (a fallback, stale code, retiring).
+    pub const WORKER_NOTICE: Self = Self(b'n');
 
     /// True for the twelve types of the Nailgun protocol proper.
     pub fn is_nailgun(self) -> bool {
@@ -92,6 +95,8 @@ impl ChunkType {
             Self::WORKER_PING => "worker-ping",
             Self::WORKER_PONG => "worker-pong",
             Self::WORKER_QUIT => "worker-quit",
+            Self::WORKER_SELECT => "worker-select",
+            Self::WORKER_NOTICE => "worker-notice",
             _ => "unknown",
         }
     }

@@ -75,7 +75,10 @@ impl BridgeConfig {
         let mut map = self.options.clone();
         map.insert("name".into(), Value::String(self.name.clone()));
         if let Some(cwd) = &self.cwd {
-            map.insert("cwd".into(), Value::String(cwd.to_string_lossy().into_owned()));
+            map.insert(
+                "cwd".into(),
+                Value::String(cwd.to_string_lossy().into_owned()),
+            );
         }
         let env = self
             .env
@@ -93,7 +96,8 @@ mod tests {
 
     #[test]
     fn round_trip_keeps_options() {
-        let text = r#"{"name":"inc","cwd":"/tmp","env":{"A":"1"},"gc_ms":10000,"framing":"ndjson"}"#;
+        let text =
+            r#"{"name":"inc","cwd":"/tmp","env":{"A":"1"},"gc_ms":10000,"framing":"ndjson"}"#;
         let c = BridgeConfig::from_json(text).unwrap();
         assert_eq!(c.name, "inc");
         assert_eq!(c.cwd.as_deref(), Some(std::path::Path::new("/tmp")));

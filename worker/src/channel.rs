@@ -149,6 +149,7 @@ pub(crate) struct Writer {
 struct WriterState {
     stream: UnixStream,
     mux: bool,
+    notices: bool,
     selected: Option<u64>,
     buf: BytesMut,
 }
@@ -171,6 +172,21 @@ impl Writer {
         w.stream.write_all(&w.buf)
     }
 
+    /// Sends a notice (`docs/ngw.md` §15.3) when the host takes them; otherwise writes it
+    /// to stderr, the plugin's log.
+    pub(crate) fn notice(&self, kind: &str, message: &str, session: Option<u64>) {
+        let notices = lock(&self.inner).notices;
+        if !notices {
+            eprintln!("ngw: {kind}: {message}");
+            return;
+        }
+        let mut v = json!({"kind": kind, "message": message});
+        if let Some(id) = session {
+            v["session"] = json!(id);
+        }
+        let _ = self.send_control(ChunkType::WORKER_NOTICE, v.to_string().as_bytes());
+    }
+
     /// Sends a chunk that belongs to no session (hello, pong).
     fn send_control(&self, ty: ChunkType, payload: &[u8]) -> io::Result<()> {
         let mut w = lock(&self.inner);
@@ -190,6 +206,8 @@ impl Writer {
 #[derive(Debug)]
 pub struct Channel {
     stream: UnixStream,
+    /// What ngd supports (`NGW_HOST_FEATURES`).
+    host_features: Vec<String>,
 }
 
 impl Channel {
@@ -222,23 +240,49 @@ impl Channel {
             }
             libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
         }
+        let host_features = std::env::var("NGW_HOST_FEATURES").unwrap_or_default();
         std::env::remove_var("NGW_FD");
         std::env::remove_var("NGW_VERSION");
+        std::env::remove_var("NGW_HOST_FEATURES");
         // SAFETY: the descriptor was inherited for us and nothing else owns it.
         let stream = unsafe { UnixStream::from_raw_fd(fd) };
-        Ok(Self { stream })
+        Ok(Self::from_stream(stream).host_features(&host_features))
     }
 
-    /// A channel over an already connected stream (tests, embedding).
+    /// A channel over an already connected stream (tests, embedding), with no host
+    /// features until [`Channel::host_features`] says otherwise.
     pub fn from_stream(stream: UnixStream) -> Self {
-        Self { stream }
+        Self {
+            stream,
+            host_features: Vec::new(),
+        }
+    }
+
+    /// Sets what the host supports, as `NGW_HOST_FEATURES` lists it (comma-separated).
+    pub fn host_features(mut self, list: &str) -> Self {
+        self.host_features = list
+            .split(',')
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+            .map(str::to_owned)
+            .collect();
+        self
+    }
+
+    /// Whether the host supports `feature`.
+    pub fn host_supports(&self, feature: &str) -> bool {
+        self.host_features.iter().any(|f| f == feature)
     }
 
     /// Says the worker cannot start (an error hello, `docs/ngw.md` §5) and closes.
     pub fn refuse(mut self, reason: &str) -> Result<(), Error> {
         let hello = json!({"protocol": PROTOCOL, "pid": std::process::id(), "error": reason});
         let mut buf = BytesMut::new();
-        encode(ChunkType::WORKER_HELLO, hello.to_string().as_bytes(), &mut buf);
+        encode(
+            ChunkType::WORKER_HELLO,
+            hello.to_string().as_bytes(),
+            &mut buf,
+        );
         self.stream.write_all(&buf)?;
         let _ = self.stream.shutdown(std::net::Shutdown::Write);
         Ok(())
@@ -246,22 +290,31 @@ impl Channel {
 
     /// Says hello and serves sessions until ngd says quit or closes the channel; returns
     /// once every session has ended.
-    pub fn serve<H: Handler>(self, hello: Hello, handler: H) -> Result<(), Error> {
+    ///
+    /// Sessions run one at a time unless both the hello asks for more and the host supports
+    /// `mux`.
+    pub fn serve<H: Handler>(self, mut hello: Hello, handler: H) -> Result<(), Error> {
+        if !self.host_supports("mux") {
+            hello.max_sessions = 1;
+        }
         let handler = Arc::new(handler);
         let writer = Arc::new(Writer {
             inner: Mutex::new(WriterState {
                 stream: self.stream.try_clone()?,
                 mux: hello.max_sessions > 1,
+                notices: self.host_supports("notices"),
                 selected: None,
                 buf: BytesMut::new(),
             }),
         });
-        writer.send_control(ChunkType::WORKER_HELLO, hello.to_json().to_string().as_bytes())?;
+        writer.send_control(
+            ChunkType::WORKER_HELLO,
+            hello.to_json().to_string().as_bytes(),
+        )?;
         let mut reader = Reader {
             stream: self.stream,
             decoder: Decoder::new(Limits {
                 max_chunk_len: MAX_CHUNK,
-                ..Limits::default()
             }),
             buf: BytesMut::with_capacity(64 * 1024),
             mux: hello.max_sessions > 1,
@@ -306,7 +359,10 @@ impl Running {
     fn wait_empty(&self) {
         let mut threads = lock(&self.threads);
         while *threads > 0 {
-            threads = self.emptied.wait(threads).unwrap_or_else(|p| p.into_inner());
+            threads = self
+                .emptied
+                .wait(threads)
+                .unwrap_or_else(|p| p.into_inner());
         }
     }
 
@@ -465,9 +521,7 @@ impl Reader {
                     handler.run(&mut session)
                 }))
                 .unwrap_or_else(|_| {
-                    let _ = session
-                        .stderr()
-                        .write_all(b"ngw: the command panicked\n");
+                    let _ = session.stderr().write_all(b"ngw: the command panicked\n");
                     1
                 });
                 drop(session);

@@ -26,6 +26,7 @@
 mod bridge;
 mod channel;
 mod session;
+pub mod testing;
 
 pub use bridge::BridgeConfig;
 pub use channel::{exit_spawn_error, Channel, Error, Hello};

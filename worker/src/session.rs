@@ -258,6 +258,12 @@ impl Session {
         std::mem::replace(&mut self.stdin, closed)
     }
 
+    /// Tells ngd something about this session (`docs/ngw.md` §15.3): `kind` is
+    /// `fallback`, `stale`, `retire` or an informational word.
+    pub fn notice(&self, kind: &str, message: &str) {
+        self.stdout.writer.notice(kind, message, Some(self.id));
+    }
+
     /// Environment as `(String, String)` pairs, lossily decoded.
     pub fn env_lossy(&self) -> Vec<(String, String)> {
         self.env

@@ -1,0 +1,464 @@
+//! A test driver that plays ngd's side of the channel: spawn a worker (or take a stream),
+//! read its hello, run sessions one at a time or concurrently (`mux`), and collect each
+//! session's stdout, stderr and exit code. Blocking, with a timeout on every wait; meant for
+//! tests of workers and bridges, not for production.
+
+use bytes::BytesMut;
+use ng_proto::codec::{encode, Decoder, Limits};
+use ng_proto::ChunkType;
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// One session to run.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The command name.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// The client's environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// The client's working directory.
+    pub cwd: PathBuf,
+    /// The client's stdin, given in pieces of at most 64 KiB, one per `S`, then `.`.
+    pub stdin: Vec<u8>,
+    /// Never answer `S` (for interrupt tests): the session waits for input.
+    pub hold_stdin: bool,
+}
+
+impl Request {
+    /// A request for `command` with `args`, an empty environment, the current directory
+    /// and empty stdin.
+    pub fn new<I, S>(command: &str, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        Self {
+            command: command.to_owned(),
+            args: args.into_iter().map(Into::into).collect(),
+            env: Vec::new(),
+            cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            stdin: Vec::new(),
+            hold_stdin: false,
+        }
+    }
+
+    /// Sets stdin.
+    pub fn stdin(mut self, data: impl Into<Vec<u8>>) -> Self {
+        self.stdin = data.into();
+        self
+    }
+
+    /// Adds an environment entry.
+    pub fn env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sets the working directory.
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = dir.into();
+        self
+    }
+}
+
+/// What a session produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Its stdout.
+    pub stdout: Vec<u8>,
+    /// Its stderr.
+    pub stderr: Vec<u8>,
+    /// Its exit code (the `X` payload).
+    pub code: i32,
+}
+
+impl Outcome {
+    /// Stdout as lossy UTF-8.
+    pub fn stdout_str(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Stderr as lossy UTF-8.
+    pub fn stderr_str(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Running {
+    stdin: VecDeque<Vec<u8>>,
+    hold: bool,
+    eof_sent: bool,
+    out: Outcome,
+    done: bool,
+}
+
+/// ngd's side of one worker channel.
+#[derive(Debug)]
+pub struct Driver {
+    stream: UnixStream,
+    child: Option<Child>,
+    hello: Value,
+    decoder: Decoder,
+    buf: BytesMut,
+    mux: bool,
+    /// The session selected by the worker's last `s`.
+    selected_in: Option<u64>,
+    /// The session selected by our last `s`.
+    selected_out: Option<u64>,
+    next_id: u64,
+    sessions: HashMap<u64, Running>,
+    /// Notices received (`n` payloads).
+    pub notices: Vec<Value>,
+    /// How long any wait may take.
+    pub timeout: Duration,
+}
+
+/// The host features the driver announces.
+pub const HOST_FEATURES: &str = "mux,notices";
+
+impl Driver {
+    /// Spawns `cmd` as a worker (channel on fd 3, `NGW_FD`, `NGW_VERSION`,
+    /// `NGW_HOST_FEATURES`) and reads its hello.
+    pub fn spawn(mut cmd: Command) -> io::Result<Self> {
+        let (ours, theirs) = UnixStream::pair()?;
+        let fd = theirs.as_raw_fd();
+        cmd.env("NGW_FD", "3")
+            .env("NGW_VERSION", "1")
+            .env("NGW_HOST_FEATURES", HOST_FEATURES);
+        // SAFETY: dup2 and fcntl are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                if fd == 3 {
+                    let flags = libc::fcntl(3, libc::F_GETFD);
+                    libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+                } else if libc::dup2(fd, 3) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn()?;
+        drop(theirs);
+        let mut d = Self::new(ours);
+        d.child = Some(child);
+        d.read_hello()?;
+        Ok(d)
+    }
+
+    /// Drives a worker already connected on `stream` (for in-process tests); reads its
+    /// hello.
+    pub fn over(stream: UnixStream) -> io::Result<Self> {
+        let mut d = Self::new(stream);
+        d.read_hello()?;
+        Ok(d)
+    }
+
+    fn new(stream: UnixStream) -> Self {
+        Self {
+            stream,
+            child: None,
+            hello: Value::Null,
+            decoder: Decoder::new(Limits::default()),
+            buf: BytesMut::new(),
+            mux: false,
+            selected_in: None,
+            selected_out: None,
+            next_id: 1,
+            sessions: HashMap::new(),
+            notices: Vec::new(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    fn read_hello(&mut self) -> io::Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        let (ty, payload) = self
+            .read_chunk(deadline)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "no hello"))?;
+        if ty != ChunkType::WORKER_HELLO {
+            return Err(bad(format!("first chunk is {ty:?}, not a hello")));
+        }
+        self.hello = serde_json::from_slice(&payload).map_err(|e| bad(e.to_string()))?;
+        self.mux = self.hello["features"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == "mux"));
+        Ok(())
+    }
+
+    /// The worker's hello.
+    pub fn hello(&self) -> &Value {
+        &self.hello
+    }
+
+    /// The worker process, when spawned by the driver.
+    pub fn child(&mut self) -> Option<&mut Child> {
+        self.child.as_mut()
+    }
+
+    /// Runs one session to its end.
+    pub fn run(&mut self, req: &Request) -> io::Result<Outcome> {
+        let id = self.start(req)?;
+        self.finish(id)
+    }
+
+    /// Starts every request at once (the worker must be `mux` for more than one to run
+    /// concurrently) and returns their outcomes in order.
+    pub fn run_all(&mut self, reqs: &[Request]) -> io::Result<Vec<Outcome>> {
+        if !self.mux {
+            return reqs.iter().map(|r| self.run(r)).collect();
+        }
+        let ids = reqs
+            .iter()
+            .map(|r| self.start(r))
+            .collect::<io::Result<Vec<_>>>()?;
+        ids.into_iter().map(|id| self.finish(id)).collect()
+    }
+
+    /// Sends a session's header; returns its id.
+    pub fn start(&mut self, req: &Request) -> io::Result<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut out = BytesMut::new();
+        self.select(id, &mut out);
+        for a in &req.args {
+            encode(ChunkType::ARGUMENT, a.as_bytes(), &mut out);
+        }
+        for (k, v) in &req.env {
+            let mut e = k.as_bytes().to_vec();
+            e.push(b'=');
+            e.extend_from_slice(v.as_bytes());
+            encode(ChunkType::ENVIRONMENT, &e, &mut out);
+        }
+        encode(ChunkType::ENVIRONMENT, b"NGW_UMASK=0022", &mut out);
+        encode(
+            ChunkType::ENVIRONMENT,
+            format!("NGW_SESSION={id}").as_bytes(),
+            &mut out,
+        );
+        encode(
+            ChunkType::WORKING_DIR,
+            req.cwd.as_os_str().as_bytes(),
+            &mut out,
+        );
+        encode(ChunkType::COMMAND, req.command.as_bytes(), &mut out);
+        self.stream.write_all(&out)?;
+        let stdin = req.stdin.chunks(64 * 1024).map(<[u8]>::to_vec).collect();
+        self.sessions.insert(
+            id,
+            Running {
+                stdin,
+                hold: req.hold_stdin,
+                ..Running::default()
+            },
+        );
+        Ok(id)
+    }
+
+    fn select(&mut self, id: u64, out: &mut BytesMut) {
+        if self.mux && self.selected_out != Some(id) {
+            encode(ChunkType::WORKER_SELECT, id.to_string().as_bytes(), out);
+            self.selected_out = Some(id);
+        }
+    }
+
+    /// Sends `i` with `payload` (`hangup` or a signal name) to session `id`.
+    pub fn interrupt(&mut self, id: u64, payload: &str) -> io::Result<()> {
+        let mut out = BytesMut::new();
+        self.select(id, &mut out);
+        if payload == "hangup" {
+            if let Some(s) = self.sessions.get_mut(&id) {
+                s.hold = false;
+                s.stdin.clear();
+            }
+        }
+        encode(ChunkType::WORKER_INTERRUPT, payload.as_bytes(), &mut out);
+        self.stream.write_all(&out)
+    }
+
+    /// Releases a held stdin: the next `S` gets the rest of the request's stdin.
+    pub fn release_stdin(&mut self, id: u64) {
+        if let Some(s) = self.sessions.get_mut(&id) {
+            s.hold = false;
+        }
+    }
+
+    /// Reads until session `id` has sent its `X`; answers every session's `S` meanwhile.
+    pub fn finish(&mut self, id: u64) -> io::Result<Outcome> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if self.sessions.get(&id).is_some_and(|s| s.done) {
+                return Ok(self.sessions.remove(&id).map(|s| s.out).unwrap_or_default());
+            }
+            if !self.sessions.contains_key(&id) {
+                return Err(bad(format!("no session {id}")));
+            }
+            self.pump(deadline)?;
+        }
+    }
+
+    /// Reads and handles one chunk (waiting until `deadline`).
+    fn pump(&mut self, deadline: Instant) -> io::Result<()> {
+        let (ty, payload) = self
+            .read_chunk(deadline)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "worker closed"))?;
+        match ty {
+            ChunkType::WORKER_SELECT => {
+                let id = std::str::from_utf8(&payload)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| bad("bad `s` payload".into()))?;
+                self.selected_in = Some(id);
+            }
+            ChunkType::WORKER_NOTICE => {
+                let v = serde_json::from_slice(&payload).map_err(|e| bad(e.to_string()))?;
+                self.notices.push(v);
+            }
+            ChunkType::WORKER_PONG => {}
+            ChunkType::STDOUT | ChunkType::STDERR | ChunkType::SEND_INPUT | ChunkType::EXIT => {
+                let id = self.current_in()?;
+                let s = self
+                    .sessions
+                    .get_mut(&id)
+                    .filter(|s| !s.done)
+                    .ok_or_else(|| bad(format!("{ty:?} for unknown session {id}")))?;
+                match ty {
+                    ChunkType::STDOUT => s.out.stdout.extend_from_slice(&payload),
+                    ChunkType::STDERR => s.out.stderr.extend_from_slice(&payload),
+                    ChunkType::EXIT => {
+                        let text = String::from_utf8_lossy(&payload);
+                        s.out.code = text.trim().parse().map_err(|_| bad("bad X".into()))?;
+                        s.done = true;
+                    }
+                    _ => {
+                        if !s.hold {
+                            let (ty, data) = match s.stdin.pop_front() {
+                                Some(d) if !s.eof_sent => (ChunkType::STDIN, d),
+                                _ => {
+                                    s.eof_sent = true;
+                                    (ChunkType::STDIN_EOF, Vec::new())
+                                }
+                            };
+                            let mut out = BytesMut::new();
+                            self.select(id, &mut out);
+                            encode(ty, &data, &mut out);
+                            self.stream.write_all(&out)?;
+                        }
+                    }
+                }
+            }
+            other => return Err(bad(format!("unexpected chunk {other:?} from the worker"))),
+        }
+        Ok(())
+    }
+
+    fn current_in(&self) -> io::Result<u64> {
+        if self.mux {
+            self.selected_in
+                .ok_or_else(|| bad("session chunk before `s`".into()))
+        } else {
+            self.sessions
+                .iter()
+                .find(|(_, s)| !s.done)
+                .map(|(id, _)| *id)
+                .ok_or_else(|| bad("session chunk with no session running".into()))
+        }
+    }
+
+    /// Sends `p` and waits for the matching `o`.
+    pub fn ping(&mut self, payload: &[u8]) -> io::Result<()> {
+        let mut out = BytesMut::new();
+        encode(ChunkType::WORKER_PING, payload, &mut out);
+        self.stream.write_all(&out)?;
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let (ty, p) = self
+                .read_chunk(deadline)?
+                .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "worker closed"))?;
+            if ty == ChunkType::WORKER_PONG && p == payload {
+                return Ok(());
+            }
+            if ty == ChunkType::WORKER_NOTICE {
+                self.notices
+                    .push(serde_json::from_slice(&p).map_err(|e| bad(e.to_string()))?);
+            }
+        }
+    }
+
+    /// Sends `q` and waits for the worker to close the channel and exit.
+    pub fn quit(mut self) -> io::Result<Option<ExitStatus>> {
+        let mut out = BytesMut::new();
+        encode(ChunkType::WORKER_QUIT, b"", &mut out);
+        self.stream.write_all(&out)?;
+        let deadline = Instant::now() + self.timeout;
+        while self.read_chunk(deadline)?.is_some() {}
+        match self.child.take() {
+            Some(mut c) => loop {
+                if let Some(st) = c.try_wait()? {
+                    return Ok(Some(st));
+                }
+                if Instant::now() > deadline {
+                    let _ = c.kill();
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "worker did not exit",
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// The next chunk, or `None` at end of stream.
+    fn read_chunk(&mut self, deadline: Instant) -> io::Result<Option<(ChunkType, Vec<u8>)>> {
+        let mut scratch = [0u8; 64 * 1024];
+        loop {
+            if let Some(c) = self
+                .decoder
+                .decode(&mut self.buf)
+                .map_err(|e| bad(e.to_string()))?
+            {
+                return Ok(Some((c.ty, c.payload.to_vec())));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "worker too slow"));
+            }
+            self.stream.set_read_timeout(Some(left))?;
+            match self.stream.read(&mut scratch) {
+                Ok(0) => return Ok(None),
+                Ok(n) => self.buf.extend_from_slice(&scratch[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "worker too slow"))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn bad(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
