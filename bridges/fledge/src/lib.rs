@@ -1,6 +1,8 @@
 //! The fledge bridge: an ngw worker that owns a fledge plugin process and translates between
 //! ngw sessions and the plugin's protocol (`docs/ngw.md` §15.2).
 
+pub mod protocol;
+
 use serde_json::{Map, Value};
 use std::ffi::OsString;
 
