@@ -684,7 +684,7 @@ version = "ng-version"
         let text = "[[plugin]]\nname = \"py\"\ncommand = [\"./w.py\"]\ncwd = \"/srv\"\n";
         let c = ServerConfig::from_toml_str(text).unwrap();
         assert_eq!(c.plugins[0].command[0], "/srv/./w.py");
-        assert_eq!(c.plugins[0].max_workers, 2);
+        assert_eq!(c.plugins[0].max_workers(), 2);
         let twice = format!("{text}{text}");
         let msg = ServerConfig::from_toml_str(&twice).unwrap_err().to_string();
         assert!(msg.contains("two plugins are named 'py'"), "{msg}");

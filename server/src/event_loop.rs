@@ -101,6 +101,7 @@ pub(crate) struct LoopInit {
     pub(crate) settings: Settings,
     pub(crate) handle_signals: bool,
     pub(crate) plugins: Vec<PluginConfig>,
+    pub(crate) bridge_exe: Option<std::path::PathBuf>,
     pub(crate) reload: crate::ReloadSource,
 }
 
@@ -153,6 +154,7 @@ impl EventLoop {
             settings,
             handle_signals,
             plugins,
+            bridge_exe,
             reload,
         } = init;
         for (i, l) in listeners.iter_mut().enumerate() {
@@ -168,6 +170,7 @@ impl EventLoop {
         };
         let pool = Pool::new(settings.min_threads, settings.max_threads);
         let mut host = PluginHost::new(plugins);
+        host.bridge_exe = bridge_exe;
         if handle_signals {
             // The binary owns its process tree: adopt what workers' commands leave behind,
             // and reap it on SIGCHLD. (An embedding program keeps its own tree.)

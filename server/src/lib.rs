@@ -265,6 +265,7 @@ pub struct ServerBuilder {
     prebound: Vec<Listener>,
     handle_signals: bool,
     reload: ReloadSource,
+    bridge_exe: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerBuilder {
@@ -277,6 +278,7 @@ impl Default for ServerBuilder {
             prebound: Vec::new(),
             handle_signals: false,
             reload: ReloadSource::default(),
+            bridge_exe: None,
         }
     }
 }
@@ -338,6 +340,15 @@ impl ServerBuilder {
         self
     }
 
+    /// The executable that runs bridges for plugins that speak another protocol than ngw
+    /// (`<exe> bridge <protocol> -- <command...>`, `docs/ngw.md` §15.2). Default: this
+    /// process's own executable, which is right for the `ngd` binary; a program embedding
+    /// the server names an `ngd` binary here.
+    pub fn bridge_exe(&mut self, path: impl Into<std::path::PathBuf>) -> &mut Self {
+        self.bridge_exe = Some(path.into());
+        self
+    }
+
     /// Binds every listener and prepares the loop.
     pub fn build(self) -> Result<Server, ServeError> {
         let ServerBuilder {
@@ -346,6 +357,7 @@ impl ServerBuilder {
             prebound,
             handle_signals,
             reload,
+            bridge_exe,
         } = self;
         let mut listeners = prebound;
         if listeners.is_empty() {
@@ -395,6 +407,7 @@ impl ServerBuilder {
             settings,
             handle_signals,
             plugins: config.plugins.clone(),
+            bridge_exe,
             reload,
         })?;
         Ok(Server { event_loop, handle })

@@ -1,5 +1,10 @@
 //! The `ngd` binary: `ngd serve`, `ngd status`, `ngd reload`, `ngd stop`.
 //!
+//! `ngd bridge <protocol> -- <command...>` (hidden) is how ngd runs a plugin that speaks
+//! another protocol than ngw (`docs/ngw.md` §15.2): the bridge is an ngw worker that owns
+//! the plugin's process. It reads `NGW_BRIDGE_CONFIG` and runs the protocol's bridge crate;
+//! nothing of the server (logging, signals, sockets) is set up in that process.
+//!
 //! `serve` runs the server in the foreground and prints one line saying where it listens
 //! once it accepts connections. `status`, `reload` and `stop` talk to a running server over
 //! the Nailgun protocol (they run its `ng-stats`, `ng-reload` and `ng-stop` commands), on `--server ADDR` or
@@ -8,7 +13,9 @@
 use clap::{Parser, Subcommand};
 use ng_proto::{ClientConfig, ClientEvent, ClientSession, Header};
 use ng_server::config::{ListenAddr, ServerConfig};
+use ng_server::plugin::config::Protocol;
 use ng_server::Server;
+use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,6 +71,15 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         server: Option<ListenAddr>,
     },
+    /// Run a bridge worker (started by ngd itself for `protocol = "..."` plugins).
+    #[command(hide = true)]
+    Bridge {
+        /// The plugin's protocol: nu, jsonrpc or fledge-v1.
+        protocol: String,
+        /// The plugin's program and arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<OsString>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -81,7 +97,30 @@ fn main() -> ExitCode {
         }
         Command::Reload { server } => remote(server, "ng-reload", &[]),
         Command::Stop { server } => remote(server, "ng-stop", &[]),
+        Command::Bridge { protocol, command } => bridge(&protocol, command),
     }
+}
+
+/// `ngd bridge <protocol> -- <command...>`: runs the protocol's bridge as an ngw worker and
+/// exits with its status (2 for a bad invocation, as for a bad worker environment).
+fn bridge(protocol: &str, command: Vec<OsString>) -> ExitCode {
+    let config = match ngw::BridgeConfig::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ngd bridge {protocol}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let status = match Protocol::from_name(protocol) {
+        Some(Protocol::Nu) => ng_bridge_nu::run(command, config),
+        Some(Protocol::JsonRpc) => ng_bridge_jsonrpc::run(command, config),
+        Some(Protocol::FledgeV1) => ng_bridge_fledge::run(command, config),
+        Some(Protocol::Ngw) | None => {
+            eprintln!("ngd bridge: no bridge for protocol {protocol:?} (nu, jsonrpc, fledge-v1)");
+            2
+        }
+    };
+    ExitCode::from(u8::try_from(status & 0xff).unwrap_or(1))
 }
 
 fn serve(

@@ -43,3 +43,5 @@ mod faults;
 mod hostile;
 // Issue #5: the soak, bounded: a mixed load with killed clients leaves no descriptor or process behind.
 mod soak;
+// The plugin host: protocol = "..." tables, bridges, mux and notices on the ngd binary.
+mod plugins_host;

@@ -1,16 +1,107 @@
-//! The `[[plugin]]` table of the configuration (`docs/ngw.md` §10).
+//! The `[[plugin]]` table of the configuration (`docs/ngw.md` §10 and §15.2).
+//!
+//! A table's `protocol` says what its program speaks. ngd itself speaks only ngw; for any
+//! other protocol the keys of the table that are not ngw's own are that protocol's options,
+//! collected into [`PluginConfig::options`], checked by the bridge's `validate` when the
+//! configuration loads, and handed to the bridge in `NGW_BRIDGE_CONFIG`.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The protocol a plugin's program speaks (`protocol = "..."`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+pub enum Protocol {
+    /// ngw itself: ngd runs `command` as its worker.
+    #[default]
+    #[serde(rename = "ngw")]
+    Ngw,
+    /// Nushell's plugin protocol, through `ngd bridge nu`.
+    #[serde(rename = "nu")]
+    Nu,
+    /// JSON-RPC 2.0 over stdio, through `ngd bridge jsonrpc`.
+    #[serde(rename = "jsonrpc")]
+    JsonRpc,
+    /// fledge-v1, through `ngd bridge fledge-v1`.
+    #[serde(rename = "fledge-v1")]
+    FledgeV1,
+}
+
+impl Protocol {
+    /// The name used in the configuration and on the bridge's command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Ngw => "ngw",
+            Protocol::Nu => "nu",
+            Protocol::JsonRpc => "jsonrpc",
+            Protocol::FledgeV1 => "fledge-v1",
+        }
+    }
+
+    /// The protocol named `name` on `ngd bridge`'s command line.
+    pub fn from_name(name: &str) -> Option<Protocol> {
+        [
+            Protocol::Ngw,
+            Protocol::Nu,
+            Protocol::JsonRpc,
+            Protocol::FledgeV1,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == name)
+    }
+
+    /// Checks a bridged protocol's options (the bridge crate's own rules).
+    fn validate(self, options: &Map<String, Value>) -> Result<(), String> {
+        match self {
+            Protocol::Ngw => match options.keys().next() {
+                Some(key) => Err(format!(
+                    "unknown field `{key}`, expected one of {}",
+                    NGW_KEYS.join(", ")
+                )),
+                None => Ok(()),
+            },
+            Protocol::Nu => ng_bridge_nu::validate(options),
+            Protocol::JsonRpc => ng_bridge_jsonrpc::validate(options),
+            Protocol::FledgeV1 => ng_bridge_fledge::validate(options),
+        }
+    }
+}
+
+/// The keys of a `[[plugin]]` table that are ngw's own (every protocol has them).
+const NGW_KEYS: &[&str] = &[
+    "name",
+    "protocol",
+    "command",
+    "env",
+    "cwd",
+    "commands",
+    "min_workers",
+    "max_workers",
+    "queue",
+    "queue_timeout_ms",
+    "recycle_after",
+    "max_memory_mb",
+    "idle_timeout_ms",
+    "handshake_timeout_ms",
+    "interrupt_grace_ms",
+    "ping_interval_ms",
+    "ping_timeout_ms",
+    "stop_timeout_ms",
+    "restart_backoff_ms",
+    "max_restarts",
+    "log",
+];
+
 /// One plugin: a program kept warm in a pool of worker processes.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
 pub struct PluginConfig {
     /// Unique name; `NGW_PLUGIN`; names the log file.
     pub name: String,
+    /// What `command` speaks: `ngw` (the default) or a protocol ngd bridges.
+    #[serde(default)]
+    pub protocol: Protocol,
     /// Program and arguments of the worker.
     pub command: Vec<String>,
     /// Added to ngd's environment for the worker (commands get the client's environment).
@@ -25,9 +116,9 @@ pub struct PluginConfig {
     /// Workers kept running even when idle.
     #[serde(default = "one")]
     pub min_workers: usize,
-    /// Workers at most, hence concurrent sessions.
-    #[serde(default = "two")]
-    pub max_workers: usize,
+    /// Workers at most; unset: 2 for ngw, 1 for a bridge (see [`PluginConfig::max_workers`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_workers: Option<usize>,
     /// Sessions that may wait for a worker; 0 refuses at once when all are busy.
     #[serde(default = "sixty_four")]
     pub queue: usize,
@@ -67,13 +158,14 @@ pub struct PluginConfig {
     /// The workers' stdout/stderr; default `<state dir>/plugins/<name>.log`.
     #[serde(default)]
     pub log: Option<PathBuf>,
+    /// Every other key of the table: the bridged protocol's options (for `ngw`, any key
+    /// here is an unknown field).
+    #[serde(flatten)]
+    pub options: Map<String, Value>,
 }
 
 fn one() -> usize {
     1
-}
-fn two() -> usize {
-    2
 }
 fn five() -> u32 {
     5
@@ -98,7 +190,16 @@ fn five_min() -> u64 {
 }
 
 impl PluginConfig {
-    /// Checks what serde cannot; `base` is the config file's directory.
+    /// Workers at most, hence concurrent workers: as configured, else 2 for an ngw plugin
+    /// and 1 for a bridge (one plugin process, its sessions multiplexed).
+    pub fn max_workers(&self) -> usize {
+        self.max_workers.unwrap_or(match self.protocol {
+            Protocol::Ngw => 2,
+            _ => 1,
+        })
+    }
+
+    /// Checks what serde cannot, including a bridged protocol's options.
     pub fn validate(&self) -> Result<(), String> {
         let name = &self.name;
         if name.is_empty() || name.contains('/') {
@@ -109,16 +210,32 @@ impl PluginConfig {
         if self.command.is_empty() || self.command[0].is_empty() {
             return Err(format!("plugin '{name}': command must name a program"));
         }
-        if self.max_workers == 0 {
+        if self.max_workers() == 0 {
             return Err(format!("plugin '{name}': max_workers must be at least 1"));
         }
-        if self.min_workers > self.max_workers {
+        if self.min_workers > self.max_workers() {
             return Err(format!(
                 "plugin '{name}': min_workers ({}) exceeds max_workers ({})",
-                self.min_workers, self.max_workers
+                self.min_workers,
+                self.max_workers()
             ));
         }
-        Ok(())
+        self.protocol.validate(&self.options).map_err(|e| {
+            format!(
+                "plugin '{name}' (protocol = \"{}\"): {e}",
+                self.protocol.as_str()
+            )
+        })
+    }
+
+    /// What a bridge is told about its plugin (`NGW_BRIDGE_CONFIG`).
+    pub fn bridge_config(&self) -> ngw::BridgeConfig {
+        ngw::BridgeConfig {
+            name: self.name.clone(),
+            cwd: self.cwd.clone(),
+            env: self.env.clone(),
+            options: self.options.clone(),
+        }
     }
 
     /// Resolves relative paths against the config file's directory.
@@ -168,4 +285,100 @@ pub fn state_dir() -> PathBuf {
         }
     }
     crate::security::RuntimeDir::default_path()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ServerConfig;
+
+    fn parse(table: &str) -> Result<PluginConfig, String> {
+        let text = format!("[[plugin]]\nname = \"p\"\ncommand = [\"prog\", \"-x\"]\n{table}");
+        ServerConfig::from_toml_str(&text)
+            .map(|mut c| c.plugins.remove(0))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn protocol_defaults_to_ngw_with_two_workers() {
+        let c = parse("").unwrap();
+        assert_eq!(c.protocol, Protocol::Ngw);
+        assert_eq!(c.max_workers(), 2);
+        assert!(c.options.is_empty());
+    }
+
+    #[test]
+    fn every_protocol_name_parses_and_round_trips() {
+        for (name, protocol) in [
+            ("ngw", Protocol::Ngw),
+            ("nu", Protocol::Nu),
+            ("jsonrpc", Protocol::JsonRpc),
+            ("fledge-v1", Protocol::FledgeV1),
+        ] {
+            let c = parse(&format!("protocol = \"{name}\"\n")).unwrap();
+            assert_eq!(c.protocol, protocol);
+            assert_eq!(protocol.as_str(), name);
+            assert_eq!(Protocol::from_name(name), Some(protocol));
+        }
+        let msg = parse("protocol = \"grpc\"\n").unwrap_err();
+        assert!(msg.contains("grpc"), "{msg}");
+    }
+
+    #[test]
+    fn a_bridge_defaults_to_one_worker_unless_set() {
+        assert_eq!(parse("protocol = \"nu\"\n").unwrap().max_workers(), 1);
+        let c = parse("protocol = \"nu\"\nmax_workers = 3\n").unwrap();
+        assert_eq!(c.max_workers(), 3);
+        let msg = parse("protocol = \"nu\"\nmin_workers = 2\n").unwrap_err();
+        assert!(
+            msg.contains("min_workers (2) exceeds max_workers (1)"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_an_error_for_ngw_naming_the_key() {
+        let msg = parse("workerz = 3\n").unwrap_err();
+        assert!(msg.contains("plugin 'p'"), "{msg}");
+        assert!(msg.contains("unknown field `workerz`"), "{msg}");
+    }
+
+    #[test]
+    fn a_bridged_protocol_checks_its_own_keys_and_names_the_plugin() {
+        // The bridges accept no key they do not know; the message names plugin and protocol.
+        for name in ["nu", "jsonrpc", "fledge-v1"] {
+            let msg = parse(&format!("protocol = \"{name}\"\nbogus_key = 1\n")).unwrap_err();
+            assert!(msg.contains("plugin 'p'"), "{msg}");
+            assert!(msg.contains(&format!("protocol = \"{name}\"")), "{msg}");
+            assert!(msg.contains("bogus_key"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn protocol_keys_are_collected_as_json_for_the_bridge() {
+        // Collected whatever the bridge then says about them.
+        let text = "[[plugin]]\nname = \"p\"\nprotocol = \"jsonrpc\"\ncommand = [\"x\"]\n\
+                    env = { A = \"1\" }\ncwd = \"/srv\"\nframing = \"ndjson\"\ngc_ms = 10\n\
+                    grants = [\"a\", \"b\"]\n";
+        let c: ServerConfig = toml::from_str(text).unwrap();
+        let p = &c.plugins[0];
+        assert_eq!(p.options.len(), 3);
+        assert_eq!(p.options["framing"], Value::from("ndjson"));
+        assert_eq!(p.options["gc_ms"], Value::from(10));
+        assert_eq!(p.options["grants"], serde_json::json!(["a", "b"]));
+        let bridge = p.bridge_config();
+        assert_eq!(bridge.name, "p");
+        assert_eq!(bridge.env.get("A").map(String::as_str), Some("1"));
+        let back = ngw::BridgeConfig::from_json(&bridge.to_json()).unwrap();
+        assert_eq!(back, bridge);
+    }
+
+    #[test]
+    fn known_keys_never_become_options() {
+        let c = parse("protocol = \"nu\"\nqueue = 3\nrestart_backoff_ms = 7\n");
+        // The nu bridge refuses unknown keys, so reaching Ok means none were passed on.
+        let c = c.unwrap();
+        assert!(c.options.is_empty());
+        assert_eq!((c.queue, c.restart_backoff_ms), (3, 7));
+    }
 }

@@ -34,6 +34,10 @@ use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 use worker::{ChannelBufs, Hello};
 
+/// The ngw extensions this host supports, announced to every worker in
+/// `NGW_HOST_FEATURES` (`docs/ngw.md` §15).
+pub const HOST_FEATURES: &[&str] = &[];
+
 /// The longest restart delay.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A worker that dies this soon after its hello counts as a failed start.
@@ -317,6 +321,9 @@ pub struct PluginHost {
     pub dying: Vec<Dying>,
     /// ngd adopts orphans (`PR_SET_CHILD_SUBREAPER`; the `ngd` binary, not embedders).
     pub subreaper: bool,
+    /// The executable that runs bridges; `None`: this process's own
+    /// (`std::env::current_exe`).
+    pub bridge_exe: Option<std::path::PathBuf>,
 }
 
 impl PluginHost {
@@ -496,7 +503,7 @@ mod tests {
     #[test]
     fn defaults_follow_the_spec() {
         let c = config();
-        assert_eq!((c.min_workers, c.max_workers, c.queue), (1, 2, 64));
+        assert_eq!((c.min_workers, c.max_workers(), c.queue), (1, 2, 64));
         assert_eq!(c.handshake_timeout_ms, 10_000);
         assert_eq!(c.max_restarts, 5);
         assert!(c.validate().is_ok());

@@ -192,7 +192,18 @@ impl EventLoop {
 
     fn spawn_worker(&mut self, pool: usize, now: Instant) {
         let config = self.host.pools[pool].config.clone();
-        let spawned = match worker::spawn(&config) {
+        let bridge_exe = match &self.host.bridge_exe {
+            Some(p) => Ok(p.clone()),
+            None => std::env::current_exe(),
+        };
+        let features = super::HOST_FEATURES.join(",");
+        let spawned = match bridge_exe.and_then(|exe| {
+            let launch = worker::Launch {
+                bridge_exe: &exe,
+                host_features: &features,
+            };
+            worker::spawn(&config, &launch)
+        }) {
             Ok(s) => s,
             Err(e) => {
                 let reason = format!("cannot start {:?}: {e}", config.command[0]);
@@ -297,7 +308,7 @@ impl EventLoop {
                 .min_workers
                 .saturating_sub(alive)
                 .max(want_for_queue);
-            let room = p.config.max_workers.saturating_sub(alive);
+            let room = p.config.max_workers().saturating_sub(alive);
             let failure_pending = self
                 .host
                 .dying

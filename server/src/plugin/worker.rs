@@ -6,7 +6,7 @@
 //! can be signalled; `PR_SET_PDEATHSIG(SIGKILL)` on Linux so a worker never outlives an
 //! `ngd` killed with SIGKILL.
 
-use super::config::PluginConfig;
+use super::config::{PluginConfig, Protocol};
 use bytes::BytesMut;
 use std::fs::OpenOptions;
 use std::io;
@@ -27,8 +27,18 @@ pub struct Spawned {
     pub channel: mio::net::UnixStream,
 }
 
-/// Starts a worker for `plugin`.
-pub fn spawn(plugin: &PluginConfig) -> io::Result<Spawned> {
+/// How ngd starts a plugin's workers.
+#[derive(Clone, Debug)]
+pub struct Launch<'a> {
+    /// The `ngd` executable that runs bridges (`ngd bridge <protocol> -- <command...>`).
+    pub bridge_exe: &'a std::path::Path,
+    /// `NGW_HOST_FEATURES`: the ngw extensions this host supports (`docs/ngw.md` §15).
+    pub host_features: &'a str,
+}
+
+/// Starts a worker for `plugin`: its `command` for an ngw plugin, else the bridge for its
+/// protocol with `command` as the bridge's arguments and `NGW_BRIDGE_CONFIG` set.
+pub fn spawn(plugin: &PluginConfig, launch: &Launch<'_>) -> io::Result<Spawned> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
     ours.set_nonblocking(true)?;
     let log_path = plugin.log_path();
@@ -44,12 +54,25 @@ pub fn spawn(plugin: &PluginConfig) -> io::Result<Spawned> {
         .mode(0o600)
         .open(&log_path)?;
     let log_err = log.try_clone()?;
-    let mut cmd = Command::new(&plugin.command[0]);
-    cmd.args(&plugin.command[1..])
-        .envs(&plugin.env)
+    let mut cmd = match plugin.protocol {
+        Protocol::Ngw => {
+            let mut cmd = Command::new(&plugin.command[0]);
+            cmd.args(&plugin.command[1..]);
+            cmd
+        }
+        protocol => {
+            let mut cmd = Command::new(launch.bridge_exe);
+            cmd.args(["bridge", protocol.as_str(), "--"])
+                .args(&plugin.command)
+                .env("NGW_BRIDGE_CONFIG", plugin.bridge_config().to_json());
+            cmd
+        }
+    };
+    cmd.envs(&plugin.env)
         .env("NGW_FD", CHANNEL_FD.to_string())
         .env("NGW_VERSION", "1")
         .env("NGW_PLUGIN", &plugin.name)
+        .env("NGW_HOST_FEATURES", launch.host_features)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
