@@ -1,5 +1,10 @@
 //! The nu bridge: an ngw worker that owns a nu plugin process and translates between
-//! ngw sessions and the plugin's protocol (`docs/ngw.md` §15.2).
+//! ngw sessions and the plugin's protocol (`docs/ngw.md` §15.2, `docs/plugins-nu.md`).
+
+pub mod codec;
+pub mod host;
+pub mod json;
+pub mod msg;
 
 use serde_json::{Map, Value};
 use std::ffi::OsString;
