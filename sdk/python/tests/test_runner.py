@@ -163,7 +163,7 @@ class Runner(unittest.TestCase):
         self.assertEqual(default_argv0("aws"), aws_script())
 
 
-AWS_PRELOADS = ["--preload", "ngw.programs.awscli"]
+AWS_PRELOADS = ["--preload", "ngw_contrib.awscli"]
 FAKE_SERVICE = {
     "version": "2.0",
     "metadata": {"apiVersion": "2026-01-01", "endpointPrefix": "SERVICE", "jsonVersion": "1.1",
@@ -185,7 +185,7 @@ def add_fake_service(data_path, name):
 
 
 class Aws(unittest.TestCase):
-    """The aws CLI served with ngw.programs.awscli, without ngw.memo.botocore (AwsMemo: with
+    """The aws CLI served with ngw_contrib.awscli, without ngw_contrib.botocore_memo (AwsMemo: with
     both, as examples/aws.toml serves it)."""
 
     preloads = AWS_PRELOADS
@@ -250,9 +250,9 @@ class Aws(unittest.TestCase):
 
 
 class AwsMemo(Aws):
-    """The same, as examples/aws.toml serves it: with ngw.memo.botocore preloaded."""
+    """The same, as examples/aws.toml serves it: with ngw_contrib.botocore_memo preloaded."""
 
-    preloads = AWS_PRELOADS + ["--preload", "ngw.memo.botocore"]
+    preloads = AWS_PRELOADS + ["--preload", "ngw_contrib.botocore_memo"]
 
 
 class Packaging(unittest.TestCase):

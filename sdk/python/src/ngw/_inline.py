@@ -15,7 +15,7 @@ import signal
 import threading
 import traceback
 
-from . import _pyexit, _wire
+from . import _dispatch, _pyexit, _wire
 from ._context import Context, Interrupted
 
 _HIGH_WATER = 1 << 20  # bytes queued for ngd before writers block
@@ -48,7 +48,7 @@ class _Pump(threading.Thread):
         self.quit = False
         self.error = None
         self.ctx = None
-        self.on_interrupt = None
+        self.deliver = None  # (signum, reason) -> None: tells the main thread
         self.wake_r, self.wake_w = wake
         self._drain_wake()
 
@@ -153,40 +153,25 @@ class _Pump(threading.Thread):
         if not self.gone:
             self.gone = True
             self.cond.notify_all()
-            self._interrupt("hangup")
+            self.on_interrupt("hangup")
 
     def _dispatch(self):
-        chan = self.chan
-        while True:
-            c = chan.next_chunk()
-            if c is None:
-                return
-            ty, payload = c
-            if ty == _wire.STDIN:
-                with self.cond:
-                    self.credit = False
-                    if payload:
-                        self.stdin.append(payload)
-                    self.cond.notify_all()
-            elif ty == _wire.STDIN_EOF:
-                with self.cond:
-                    self.credit = False
-                    self.stdin_eof = True
-                    self.cond.notify_all()
-            elif ty == _wire.INTERRUPT:
-                self._interrupt(payload.decode("ascii", "replace").strip())
-            elif ty == _wire.HEARTBEAT:
-                pass
-            elif ty == _wire.PING:
-                chan.send(_wire.PONG, payload)
-            elif ty == _wire.QUIT:
-                self.quit = True
-            else:
-                # Not a session chunk: it belongs to whoever reads the channel next.
-                chan.push_back(c)
-                return
+        _dispatch.dispatch(self.chan, self, self.log)
 
-    def _interrupt(self, reason):
+    def on_stdin(self, payload):
+        with self.cond:
+            self.credit = False
+            if payload:
+                self.stdin.append(payload)
+            self.cond.notify_all()
+
+    def on_stdin_eof(self):
+        with self.cond:
+            self.credit = False
+            self.stdin_eof = True
+            self.cond.notify_all()
+
+    def on_interrupt(self, reason):
         sig = signal_for(reason)
         if sig is None:
             self.log("ngw: ignoring interrupt with unknown reason %r" % reason)
@@ -195,8 +180,8 @@ class _Pump(threading.Thread):
         if ctx is not None and ctx.interrupt_reason is None:
             ctx.interrupt_reason = reason
             ctx.interrupted.set()
-            if self.on_interrupt is not None:
-                self.on_interrupt(sig, reason)
+            if self.deliver is not None:
+                self.deliver(sig, reason)
 
 
 class _OutRaw(io.RawIOBase):
@@ -275,7 +260,7 @@ class InlineRunner:
         stdin = io.BufferedReader(_InRaw(pump, before_read), 65536)
         ctx = Context(info, stdin, stdout, stderr, forked=False)
         pump.ctx = ctx
-        pump.on_interrupt = self._deliver
+        pump.deliver = self._deliver
         self._pending = None
         pump.start()
         status = 1

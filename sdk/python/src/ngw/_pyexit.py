@@ -9,6 +9,12 @@ import threading
 import traceback
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+try:
+    import runpy as _runpy
+
+    _RUNPY = _runpy.__file__
+except (ImportError, AttributeError):  # pragma: no cover
+    _RUNPY = None
 
 #: More streams to flush at exit (the worker's stdio objects, in a forked child).
 also_flush = []
@@ -28,12 +34,19 @@ def status_of_exit_code(code):
     return 1, str(code)
 
 
+def _is_runner_frame(filename):
+    """Whether a frame's file is the SDK's own (the package and its subpackages) or
+    runpy's, which runs script-mode programs: frames a cold run would not have."""
+    if filename in ("<frozen runpy>", _RUNPY):
+        return True
+    path = os.path.abspath(filename)
+    return path == _PKG_DIR or path.startswith(_PKG_DIR + os.sep)
+
+
 def user_traceback(tb):
-    """Drops the SDK's own frames from the top of a traceback, so the first frame shown
-    is the command's, as in a cold run."""
-    while tb is not None and os.path.dirname(
-        os.path.abspath(tb.tb_frame.f_code.co_filename)
-    ) == _PKG_DIR:
+    """Drops the SDK's own frames (and runpy's) from the top of a traceback, so the first
+    frame shown is the command's, as in a cold run."""
+    while tb is not None and _is_runner_frame(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     return tb
 

@@ -25,6 +25,30 @@ class SessionInfo:
     def __repr__(self):
         return "<SessionInfo %s %r session=%s>" % (self.command, self.args, self.session)
 
+    def to_wire(self):
+        """The record as a dict of plain values, by field name (what the worker sends a
+        forked-ahead child with marshal)."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def from_wire(cls, fields):
+        """The record `to_wire` made. A missing or unknown field is an error."""
+        if set(fields) != set(cls.__slots__):
+            raise ValueError("session record with fields %s" % sorted(fields))
+        info = cls()
+        for name in cls.__slots__:
+            setattr(info, name, fields[name])
+        return info
+
+    @classmethod
+    def blank(cls, env):
+        """A stand-in record (no arguments, no directory, `env`): the rehearsal's."""
+        info = cls()
+        info.command, info.args, info.env, info.cwd = "", [], env, None
+        info.umask, info.tty, info.session, info.client_pid = 0o022, (False,) * 3, "", None
+        info.meta, info.nailgun = {}, {}
+        return info
+
 
 def _flag(value):
     # The C client sends "0"/"1"; be generous with anything int-like.

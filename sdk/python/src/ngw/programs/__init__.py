@@ -1,9 +1,3 @@
-"""What it takes to serve particular existing programs exactly, one module each.
-
-Preload the program's module here (``--preload ngw.programs.awscli``) instead of, or after,
-the program's own modules: it imports what the program imports at start-up and registers
-what fork mode cannot infer by itself, such as how the program's import changes the
-environment (:func:`ngw.environ_rule`).
-
-* ``ngw.programs.awscli``: the aws CLI 1.x.
-"""
+"""Former home of program-specific preloads, now in the ``ngw_contrib`` package (outside
+the standard-library-only core). ``ngw.programs.awscli`` is an alias of
+``ngw_contrib.awscli``, kept so that existing configurations keep working."""

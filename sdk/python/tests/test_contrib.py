@@ -1,4 +1,4 @@
-"""ngw.memo.botocore and ngw.programs.awscli, against the behaviour they stand in for:
+"""ngw_contrib.botocore_memo and ngw_contrib.awscli, against the behaviour they stand in for:
 botocore without the memos, and `import awscli` in a fresh interpreter."""
 
 import importlib
@@ -17,7 +17,7 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 PROBE = r"""
 import functools, json, logging, sys
 if sys.argv[1] == "memo":
-    import ngw.memo.botocore as memo
+    import ngw_contrib.botocore_memo as memo
 import botocore.hooks, botocore.session, botocore.compat
 
 def handlers():
@@ -100,7 +100,7 @@ AWSCLI_ORACLE = "import os, awscli; print(os.environ.get('AWS_DATA_PATH'))"
 
 class AwscliRule(unittest.TestCase):
     def test_aws_data_path_matches_a_cold_import(self):
-        aws_data_path = sdk_module("ngw.programs.awscli").aws_data_path
+        aws_data_path = sdk_module("ngw_contrib.awscli").aws_data_path
         cases = [None, "", "/x", "/x:/y", "~/models", "~root/m", "$NGWT_DIR/a:${NGWT_DIR}b",
                  "$NGWT_UNSET/c", "~", "relative/dir"]
         for value in cases:
@@ -134,6 +134,34 @@ class ExpandFunctions(unittest.TestCase):
         finally:
             os.environ.clear()
             os.environ.update(saved)
+
+
+class Layout(unittest.TestCase):
+    def test_core_imports_only_the_standard_library(self):
+        # Every module of the core package, imported in a fresh interpreter, loads nothing
+        # from outside the standard library (site-packages) but ngw itself.
+        probe = (
+            "import importlib, pkgutil, sys, sysconfig\n"
+            "before = set(sys.modules)\n"  # what site's .pth files loaded
+            "import ngw\n"
+            "skip = {'ngw.programs.awscli', 'ngw.memo.botocore'}\n"
+            "for m in pkgutil.walk_packages(ngw.__path__, 'ngw.'):\n"
+            "    if m.name not in skip: importlib.import_module(m.name)\n"
+            "purelib = sysconfig.get_paths()['purelib']\n"
+            "bad = sorted(n for n, m in sys.modules.items() if n not in before and"
+            " (getattr(m, '__file__', None) or '').startswith(purelib))\n"
+            "print(bad)\n")
+        out = subprocess.run([sys.executable, "-c", probe], env=client_env(PYTHONPATH=SRC),
+                             capture_output=True, timeout=60, check=True)
+        self.assertEqual(out.stdout.decode().strip(), "[]", out.stderr.decode())
+
+    def test_former_module_names_are_aliases(self):
+        probe = ("import ngw.programs.awscli as a, ngw_contrib.awscli as b\n"
+                 "import ngw.memo.botocore as c, ngw_contrib.botocore_memo as d\n"
+                 "print(a is b, c is d)\n")
+        out = subprocess.run([sys.executable, "-c", probe], env=client_env(PYTHONPATH=SRC),
+                             capture_output=True, timeout=60, check=True)
+        self.assertEqual(out.stdout.decode().strip(), "True True", out.stderr.decode())
 
 
 if __name__ == "__main__":

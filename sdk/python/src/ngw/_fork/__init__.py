@@ -1,0 +1,20 @@
+"""Fork-per-session: the worker (the zygote) has imported what it was told to preload;
+each session runs in a fresh child forked from it, with exact argv, environment, working
+directory and umask, and fd-level standard streams (pipes, or ptys where the client's
+streams are terminals) that the worker relays to and from the channel (docs/ngw.md 11).
+
+Where each part lives:
+
+* `parent`: the worker's side: forking (a spare ahead of time, or at session time),
+  handing a spare its session, reaping, exit reports (`ForkRunner`).
+* `child`: everything that runs in the forked child, from the fork to `_exit` (`Child`).
+* `relay`: the worker's loop for one running session (`Relay`).
+* `stdio`: the session's pipes and ptys, and the child's `sys.std*` objects.
+* `common`: record formats and C functions both sides use.
+"""
+
+from .parent import ForkRunner, ForkSession
+from .relay import exit_code_of_status
+from .stdio import rebuild_stdio as _rebuild_stdio  # noqa: F401  (benches/plugin/fork_probe.py)
+
+__all__ = ["ForkRunner", "ForkSession", "exit_code_of_status"]

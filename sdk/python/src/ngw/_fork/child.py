@@ -1,0 +1,313 @@
+"""The session child's side of fork mode: everything from the fork to `_exit`, run in
+the forked process (docs/ngw.md 11.1): the signal reset, `setsid`, `PR_SET_PDEATHSIG`,
+closing the worker's descriptors, a spare's wait for its session, the session's
+descriptors, umask, directory, environment and argv, the rehearsal (11.5) and the exit
+report. Nothing here runs in the worker."""
+
+import fcntl
+import marshal
+import os
+import select
+import signal
+import socket
+import sys
+import termios
+import threading
+
+from .. import _pyexit
+from .._context import Context
+from .._session import SessionInfo
+from . import stdio
+from .common import (CMSG_SPACE, FD, LEN, PR_SET_PDEATHSIG, REPORT, getsignal, setsignal,
+                     sigmask)
+
+_DFL, _IGN = int(signal.SIG_DFL), int(signal.SIG_IGN)  # _signal's functions take ints
+_FRESH = {int(signal.SIGINT): signal.default_int_handler, int(signal.SIGPIPE): _IGN}
+if hasattr(signal, "SIGXFSZ"):
+    _FRESH[int(signal.SIGXFSZ)] = _IGN
+
+#: In a child: what must outlive it (the C environment's strings), and what it need not
+#: free (the worker's os.environ data: freeing it writes to memory shared with the worker).
+_KEEP = []
+
+
+def _environ_plan(env, delta, rules=None):
+    """The child's environment as os.environ's data ({bytes: bytes}) and as C `environ`
+    entries (b"NAME=VALUE"): the client's environment, in its order, then the preload
+    delta applied as os.environ assignments would apply it, except for variables with a
+    rule (ngw.environ_rule), which the rule computes from the client's environment."""
+    final = dict(env)
+    for name, value in delta.items():
+        if rules and name in rules:
+            continue
+        if value is None:
+            final.pop(name, None)
+        else:
+            final[name] = value
+    for name, rule in (rules or {}).items():
+        value = rule(env.get(name), env)
+        if value is None:
+            final.pop(name, None)
+        else:
+            final[name] = value
+    ek, ev = os.environ.encodekey, os.environ.encodevalue
+    data = {ek(k): ev(v) for k, v in final.items()}
+    return data, [k + b"=" + v for k, v in data.items()]
+
+
+
+class Child:
+    """One forked child, built in the child right after the fork from the runner's state
+    (the runner's own object is never used on this side)."""
+
+    def __init__(self, runner):
+        self.log = runner.log
+        self.commands = runner.commands
+        self.env_delta = runner.env_delta
+        self.env_rules = runner.env_rules
+        self.stdio_key = runner.stdio_key
+        self._worker_stdio = runner.worker_stdio
+        self._rehearse_spare = runner.rehearse_spare
+        self._signals = runner.signals
+        self._pid = runner.pid
+        self._prctl, self._environ, self._ctypes = runner.libc
+        self._environ_types = runner.environ_types
+        self._report_path = runner.report_path
+        self._inherited = runner.child_closes()
+
+    def run(self, ctl, session, streams):
+        status = 126
+        name = None
+        try:
+            if session is None:  # a spare: its pipes on 0-2 now, its session later
+                self.prepare(ctl, streams)
+                info, cmd, fds = self.receive(ctl)
+                prebuilt = True
+            else:
+                info, cmd, streams = session.info, session.cmd, session.streams
+                self.prepare(None, streams)
+                fds = [(n, s.child_fd) for n, s in enumerate(streams)]
+                prebuilt = False
+            name = info.command
+            self.set_up_session(info, cmd, fds, prebuilt)
+            ctx = Context(info, sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer,
+                          forked=True)
+
+            def main():
+                result = cmd.fn(ctx)
+                return ctx.exit_code if result is None else result
+
+            _pyexit.run_main(main, self._report)  # never returns
+        except BaseException as e:
+            try:
+                if name is None:
+                    msg = "ngw: cannot prepare a session child: %s\n" % e
+                else:
+                    msg = "ngw: cannot start %s: %s\n" % (name, e)
+                os.write(2, msg.encode("utf-8", "backslashreplace"))
+            except BaseException:
+                pass
+        finally:
+            os._exit(status)
+
+    def prepare(self, ctl, streams):
+        """What does not depend on the session. Signals stay blocked until the command."""
+        signal.set_wakeup_fd(-1)
+        _reset_signals(self._signals)
+        # Own session and process group, so the parent can signal everything the command
+        # starts.
+        os.setsid()
+        if self._prctl is not None:
+            self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != self._pid:  # the worker died before the request took effect
+                os._exit(128 + signal.SIGKILL)
+        # Nothing of the worker's plumbing stays open.
+        for fd in self._inherited + [s.fd for s in streams]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if ctl is None:
+            return
+        # A spare: its pipes become fds 0-2 and sys.stdin/stdout/stderr are built on them
+        # now, as for a session whose streams are all pipes (most are); the session
+        # replaces what differs.
+        for n, s in enumerate(streams):
+            os.dup2(s.child_fd, n)
+        for s in streams:
+            if s.child_fd > 2:
+                os.close(s.child_fd)
+        stdio.install_stdio(stdio.stdio_env(self.stdio_key), self._worker_stdio)
+        ctl.setblocking(True)
+        if self._rehearse_spare:
+            try:
+                self._rehearse(ctl)
+            except Exception:
+                pass
+
+    def receive(self, ctl):
+        """A spare's wait for its session. Exits quietly when the worker discards it."""
+        try:
+            data, ancdata, _, _ = ctl.recvmsg(1 << 16, CMSG_SPACE)
+        except OSError:
+            os._exit(0)
+        if not data:
+            os._exit(0)
+        fds = []
+        for level, kind, cdata in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(FD.unpack_from(cdata, i)[0]
+                           for i in range(0, len(cdata) - len(cdata) % 4, 4))
+        buf = bytearray(data)
+        while len(buf) < LEN.size or len(buf) < LEN.size + LEN.unpack_from(buf)[0]:
+            more = ctl.recv(1 << 20)
+            if not more:
+                os._exit(0)
+            buf += more
+        ctl.close()
+        record = marshal.loads(memoryview(buf)[LEN.size:])
+        info = SessionInfo.from_wire(record["info"])
+        numbers = record["ptys"]
+        if len(fds) != len(numbers):
+            raise OSError("received %d descriptors instead of %d" % (len(fds), len(numbers)))
+        return info, self.commands[record["command"]], list(zip(numbers, fds))
+
+    def set_up_session(self, info, cmd, fds, prebuilt):
+        """The session's part. `fds`: [(0-2, descriptor)] to put on fds 0-2; `prebuilt`:
+        sys.stdin/stdout/stderr were built on pipes already (a spare's)."""
+        for n, fd in fds:
+            os.dup2(fd, n)
+        for _, fd in fds:
+            if fd > 2:
+                os.close(fd)
+        # A stdin pty becomes the controlling terminal (/dev/tty works).
+        if info.tty[0]:
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        os.umask(info.umask)
+        if info.cwd is not None:
+            os.chdir(info.cwd)
+        self._set_environ(info.env)
+        sys.argv = [cmd.argv0] + list(info.args)
+        if not prebuilt or fds or stdio.stdio_key(info.env) != self.stdio_key:
+            stdio.install_stdio(info.env, self._worker_stdio)
+        sigmask(signal.SIG_SETMASK, ())
+
+    def _set_environ(self, env):
+        """Replaces os.environ (and os.environb, which shares its data) and the C
+        environment with the client's. Same result as clearing os.environ and updating
+        it, in ~1/5 of the time in a fresh child: the old data is left alone rather than
+        freed, and on Linux the C `environ` is pointed at a new array instead of ~2
+        setenv() calls' worth of page faults per variable."""
+        data, entries = _environ_plan(env, self.env_delta, self.env_rules)
+        _KEEP.append(os.environ._data)
+        if self._environ is not None:
+            array = self._environ_array(len(entries))(*entries)
+            _KEEP.append((entries, array))
+            self._environ.value = self._ctypes.addressof(array)
+        else:
+            for name in list(os.environ._data):
+                os.unsetenv(name)
+            for name, value in data.items():
+                os.putenv(name, value)
+        os.environ._data = data
+        if getattr(os, "environb", None) is not None:
+            os.environb._data = data
+
+    def _environ_array(self, n):
+        """A ctypes array type for n entries and the terminating NULL (the rest is NULL
+        too): a few capacities, so that the type exists already."""
+        cap = 64
+        while cap <= n:
+            cap *= 2
+        t = self._environ_types.get(cap)
+        if t is None:
+            t = self._environ_types[cap] = self._ctypes.c_char_p * cap
+        return t
+
+    def _rehearse(self, ctl):
+        """In a spare, before it waits: the session set-up's work once, on stand-in data,
+        keeping nothing. The first write to each page of memory shared with the worker
+        costs a copy-on-write fault (~3 us on the machine measured, docs/benchmarks.md),
+        and most of a fresh child's set-up time is such faults (reference counts of the
+        objects and types it uses, allocator pages); taking them here, off the session's
+        path, cuts a spare's session set-up from ~1.4 ms to ~0.4. Nothing observable
+        changes: no descriptor, variable, stream or signal is touched. It stops as soon
+        as the session has arrived (back-to-back sessions): then it would only delay it."""
+        p = select.poll()
+        p.register(ctl, select.POLLIN)
+        env = dict(os.environ)
+        data, entries = _environ_plan(env, self.env_delta, self.env_rules)
+        if self._environ is not None:
+            self._environ_array(len(entries))(*entries)
+        if p.poll(0):
+            return
+        info = SessionInfo.blank(env)
+        marshal.loads(marshal.dumps({"command": "", "info": info.to_wire(), "ptys": []}))
+        Context(info, None, None, None, forked=True)
+        if p.poll(0):
+            return
+        threading.enumerate()
+        for f in [sys.stdout, sys.__stdout__, sys.stderr, sys.__stderr__] + (
+                _pyexit.also_flush + _pyexit.also_flush_err):
+            if f is not None:
+                f.flush()  # nothing to write: the worker flushed them before forking
+        try:
+            ctl.recvmsg(1, 0, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    def _report(self, status):
+        """In the child, right before _exit(): closes the standard streams (so the parent
+        sees their end now, not after the kernel has freed the child's memory) and tells
+        the worker the exit status."""
+        if self._report_path is None:
+            return
+        try:
+            fd = os.open(self._report_path, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            return  # waitpid() will tell
+        try:
+            os.closerange(0, 3)
+            os.write(fd, REPORT.pack(os.getpid(), status))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+
+def _reset_signals(signals):
+    """Every disposition back to what a fresh CPython has: SIG_DFL, except SIGINT ->
+    default_int_handler, SIGPIPE and SIGXFSZ -> SIG_IGN. One sigaction per signal costs
+    ~5 us in a fresh child, so only the signals not already right are set: those whose
+    Python-level handler differs, and, from /proc/self/status, those the kernel says are
+    caught or ignored when they should not be (a C extension's sigaction)."""
+    caught = ignored = -1  # unknown: set every one
+    try:
+        fd = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            status = os.read(fd, 1 << 16)
+        finally:
+            os.close(fd)
+        i, j = status.index(b"\nSigIgn:"), status.index(b"\nSigCgt:")
+        ignored = int(status[i + 8 : status.index(b"\n", i + 8)], 16)
+        caught = int(status[j + 8 : status.index(b"\n", j + 8)], 16)
+    except (OSError, ValueError):
+        caught = ignored = -1
+    for sig in signals:
+        want = _FRESH.get(sig, _DFL)
+        bit = 1 << (sig - 1)
+        if getsignal(sig) == want:
+            if want == _DFL:
+                if not (caught | ignored) & bit:
+                    continue
+            elif want == _IGN:
+                if ignored & bit and not caught & bit:
+                    continue
+            elif caught & bit and not ignored & bit:
+                continue
+        try:
+            setsignal(sig, want)
+        except (OSError, ValueError, RuntimeError):
+            pass
+

@@ -1,0 +1,364 @@
+"""The worker's side of fork mode: forking children (the spare ahead of time, or one at
+session time), handing a spare its session, relaying the session (relay.py), reaping, exit
+reports (docs/ngw.md 11). The worker is single-threaded: one poll() loop per session."""
+
+import collections
+import marshal
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from .. import _rules, _wire
+from . import stdio
+from .child import Child
+from .common import LEN, REPORT, load_libc, sigmask
+from .relay import Relay, exit_code_of_status
+from .stdio import (Stream, close_fd, close_streams, configure_pty, make_streams,
+                    winsize_of)
+
+_HAND_OVER_TIMEOUT = 5.0  # seconds a spare may take to read its session
+_BACK_TO_BACK = 0.005  # a session this soon after the previous X: fork the next spare at X
+
+#: A session the worker forks a child for at once: its record, command and streams.
+ForkSession = collections.namedtuple("ForkSession", "info cmd streams")
+
+
+def _noop(signum, frame):
+    pass
+
+
+class _Forked:
+    """A forked child as the parent sees it: `ctl` is the parent's end of the socket a
+    spare reads its session from, `streams` the parent's ends of its pipes (both None
+    once handed over, and for a child forked with its session already in memory)."""
+
+    __slots__ = ("pid", "ctl", "streams")
+
+    def __init__(self, pid, ctl, streams):
+        self.pid = pid
+        self.ctl = ctl
+        self.streams = streams
+
+
+class ForkRunner:
+    """Runs fork-mode commands. One per worker; the worker must be single-threaded.
+
+    With `prefork`, the next session's child (the *spare*) is forked after each fork-mode
+    session, with three pipes of its own: it does everything that does not depend on the
+    session (signal reset, setsid, PR_SET_PDEATHSIG, closing the worker's descriptors, its
+    pipes on fds 0-2 and sys.stdin/stdout/stderr built on them), then blocks reading its
+    session (argv, environment, cwd, umask, ttys; ptys by SCM_RIGHTS) from a socket. An
+    in-process session discards the spare, since it may change the worker that the spare
+    is a copy of. docs/ngw.md section 11.5."""
+
+    def __init__(self, log, kill_grace, env_delta=None, prefork=True):
+        self.log = log
+        self.kill_grace = kill_grace
+        self.env_delta = env_delta or {}
+        self.env_rules = dict(_rules.RULES)
+        self.prefork = prefork
+        self.commands = {}  # name -> Command, for spares (they learn the name over the socket)
+        self.private_fds = []  # the rest of the worker's plumbing, closed in every child
+        self.spare = None  # a _Forked waiting for its session
+        self._spare_due = False  # fork a spare once the previous session's child is reaped
+        self._last_x = None  # when the last fork-mode session ended (time.monotonic())
+        self.rehearse_spare = True
+        # How spares build their stdio ahead of time: as the last session had it.
+        self.stdio_key = (False, "")
+        self.worker_stdio = None  # stdio.worker_stdio(), read right before each fork
+        self.zombies = []  # children that are gone or going but not reaped yet
+        self.pid = os.getpid()
+        self.libc = load_libc()
+        # ctypes array types for the C environment, by capacity (creating one costs ~25 us)
+        self.environ_types = {}
+        if self.libc[2] is not None:
+            for cap in (64, 128, 256):
+                self.environ_types[cap] = self.libc[2].c_char_p * cap
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.wake_w.setblocking(False)
+        # Children report their exit status here right before _exit(), after closing their
+        # standard streams, so X need not wait for the kernel to tear the child down. The
+        # child holds no descriptor for it while the command runs: it opens the write end
+        # through /proc/<worker>/fd/<n> at exit (Linux; elsewhere, waitpid() as before).
+        self.report_r, self.report_w = os.pipe()
+        os.set_blocking(self.report_r, False)
+        self.report_path = None
+        if os.path.exists("/proc/%d/fd/%d" % (self.pid, self.report_w)):
+            self.report_path = "/proc/%d/fd/%d" % (self.pid, self.report_w)
+        self._report_buf = b""
+        self._all_signals = tuple(int(s) for s in signal.valid_signals())
+        self.signals = [s for s in self._all_signals
+                         if s not in (signal.SIGKILL, signal.SIGSTOP)]
+        signal.signal(signal.SIGCHLD, _noop)
+        signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
+        self._warned_threads = False
+
+    # -- session --------------------------------------------------------------------------
+
+    def run(self, chan, info, cmd):
+        """Runs one session to its X. Returns (quit_requested, channel_gone)."""
+        started = time.monotonic()
+        back_to_back = self._last_x is not None and started - self._last_x < _BACK_TO_BACK
+        self._spare_due = False  # too late for one: this session forks its own child
+        self.reap()
+        self.read_reports()
+        child, self.spare = self.spare, None
+        self.stdio_key = stdio.stdio_key(info.env)  # for the next spare
+        streams = None
+        if child is not None:
+            try:
+                streams, replaced = self._session_streams(child, info)
+            except OSError as e:
+                self.log("ngw: cannot create the standard streams: %s" % e)
+                replaced = None
+            if replaced is not None and not self._hand_over(child, info, cmd, replaced):
+                close_streams(streams)
+                replaced = None
+            if replaced is None:
+                self._discard(child)
+                child = streams = None
+        if child is None:
+            streams = []
+            try:
+                streams = make_streams(info)
+            except OSError as e:
+                close_streams(streams)
+                return self._fail(chan, "ngw: cannot create the standard streams: %s\n" % e)
+            try:
+                child = self._fork(ForkSession(info, cmd, streams))
+            except OSError as e:
+                close_streams(streams)
+                return self._fail(chan, "ngw: cannot fork: %s\n" % e)
+        for s in streams:
+            close_fd(s.child_fd)
+            s.child_fd = -1
+        relay = Relay(self, chan, child.pid, streams)
+        try:
+            status = relay.loop()
+        finally:
+            relay.cleanup()
+        chan.send(_wire.EXIT, b"%d\n" % status)
+        chan.flush_some()
+        self._last_x = time.monotonic()
+        if relay.error is not None:
+            raise relay.error
+        gone = chan.eof or chan.dead
+        # The next session's spare: forked once this child has been reaped (reap(), from
+        # the idle loop on SIGCHLD), so that its fork does not compete for the CPU with the
+        # client still receiving this X; right away when sessions come back to back, so
+        # that it is ready sooner (docs/ngw.md 11.5).
+        self._spare_due = self.prefork and not relay.quit and not gone
+        if self._spare_due and back_to_back:
+            self._fork_spare(rehearse=False)  # the session would interrupt it anyway
+        self.reap()
+        return relay.quit, gone
+
+    def _fork_spare(self, rehearse=True):
+        self._spare_due = False
+        self.rehearse_spare = rehearse
+        try:
+            self.spare = self._fork(None)
+        except OSError as e:
+            self.log("ngw: cannot fork the next session's child ahead of time: %s" % e)
+
+    def _fail(self, chan, message):
+        self.log(message.rstrip())
+        chan.send(_wire.STDERR, message.encode())
+        chan.send(_wire.EXIT, b"126\n")
+        return False, chan.eof or chan.dead
+
+    def drain_wakeups(self):
+        try:
+            while self.wake_r.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+    # -- children: forking, handing a session over, reaping --------------------------------
+
+    def _fork(self, session):
+        """Forks a child. `session` (a ForkSession): it runs that session at once. None: a
+        spare, with three pipes of its own, that waits for its session on a socket."""
+        if threading.active_count() > 1 and not self._warned_threads:
+            self._warned_threads = True
+            self.log("ngw: warning: forking while %d threads run; only the forking thread "
+                     "exists in the child" % threading.active_count())
+        for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                if f is not None:
+                    f.flush()
+            except (OSError, ValueError):
+                pass
+        self.worker_stdio = stdio.worker_stdio()
+        ctl = theirs = None
+        streams = []
+        if session is None:
+            ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                streams = make_streams(None)
+            except OSError:
+                close_streams(streams)
+                ctl.close()
+                theirs.close()
+                raise
+        old_mask = sigmask(signal.SIG_BLOCK, self._all_signals)
+        try:
+            pid = os.fork()
+        except OSError:
+            sigmask(signal.SIG_SETMASK, old_mask)
+            if ctl is not None:
+                close_streams(streams)
+                ctl.close()
+                theirs.close()
+            raise
+        if pid == 0:
+            if ctl is not None:
+                ctl.close()
+            Child(self).run(theirs, session, streams)  # never returns
+        sigmask(signal.SIG_SETMASK, old_mask)
+        if theirs is not None:
+            theirs.close()
+        for s in streams:
+            close_fd(s.child_fd)
+            s.child_fd = -1
+        return _Forked(pid, ctl, streams)
+
+    def _session_streams(self, child, info):
+        """A spare's pipes, with a pty instead where the session has a terminal: (the
+        streams, [(fd number, pty slave)] to send it)."""
+        streams = child.streams
+        child.streams = None
+        replaced = []
+        winsize = winsize_of(info.env)
+        try:
+            for n in range(3):
+                if info.tty[n]:
+                    master, slave = os.openpty()
+                    old, streams[n] = streams[n], Stream(master, slave, True, streams[n].ty)
+                    close_fd(old.fd)
+                    os.set_blocking(master, False)
+                    configure_pty(slave, n == 0, winsize)
+                    replaced.append((n, slave))
+        except OSError:
+            close_streams(streams)
+            raise
+        return streams, replaced
+
+    def _hand_over(self, child, info, cmd, replaced):
+        """Sends a spare its session and its ptys, if any. False if it is gone (or
+        stuck)."""
+        payload = marshal.dumps({"command": cmd.name, "info": info.to_wire(),
+                                 "ptys": [n for n, _ in replaced]})
+        data = LEN.pack(len(payload)) + payload
+        ctl, child.ctl = child.ctl, None
+        try:
+            ctl.settimeout(_HAND_OVER_TIMEOUT)
+            if replaced:
+                n = socket.send_fds(ctl, [data], [fd for _, fd in replaced])
+            else:
+                n = ctl.send(data)
+            if n < len(data):
+                ctl.sendall(memoryview(data)[n:])
+            return True
+        except OSError as e:  # it died (EPIPE, ECONNRESET), or it does not read
+            self.log("ngw: the session child forked ahead of time is unusable (%s); "
+                     "forking another" % e)
+            return False
+        finally:
+            ctl.close()
+
+    def _discard(self, child):
+        if child.ctl is not None:
+            child.ctl.close()
+            child.ctl = None
+        if child.streams:
+            close_streams(child.streams)
+            child.streams = None
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.zombies.append(child.pid)
+
+    def discard_spare(self):
+        """Before an in-process session: it may change the worker, and a child forked
+        before that change would not see what a child forked at session time sees."""
+        self._spare_due = False
+        if self.spare is not None:
+            spare, self.spare = self.spare, None
+            self._discard(spare)
+
+    def watching(self):
+        """Whether the idle loop should watch wake_r (SIGCHLD) and call reap()."""
+        return self.spare is not None or bool(self.zombies)
+
+    def reap(self):
+        """Reaps what has exited, without blocking; notices a spare that died."""
+        self.drain_wakeups()
+        for pid in list(self.zombies):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self.zombies.remove(pid)
+        if self._spare_due and not self.zombies:
+            self._fork_spare()
+        if self.spare is not None:
+            try:
+                done, st = os.waitpid(self.spare.pid, os.WNOHANG)
+            except ChildProcessError:
+                done, st = self.spare.pid, 0
+            if done:
+                self.log("ngw: the session child forked ahead of time exited (status %d)"
+                         % exit_code_of_status(st))
+                spare, self.spare = self.spare, None
+                spare.ctl.close()
+                close_streams(spare.streams)
+
+    def shutdown(self):
+        """The worker is exiting: ends the spare and reaps every child (bounded wait)."""
+        self.discard_spare()
+        self._spare_due = False
+        deadline = time.monotonic() + 2.0
+        while self.zombies:
+            self.reap()
+            if not self.zombies:
+                break
+            if time.monotonic() >= deadline:
+                for pid in self.zombies:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                    except OSError:
+                        pass
+                self.zombies = []
+                break
+            time.sleep(0.002)
+
+    def read_reports(self, pid=None):
+        """Reads the exit reports that arrived; returns the exit code `pid` reported."""
+        code = None
+        while True:
+            try:
+                data = os.read(self.report_r, 4096)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not data:
+                break
+            data = self._report_buf + data
+            whole = len(data) - len(data) % REPORT.size
+            self._report_buf = data[whole:]
+            for rpid, rcode in REPORT.iter_unpack(data[:whole]):
+                if pid is not None and rpid == pid:
+                    code = rcode
+        return code
+
+    def child_closes(self):
+        """The worker's descriptors that a child closes first thing."""
+        return [self.wake_r.fileno(), self.wake_w.fileno(), self.report_r,
+                self.report_w] + self.private_fds
