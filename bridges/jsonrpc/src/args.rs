@@ -41,7 +41,8 @@ fn prop_type(p: &Value) -> Option<&str> {
     }
 }
 
-/// Parses `argv` against `schema`.
+/// Parses `argv` against `schema` (required properties are checked by [`check_required`]
+/// once the object is complete, after stdin).
 pub fn parse(schema: &Value, argv: &[String]) -> Result<Parsed, Usage> {
     let props = properties(schema);
     let mut args = Map::new();
@@ -118,9 +119,6 @@ pub fn parse(schema: &Value, argv: &[String]) -> Result<Parsed, Usage> {
             let v = typed(prop, &text, name)?;
             args.insert(key, v);
         }
-    }
-    if !stdin {
-        check_required(schema, &args)?;
     }
     Ok(Parsed::Call { args, stdin })
 }
@@ -303,7 +301,7 @@ mod tests {
 
     fn call(a: &[&str]) -> Result<Map<String, Value>, Usage> {
         match parse(&schema(), &argv(a))? {
-            Parsed::Call { args, .. } => Ok(args),
+            Parsed::Call { args, .. } => check_required(&schema(), &args).map(|_| args),
             Parsed::Help => panic!("help"),
         }
     }

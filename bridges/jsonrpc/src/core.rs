@@ -211,10 +211,19 @@ impl Core {
             match frame {
                 Frame::Message(body) => match message::parse(&body) {
                     Ok(m) => self.on_message(m, now, &mut out),
-                    Err(e) => out.push(Action::Log(format!(
-                        "malformed message skipped ({e}): {}",
-                        preview(&body)
-                    ))),
+                    Err(e) => match recover(&body) {
+                        Some((skipped, m)) => {
+                            out.push(Action::Log(format!(
+                                "stray output skipped before a message: {}",
+                                preview(&body[..skipped])
+                            )));
+                            self.on_message(m, now, &mut out);
+                        }
+                        None => out.push(Action::Log(format!(
+                            "malformed message skipped ({e}): {}",
+                            preview(&body)
+                        ))),
+                    },
                 },
                 Frame::Garbage(text) => out.push(Action::Log(format!(
                     "stray output skipped: {}",
@@ -786,6 +795,18 @@ fn number(v: &Value) -> String {
 
 fn compact(v: &Value) -> String {
     v.to_string()
+}
+
+/// A line that is not a message may be stray output the plugin wrote without a newline,
+/// followed by a real message (a partial line completed by the next reply). Finds the
+/// first `{` (of at most 64) from which the rest of the line is a whole message.
+fn recover(body: &[u8]) -> Option<(usize, Incoming)> {
+    body.iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, b)| **b == b'{')
+        .take(64)
+        .find_map(|(i, _)| message::parse(&body[i..]).ok().map(|m| (i, m)))
 }
 
 /// At most 200 characters of a skipped message, for the log.

@@ -58,6 +58,7 @@ struct State {
     failure: Option<(String, bool)>,
     last_failure: String,
     shutdown_answered: bool,
+    supervisor_started: bool,
     supervisor_done: bool,
 }
 
@@ -129,6 +130,7 @@ impl Bridge {
                 failure: None,
                 last_failure: String::new(),
                 shutdown_answered: false,
+                supervisor_started: false,
                 supervisor_done: false,
             }),
             changed: Condvar::new(),
@@ -163,6 +165,7 @@ impl Bridge {
             .name("jsonrpc-supervisor".into())
             .spawn(move || me.supervise())
             .map_err(|e| format!("cannot start a thread: {e}"))?;
+        lock(&self.state).supervisor_started = true;
         let mut st = lock(&self.state);
         loop {
             match &st.status {
@@ -481,9 +484,9 @@ impl Bridge {
                 }
                 Err(e) => return fail(s, &format!("{command}: {e}"), exit::USAGE),
             }
-            if let Err(e) = args::check_required(&tool.input_schema, &args) {
-                return fail(s, &format!("{command}: {e}"), exit::USAGE);
-            }
+        }
+        if let Err(e) = args::check_required(&tool.input_schema, &args) {
+            return fail(s, &format!("{command}: {e}"), exit::USAGE);
         }
         self.call(s, &command, &args)
     }
@@ -682,7 +685,7 @@ impl Bridge {
 
     fn wait_supervisor(&self) {
         let mut st = lock(&self.state);
-        while !st.supervisor_done {
+        while st.supervisor_started && !st.supervisor_done {
             st = self.wait(st, Duration::from_millis(100));
         }
     }

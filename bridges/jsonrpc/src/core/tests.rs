@@ -342,3 +342,19 @@ fn streamnook_content_length_handshake_and_mismatch() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_partial_line_completed_by_a_reply_is_recovered() {
+    let mut c = ready_nexo();
+    let (id, _) = c.start_call("demo_inc", &args(json!({"n": 1})), 0).unwrap();
+    // What demo_stray makes the real SDK write: raw bytes past its stdout guard.
+    let line = format!("garbage line, not json\n{{\"partial\": {{\"jsonrpc\": \"2.0\", \"id\": {id}, \"result\": {{\"ok\": true}}}}\n");
+    let acts = c.on_bytes(line.as_bytes(), 0);
+    assert!(matches!(&acts[0], Action::Log(l) if l.starts_with("malformed message skipped")));
+    assert!(
+        matches!(&acts[1], Action::Log(l) if l == "stray output skipped before a message: {\"partial\": ")
+    );
+    assert!(
+        matches!(&acts[2], Action::Reply { call, outcome: Outcome::Result(r) } if *call == id && r.get() == "{\"ok\": true}")
+    );
+}
