@@ -74,6 +74,13 @@ pub struct PluginConn {
     pub request: Option<ng_proto::Request>,
     /// The client's umask, if it reported it (`NGD_CLIENT_UMASK`).
     pub umask: Option<u32>,
+    /// Stdin the client sent before a worker was bound (eager clients send it right after
+    /// `C`); handed to the worker's session when it is bound.
+    pub early_stdin: std::collections::VecDeque<bytes::Bytes>,
+    /// Bytes in `early_stdin` (reading pauses above the stdin high-water mark).
+    pub early_stdin_bytes: usize,
+    /// The client's `.` arrived before a worker was bound.
+    pub early_stdin_eof: bool,
 }
 
 /// See the module docs.

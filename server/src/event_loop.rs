@@ -886,10 +886,12 @@ fn handle_events(conn: &mut Conn, core: &Core, host: &mut PluginHost, key: ConnK
     while let Some(event) = conn.session.poll_event() {
         match event {
             ServerEvent::Launch(request) => launch(conn, core, host, key, request, now),
-            ServerEvent::Stdin(data) if conn.relay.is_some() => {
+            ServerEvent::Stdin(data) if matches!(conn.state, ConnState::Plugin(_)) => {
                 relay::conn_stdin(conn, host, data);
             }
-            ServerEvent::StdinEof if conn.relay.is_some() => relay::conn_stdin_eof(conn, host),
+            ServerEvent::StdinEof if matches!(conn.state, ConnState::Plugin(_)) => {
+                relay::conn_stdin_eof(conn, host)
+            }
             ServerEvent::Stdin(data) => {
                 if let Some(io) = conn.io() {
                     let mut st = io.lock();

@@ -45,3 +45,5 @@ mod hostile;
 mod soak;
 // The plugin host: protocol = "..." tables, bridges, mux and notices on the ngd binary.
 mod plugins_host;
+// Plugin commands: stdin sent before the worker asks for it (eager clients) arrives intact.
+mod plugins_stdin;

@@ -60,6 +60,9 @@ pub(crate) fn queue_session(
         command,
         request: Some(request),
         umask,
+        early_stdin: Default::default(),
+        early_stdin_bytes: 0,
+        early_stdin_eof: false,
     });
     host.pools[pool].queue.push_back(Queued {
         conn: key,
@@ -77,8 +80,19 @@ fn busy_of(
     (w.serial == serial && matches!(w.state, WorkerState::Busy(_))).then_some((slot, w))
 }
 
-/// Client stdin for the worker: forwarded if the worker has credit, else held.
+/// Client stdin for the worker: forwarded if the worker has credit, else held (in the
+/// connection until a worker is bound, then in the session).
 pub(crate) fn conn_stdin(conn: &mut Conn, host: &mut PluginHost, data: Bytes) {
+    if conn.relay.is_none() {
+        if let ConnState::Plugin(p) = &mut conn.state {
+            if p.request.is_some() {
+                p.early_stdin_bytes += data.len();
+                p.early_stdin.push_back(data);
+                conn.stdin_backlog = p.early_stdin_bytes;
+            }
+        }
+        return;
+    }
     let Some((slot, w)) = busy_of(host, conn.relay) else {
         return;
     };
@@ -98,6 +112,12 @@ pub(crate) fn conn_stdin(conn: &mut Conn, host: &mut PluginHost, data: Bytes) {
 
 /// The client's stdin ended.
 pub(crate) fn conn_stdin_eof(conn: &mut Conn, host: &mut PluginHost) {
+    if conn.relay.is_none() {
+        if let ConnState::Plugin(p) = &mut conn.state {
+            p.early_stdin_eof = true;
+        }
+        return;
+    }
     let Some((slot, w)) = busy_of(host, conn.relay) else {
         return;
     };
@@ -381,6 +401,9 @@ impl EventLoop {
         let Some(request) = p.request.take() else {
             return;
         };
+        let stdin_pending = std::mem::take(&mut p.early_stdin);
+        let stdin_pending_bytes = std::mem::take(&mut p.early_stdin_bytes);
+        let stdin_eof = p.early_stdin_eof;
         let command = p.command.clone();
         let w = &mut self.host.workers[slot];
         let wbuf = &mut w.bufs.wbuf;
@@ -417,9 +440,9 @@ impl EventLoop {
             command: command.clone(),
             started: now,
             credit: false,
-            stdin_pending: Default::default(),
-            stdin_pending_bytes: 0,
-            stdin_eof: false,
+            stdin_pending,
+            stdin_pending_bytes,
+            stdin_eof,
             eof_sent: false,
             hangup_deadline: None,
         });
@@ -537,6 +560,11 @@ impl EventLoop {
                 if let Some(data) = b.stdin_pending.pop_front() {
                     b.stdin_pending_bytes -= data.len();
                     encode(ChunkType::STDIN, &data, &mut w.bufs.wbuf);
+                    // Reading from the client may have paused on this backlog.
+                    if let Some(conn) = b.conn.and_then(|k| live(&mut self.conns, k)) {
+                        conn.stdin_backlog = b.stdin_pending_bytes;
+                        self.dirty_conns.push(conn_slot(b.conn));
+                    }
                 } else if b.stdin_eof || b.eof_sent || b.conn.is_none() {
                     b.eof_sent = true;
                     encode(ChunkType::STDIN_EOF, b"", &mut w.bufs.wbuf);
