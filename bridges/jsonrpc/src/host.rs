@@ -175,8 +175,10 @@ impl Bridge {
                         .max_sessions(self.opts.concurrency)
                         .runtime(st.runtime.clone()));
                 }
-                Status::Disabled(r) => return Err(r.clone()),
-                Status::Backoff { .. } => return Err(st.last_failure.clone()),
+                // ngd disables the pool with this reason; it restarts the bridge itself.
+                Status::Disabled(_) | Status::Backoff { .. } => {
+                    return Err(st.last_failure.clone())
+                }
                 _ => st = self.wait(st, Duration::from_millis(200)),
             }
         }
