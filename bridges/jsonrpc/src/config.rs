@@ -150,13 +150,13 @@ const KEYS: &[&str] = &[
     "grants",
     "methods",
     "concurrency",
-    "handshake_timeout_ms",
-    "ping_interval_ms",
-    "ping_misses",
-    "restart_backoff_ms",
-    "max_restarts",
-    "restart_window_ms",
-    "stop_timeout_ms",
+    "plugin_handshake_timeout_ms",
+    "plugin_ping_interval_ms",
+    "plugin_ping_misses",
+    "plugin_restart_backoff_ms",
+    "plugin_max_restarts",
+    "plugin_restart_window_ms",
+    "plugin_stop_timeout_ms",
     "plugin_id",
     "data_dir",
     "log_dir",
@@ -221,28 +221,29 @@ impl Options {
         if !(1..=1024).contains(&concurrency) {
             return Err(format!("concurrency = {concurrency}: expected 1 to 1024"));
         }
-        let backoff = match map.get("restart_backoff_ms") {
+        let backoff = match map.get("plugin_restart_backoff_ms") {
             None => vec![1000, 5000, 25000],
             Some(Value::Array(a)) if !a.is_empty() => a
                 .iter()
                 .map(|v| {
-                    v.as_u64()
-                        .ok_or_else(|| format!("restart_backoff_ms: {v} is not a whole number"))
+                    v.as_u64().ok_or_else(|| {
+                        format!("plugin_restart_backoff_ms: {v} is not a whole number")
+                    })
                 })
                 .collect::<Result<_, _>>()?,
             Some(v) => {
                 return Err(format!(
-                    "restart_backoff_ms = {v}: expected a non-empty list of milliseconds"
+                    "plugin_restart_backoff_ms = {v}: expected a non-empty list of milliseconds"
                 ))
             }
         };
-        let ping_misses = int(map, "ping_misses", 3)?;
+        let ping_misses = int(map, "plugin_ping_misses", 3)?;
         if ping_misses == 0 {
-            return Err("ping_misses = 0: expected at least 1".into());
+            return Err("plugin_ping_misses = 0: expected at least 1".into());
         }
-        let handshake_timeout_ms = int(map, "handshake_timeout_ms", 10_000)?;
+        let handshake_timeout_ms = int(map, "plugin_handshake_timeout_ms", 10_000)?;
         if handshake_timeout_ms == 0 {
-            return Err("handshake_timeout_ms = 0: expected at least 1".into());
+            return Err("plugin_handshake_timeout_ms = 0: expected at least 1".into());
         }
         Ok(Self {
             profile,
@@ -253,12 +254,12 @@ impl Options {
             methods,
             concurrency: concurrency as u32,
             handshake_timeout_ms,
-            ping_interval_ms: int(map, "ping_interval_ms", 30_000)?,
+            ping_interval_ms: int(map, "plugin_ping_interval_ms", 30_000)?,
             ping_misses: ping_misses as u32,
             restart_backoff_ms: backoff,
-            max_restarts: int(map, "max_restarts", 3)? as u32,
-            restart_window_ms: int(map, "restart_window_ms", 600_000)?,
-            stop_timeout_ms: int(map, "stop_timeout_ms", 5_000)?,
+            max_restarts: int(map, "plugin_max_restarts", 3)? as u32,
+            restart_window_ms: int(map, "plugin_restart_window_ms", 600_000)?,
+            stop_timeout_ms: int(map, "plugin_stop_timeout_ms", 5_000)?,
             plugin_id: string(map, "plugin_id")?,
             data_dir: string(map, "data_dir")?.map(PathBuf::from),
             log_dir: string(map, "log_dir")?.map(PathBuf::from),
@@ -453,8 +454,8 @@ mod tests {
                 "both",
             ),
             (
-                json!({"profile": "mcp", "restart_backoff_ms": []}),
-                "restart_backoff_ms",
+                json!({"profile": "mcp", "plugin_restart_backoff_ms": []}),
+                "plugin_restart_backoff_ms",
             ),
             (
                 json!({"profile": "mcp", "methods": [{"name": "a"}, "a"]}),
@@ -465,8 +466,8 @@ mod tests {
                 "unknown key `x`",
             ),
             (
-                json!({"profile": "mcp", "handshake_timeout_ms": -1}),
-                "handshake_timeout_ms",
+                json!({"profile": "mcp", "plugin_handshake_timeout_ms": -1}),
+                "plugin_handshake_timeout_ms",
             ),
         ] {
             let e = opts(v.clone()).unwrap_err();

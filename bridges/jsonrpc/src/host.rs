@@ -60,6 +60,8 @@ struct State {
     shutdown_answered: bool,
     supervisor_started: bool,
     supervisor_done: bool,
+    /// The disabling has been reported to ngd in a notice.
+    disabled_noticed: bool,
 }
 
 /// One bridge: the plugin command, its options and the shared state.
@@ -132,6 +134,7 @@ impl Bridge {
                 shutdown_answered: false,
                 supervisor_started: false,
                 supervisor_done: false,
+                disabled_noticed: false,
             }),
             changed: Condvar::new(),
             epoch: Instant::now(),
@@ -493,6 +496,25 @@ impl Bridge {
         self.call(s, &command, &args)
     }
 
+    /// Reports a plugin failure seen by this session to ngd (`notices`): a restart, or the
+    /// disabling, whose reason `ngd status` then shows.
+    fn notice_failure(&self, s: &ngw::Session, why: &str) {
+        let mut st = lock(&self.state);
+        match &st.status {
+            Status::Disabled(r) if !st.disabled_noticed => {
+                let r = r.clone();
+                st.disabled_noticed = true;
+                drop(st);
+                s.notice("disabled", &r);
+            }
+            Status::Disabled(_) => {}
+            _ => {
+                drop(st);
+                s.notice("restart", &format!("{why}; restarting it"));
+            }
+        }
+    }
+
     fn read_stdin_object(&self, s: &mut ngw::Session) -> Result<Map<String, Value>, String> {
         let cap = self.opts.max_frame_bytes;
         let mut data = Vec::new();
@@ -521,11 +543,13 @@ impl Bridge {
                 match &st.status {
                     Status::Ready => {}
                     Status::Disabled(r) => {
-                        return fail(
-                            s,
-                            &format!("{command}: the plugin is {r}"),
-                            exit::UNAVAILABLE,
-                        )
+                        let r = r.clone();
+                        let message = format!("{command}: the plugin is {r}");
+                        if !st.disabled_noticed {
+                            st.disabled_noticed = true;
+                            s.notice("disabled", &r);
+                        }
+                        return fail(s, &message, exit::UNAVAILABLE);
                     }
                     Status::Stopping => {
                         return fail(
@@ -588,6 +612,7 @@ impl Bridge {
                         return fail(s, &format!("{command}: {why}"), exit::FAILED);
                     }
                     Ok(CallMsg::Lost(why)) => {
+                        self.notice_failure(s, &why);
                         return fail(
                             s,
                             &format!("{command}: {why} during the call; it is being restarted: retry"),

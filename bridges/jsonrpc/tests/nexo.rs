@@ -266,7 +266,7 @@ fn oversized_frames_each_direction() {
 
 #[test]
 fn plugin_dying_mid_call_is_reported_and_restarted() {
-    let mut b = bridge(json!({"restart_backoff_ms": [50, 50, 50]}));
+    let mut b = bridge(json!({"plugin_restart_backoff_ms": [50, 50, 50]}));
     let pid1 = json_out(&b.run("demo_pid", &[]))["pid"].as_u64().unwrap();
     let o = b.run("demo_crash", &[]);
     assert_eq!(o.code, 69);
@@ -286,7 +286,7 @@ fn plugin_dying_mid_call_is_reported_and_restarted() {
 
 #[test]
 fn a_plugin_that_stops_answering_pings_is_restarted() {
-    let mut b = bridge(json!({"ping_interval_ms": 100, "restart_backoff_ms": [50]}));
+    let mut b = bridge(json!({"plugin_ping_interval_ms": 100, "plugin_restart_backoff_ms": [50]}));
     let pid1 = json_out(&b.run("demo_pid", &[]))["pid"].as_u64().unwrap();
     // The call stops the whole process; the client gives up (hangs up), the bridge
     // discards the call, pings go unanswered, and the plugin is restarted.
@@ -308,7 +308,7 @@ fn a_plugin_that_stops_answering_pings_is_restarted() {
 
 #[test]
 fn repeated_crashes_disable_the_plugin_with_its_reason() {
-    let mut b = bridge(json!({"restart_backoff_ms": [20, 20, 20]}));
+    let mut b = bridge(json!({"plugin_restart_backoff_ms": [20, 20, 20]}));
     for _ in 0..3 {
         assert_eq!(b.run("demo_crash", &[]).code, 69);
     }
@@ -321,6 +321,23 @@ fn repeated_crashes_disable_the_plugin_with_its_reason() {
         "demo_inc: the plugin is disabled after 3 restarts within 600 s (last failure: the plugin exited with status 3); `ngd reload` starts it again\n"
     );
     assert!(b.log().contains("disabled after 3 restarts within 600 s"));
+    // ngd hears of the restarts and of the disabling (`notices`), and shows them.
+    let kinds: Vec<String> = b
+        .d()
+        .notices
+        .iter()
+        .map(|n| n["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["restart", "restart", "restart", "disabled"],
+        "{:?}",
+        b.d().notices
+    );
+    assert!(b.d().notices[3]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("disabled after 3 restarts within 600 s"));
     assert!(b.children().is_empty(), "{:?}", b.children());
     // The bridge itself still stops cleanly.
     assert_eq!(b.quit(), Some(0));

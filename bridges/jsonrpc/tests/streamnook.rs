@@ -116,7 +116,7 @@ fn a_slow_handshake_times_out() {
     let mut b = Bridge::start(
         "sn",
         &streamnook(&["--slow-init", "30"]),
-        options(json!({"handshake_timeout_ms": 300})),
+        options(json!({"plugin_handshake_timeout_ms": 300})),
     );
     assert_eq!(
         b.hello()["error"],
@@ -159,7 +159,7 @@ fn crash_restart_and_clean_stop() {
     let mut b = Bridge::start(
         "sn",
         &streamnook(&[]),
-        options(json!({"restart_backoff_ms": [30]})),
+        options(json!({"plugin_restart_backoff_ms": [30]})),
     );
     let o = b.run("crash", &[]);
     assert_eq!(o.code, 69);

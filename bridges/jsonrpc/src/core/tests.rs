@@ -199,7 +199,7 @@ fn nexo_shutdown_from_the_capture() {
 
 #[test]
 fn pings_between_calls_and_three_misses() {
-    let (mut c, _) = core(json!({"profile": "nexo", "ping_interval_ms": 100}));
+    let (mut c, _) = core(json!({"profile": "nexo", "plugin_ping_interval_ms": 100}));
     c.on_bytes(NEXO_INIT_REPLY, 0);
     assert!(c.tick(50).is_empty());
     assert_eq!(
