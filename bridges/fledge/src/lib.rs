@@ -1,24 +1,86 @@
-//! The fledge bridge: an ngw worker that owns a fledge plugin process and translates between
-//! ngw sessions and the plugin's protocol (`docs/ngw.md` §15.2).
+//! The fledge bridge: an ngw worker that hosts fledge plugins (the `fledge-v1` protocol of
+//! the `fledge` CLI, 1.8.0) for ngd (`docs/ngw.md` §15.2, `docs/plugins-fledge.md`).
+//!
+//! One `[[plugin]]` table with `protocol = "fledge-v1"` and an empty `command` serves every
+//! command of every plugin in `plugins_dir`. Each session runs one plugin process to exit,
+//! as fledge does: [`protocol`] is the host's state machine, [`host`] the I/O around it,
+//! [`discover`] finds plugins and grants, [`context`] computes `init` and `metadata`,
+//! [`store`] and [`exec`] serve those requests, [`ui`] asks the user.
 
+pub mod context;
+pub mod discover;
+pub mod exec;
+pub mod host;
 pub mod protocol;
+pub mod store;
+pub mod ui;
 
 use serde_json::{Map, Value};
 use std::ffi::OsString;
 
+/// Exit status when the bridge refuses to start (bad options, nothing to serve).
+pub const EXIT_CONFIG: i32 = 78;
+
 /// Checks the protocol-specific keys of a `[[plugin]]` table; ngd calls it when it loads
 /// the configuration.
 pub fn validate(options: &Map<String, Value>) -> Result<(), String> {
-    match options.keys().next() {
-        Some(key) => Err(format!("unknown key `{key}`")),
-        None => Ok(()),
-    }
+    discover::Options::from_map(options).map(|_| ())
 }
 
-/// Runs the bridge as an ngw worker (`ngd bridge fledge -- COMMAND...`); returns the
-/// process's exit status.
+/// Runs the bridge as an ngw worker (`ngd bridge fledge-v1 -- COMMAND...`); returns the
+/// process's exit status. `COMMAND` must be empty (the plugins come from `plugins_dir`);
+/// `--ngd-fledge-ui-helper QUESTION` runs the terminal prompt helper instead.
 pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
-    let _ = (command, config);
-    eprintln!("ngd bridge fledge: not built yet");
-    78
+    if command.first().is_some_and(|c| c == ui::HELPER_FLAG) {
+        let q = command.get(1).map(|q| q.to_string_lossy().into_owned());
+        return ui::helper_main(q.as_deref().unwrap_or(""));
+    }
+    // Writes to a plugin that has gone must fail with EPIPE, not kill the bridge.
+    // SAFETY: setting a signal disposition at start-up.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let channel = match ngw::Channel::from_env() {
+        Ok(c) => c,
+        Err(e) => ngw::exit_spawn_error(&e),
+    };
+    let refuse = |channel: ngw::Channel, reason: String| {
+        eprintln!("ngd bridge fledge-v1: {reason}");
+        let _ = channel.refuse(&reason);
+        EXIT_CONFIG
+    };
+    let options = match discover::Options::from_map(&config.options) {
+        Ok(o) => o,
+        Err(e) => return refuse(channel, e),
+    };
+    if !command.is_empty() {
+        return refuse(
+            channel,
+            "the fledge-v1 bridge takes no command: set `plugins_dir` (default: fledge's own) and leave `command` empty".into(),
+        );
+    }
+    let plugins_dir = options.resolve_plugins_dir(|k| std::env::var(k).ok());
+    let (commands, skipped) = discover::scan(&plugins_dir);
+    for s in &skipped {
+        eprintln!("ngd bridge fledge-v1: skipped {s}");
+    }
+    if commands.is_empty() {
+        return refuse(
+            channel,
+            format!("no fledge plugin commands in {}", plugins_dir.display()),
+        );
+    }
+    let hello = ngw::Hello::new(commands.keys().cloned())
+        .max_sessions(options.max_sessions)
+        .runtime(format!(
+            "fledge-v1 ({} commands in {})",
+            commands.len(),
+            plugins_dir.display()
+        ));
+    let bridge = host::Bridge::new(options, plugins_dir, commands, ui::Helper::current());
+    match channel.serve(hello, move |s: &mut ngw::Session| bridge.session(s)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ngd bridge fledge-v1: {e}");
+            1
+        }
+    }
 }

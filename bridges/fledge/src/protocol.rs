@@ -540,19 +540,22 @@ enum State {
     },
 }
 
-/// How the run ended so far.
+/// How the run is ending.
 #[derive(Debug, Clone, PartialEq)]
 enum Ending {
     None,
-    /// `cancel` was sent at this instant.
-    Cancelled {
-        at: Instant,
-        reason: CancelReason,
-        termed: bool,
-        killed: bool,
-    },
-    /// The host failed (a prompt could not be asked): exit 1 after the plugin ends.
+    /// `cancel` was sent.
+    Cancelled(CancelReason),
+    /// The host failed (a question could not be answered): exit 1 once the plugin ends.
     Failed,
+}
+
+/// The SIGTERM/SIGKILL escalation after a cancel or a host failure.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Escalation {
+    at: Instant,
+    termed: bool,
+    killed: bool,
 }
 
 /// Host settings.
@@ -574,6 +577,7 @@ pub struct Host {
     settings: Settings,
     state: State,
     ending: Ending,
+    escalation: Option<Escalation>,
     eof: bool,
     exit: Option<i32>,
     progress_shown: bool,
@@ -586,6 +590,7 @@ impl Host {
             settings,
             state: State::Running,
             ending: Ending::None,
+            escalation: None,
             eof: false,
             exit: None,
             progress_shown: false,
@@ -597,6 +602,11 @@ impl Host {
         self.state == State::Running && !self.eof
     }
 
+    /// Whether the host will read no more lines (end of file, or a failed run).
+    pub fn stopped_reading(&self) -> bool {
+        self.eof
+    }
+
     /// The next instant at which [`Host::tick`] has something to do.
     pub fn next_deadline(&self) -> Option<Instant> {
         let mut next = match &self.state {
@@ -605,14 +615,11 @@ impl Host {
             } => Some(*d),
             _ => None,
         };
-        if let Ending::Cancelled {
-            at, termed, killed, ..
-        } = &self.ending
-        {
+        if let Some(Escalation { at, termed, killed }) = self.escalation {
             let t = if !termed {
-                Some(*at + TERM_AFTER)
+                Some(at + TERM_AFTER)
             } else if !killed {
-                Some(*at + KILL_AFTER)
+                Some(at + KILL_AFTER)
             } else {
                 None
             };
@@ -643,7 +650,7 @@ impl Host {
         let mut out = Vec::new();
         match event {
             Event::Line(line) => self.on_line(&line, now, &mut out),
-            Event::Done { id, result } => self.on_done(id, result, &mut out),
+            Event::Done { id, result } => self.on_done(id, result, now, &mut out),
             Event::Interrupt => self.cancel(CancelReason::UserInterrupt, now, &mut out),
             Event::Eof => {
                 self.eof = true;
@@ -673,10 +680,7 @@ impl Host {
             }
         }
         if self.exit.is_none() {
-            if let Ending::Cancelled {
-                at, termed, killed, ..
-            } = &mut self.ending
-            {
+            if let Some(Escalation { at, termed, killed }) = &mut self.escalation {
                 if !*termed && now >= *at + TERM_AFTER {
                     *termed = true;
                     out.push(Effect::Terminate);
@@ -694,7 +698,7 @@ impl Host {
         if self.exit.is_some() {
             return;
         }
-        if matches!(self.ending, Ending::Cancelled { .. }) {
+        if self.ending != Ending::None {
             return;
         }
         if matches!(self.state, State::Waiting { .. }) {
@@ -703,12 +707,18 @@ impl Host {
         }
         self.clear_progress(out);
         out.push(Effect::ToPlugin(cancel_line(reason)));
-        self.ending = Ending::Cancelled {
-            at: now,
-            reason,
-            termed: false,
-            killed: false,
-        };
+        self.ending = Ending::Cancelled(reason);
+        self.escalate(now);
+    }
+
+    fn escalate(&mut self, now: Instant) {
+        if self.escalation.is_none() {
+            self.escalation = Some(Escalation {
+                at: now,
+                termed: false,
+                killed: false,
+            });
+        }
     }
 
     fn warn(&self, text: &str) -> String {
@@ -796,7 +806,7 @@ impl Host {
         };
         let caps = self.settings.capabilities.clone();
         let cancelled = match self.ending {
-            Ending::Cancelled { reason, .. } => Some(reason),
+            Ending::Cancelled(reason) => Some(reason),
             _ => None,
         };
         match msg {
@@ -975,7 +985,13 @@ impl Host {
         out.push(Effect::Ask { id, question });
     }
 
-    fn on_done(&mut self, id: String, result: Result<Value, String>, out: &mut Vec<Effect>) {
+    fn on_done(
+        &mut self,
+        id: String,
+        result: Result<Value, String>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
         let State::Waiting { id: pending, .. } = &self.state else {
             return;
         };
@@ -989,8 +1005,10 @@ impl Host {
                 out.push(Effect::Stderr(self.error_line(&text)));
                 out.push(Effect::CloseStdin);
                 self.ending = Ending::Failed;
-                // fledge stops reading the plugin's output after such an error.
+                // fledge stops reading the plugin's output after such an error; a plugin
+                // that does not exit when its stdin closes is stopped as after a cancel.
                 self.eof = true;
+                self.escalate(now);
             }
         }
     }
@@ -1424,7 +1442,8 @@ mod tests {
             ]
         );
         assert!(!host.wants_line());
-        host.handle(Event::Exited(0), t0);
+        assert_eq!(host.tick(t0 + TERM_AFTER), vec![Effect::Terminate]);
+        host.handle(Event::Exited(143), t0);
         assert_eq!(host.finished(), Some(1));
     }
 

@@ -1,0 +1,761 @@
+//! The I/O shell: one ngw session runs one fledge plugin process to exit, as fledge does.
+//!
+//! A protocol plugin gets `init` on its stdin and is then driven by [`crate::protocol::Host`];
+//! its stderr is copied to the client's stderr (never captured, as the spec says). A plugin
+//! without `protocol` runs with its stdin, stdout and stderr relayed and its arguments on the
+//! command line. The next process for each command is started ahead (the spare, waiting for
+//! `init` on its stdin) and used only when the invocation's environment, working directory
+//! and umask equal those it was started with and neither the program nor `plugin.toml`
+//! changed since; otherwise it is stopped and a process is started as usual.
+
+use crate::context::{self, Client};
+use crate::discover::{self, Options, Resolved};
+use crate::protocol::{self, Effect, Event, Host, Init, PluginInfo, Settings};
+use crate::ui::{Helper, LineUi, ProgressView, Ui, UiError};
+use crate::{exec, store};
+use crossbeam_channel::{bounded, never, unbounded, Sender};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+/// Exit code when the command's plugin cannot be found or its program is missing.
+pub const EXIT_NOT_FOUND: i32 = 127;
+/// Exit code when the plugin's program cannot be started.
+pub const EXIT_CANNOT_RUN: i32 = 126;
+/// Exit code for host-side failures fledge also reports with 1 (an unsupported protocol
+/// version, a question that could not be answered, a WASM plugin).
+pub const EXIT_HOST: i32 = 1;
+
+/// What a spare was started for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SpareKey {
+    binary: PathBuf,
+    env: Vec<(OsString, OsString)>,
+    cwd: PathBuf,
+    umask: Option<u32>,
+    stamp: Option<(SystemTime, SystemTime)>,
+}
+
+#[derive(Debug)]
+struct Spare {
+    key: SpareKey,
+    child: Child,
+}
+
+impl Spare {
+    fn stop(mut self) {
+        drop(self.child.stdin.take());
+        let pgid = self.child.id() as libc::pid_t;
+        // SAFETY: signalling the group we created for the unreaped child.
+        unsafe { libc::killpg(pgid, libc::SIGTERM) };
+        std::thread::spawn(move || {
+            for _ in 0..100 {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            // SAFETY: as above.
+            unsafe { libc::killpg(pgid, libc::SIGKILL) };
+            let _ = self.child.wait();
+        });
+    }
+}
+
+/// The bridge: options, the commands found, the spares.
+#[derive(Debug)]
+pub struct Bridge {
+    options: Options,
+    plugins_dir: PathBuf,
+    commands: BTreeMap<String, PathBuf>,
+    spares: Mutex<HashMap<String, Spare>>,
+    helper: Option<Helper>,
+}
+
+fn stamp(r: &Resolved) -> Option<(SystemTime, SystemTime)> {
+    let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    Some((m(&r.binary)?, m(&r.dir.join("plugin.toml"))?))
+}
+
+fn sorted_env(env: &[(OsString, OsString)]) -> Vec<(OsString, OsString)> {
+    let mut e = env.to_vec();
+    e.sort();
+    e
+}
+
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(EXIT_HOST)
+}
+
+/// Whether stderr lines are styled: console's rule, applied to the client's stderr and
+/// environment.
+fn colour(session: &ngw::Session) -> bool {
+    let var = |n: &str| session.var(n).map(|v| v.to_string_lossy().into_owned());
+    let forced = var("CLICOLOR_FORCE").is_some_and(|v| v != "0");
+    let tty = session.is_tty(2) == Some(true);
+    let term = var("TERM").is_some_and(|t| t != "dumb");
+    (tty && term && var("NO_COLOR").is_none() && var("CLICOLOR").is_none_or(|v| v != "0")) || forced
+}
+
+fn spawn_plugin(
+    binary: &Path,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    cwd: &Path,
+    umask: Option<u32>,
+    plugin_dir: Option<&Path>,
+) -> std::io::Result<Child> {
+    let mut cmd = Command::new(binary);
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if let Some(dir) = plugin_dir {
+        cmd.env("FLEDGE_PLUGIN_DIR", dir);
+    }
+    if let Some(mask) = umask {
+        // SAFETY: umask is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::umask(mask as libc::mode_t);
+                Ok(())
+            });
+        }
+    }
+    cmd.spawn()
+}
+
+impl Bridge {
+    /// A bridge over `plugins_dir`'s `commands`.
+    pub fn new(
+        options: Options,
+        plugins_dir: PathBuf,
+        commands: BTreeMap<String, PathBuf>,
+        helper: Option<Helper>,
+    ) -> Self {
+        Self {
+            options,
+            plugins_dir,
+            commands,
+            spares: Mutex::new(HashMap::new()),
+            helper,
+        }
+    }
+
+    fn spares(&self) -> std::sync::MutexGuard<'_, HashMap<String, Spare>> {
+        self.spares.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs one session; returns its exit code.
+    pub fn session(&self, s: &mut ngw::Session) -> i32 {
+        let mut err = s.stderr();
+        let colour = colour(s);
+        let error = |err: &mut ngw::Output, text: &str| {
+            let _ = err.write_all(
+                format!(
+                    "{} {text}\n",
+                    console::style("error:").red().bold().force_styling(colour)
+                )
+                .as_bytes(),
+            );
+        };
+        let Some(dir) = self.commands.get(&s.command) else {
+            error(
+                &mut err,
+                &format!("unrecognized fledge plugin command '{}'", s.command),
+            );
+            return EXIT_NOT_FOUND;
+        };
+        let resolved = match discover::resolve(&s.command, dir, &self.plugins_dir, &self.options) {
+            Ok(r) => r,
+            Err(e) => {
+                error(&mut err, &e.to_string());
+                return EXIT_NOT_FOUND;
+            }
+        };
+        if !resolved.binary.exists() {
+            error(
+                &mut err,
+                &format!(
+                    "Plugin '{}' references binary '{}' which does not exist.",
+                    resolved.plugin_name,
+                    resolved.binary.display()
+                ),
+            );
+            return EXIT_NOT_FOUND;
+        }
+        if resolved.runtime.as_deref() == Some("wasm") {
+            error(
+                &mut err,
+                &format!(
+                    "Plugin '{}' requires the WASM runtime, which ngd's fledge bridge does not have.",
+                    resolved.plugin_name
+                ),
+            );
+            return EXIT_HOST;
+        }
+        match resolved.protocol.as_deref() {
+            None => self.relay(s, &resolved, colour),
+            Some(protocol::PROTOCOL) => self.protocol(s, &resolved, colour),
+            Some(other) => {
+                error(
+                    &mut err,
+                    &format!(
+                        "Plugin '{}' requires protocol '{other}' which is not supported by this version of ngd's fledge bridge (it speaks {}).\n  Upgrade ngd to use this plugin.",
+                        resolved.plugin_name,
+                        protocol::PROTOCOL
+                    ),
+                );
+                EXIT_HOST
+            }
+        }
+    }
+
+    /// The process for this run: the spare when it matches, else a new one.
+    fn process(
+        &self,
+        s: &ngw::Session,
+        key: &SpareKey,
+        command: &str,
+        dir: &Path,
+    ) -> std::io::Result<Child> {
+        let spare = self.spares().remove(command);
+        if let Some(mut spare) = spare {
+            let alive = matches!(spare.child.try_wait(), Ok(None));
+            if alive && spare.key == *key {
+                return Ok(spare.child);
+            }
+            let why = if !alive {
+                "the spare plugin process had exited"
+            } else if spare.key.stamp != key.stamp || spare.key.binary != key.binary {
+                "the plugin changed since its spare process started"
+            } else if spare.key.cwd != key.cwd {
+                "the working directory differs from the spare process's"
+            } else if spare.key.umask != key.umask {
+                "the umask differs from the spare process's"
+            } else {
+                "the environment differs from the spare process's"
+            };
+            s.notice(
+                "fallback",
+                &format!("{command}: {why}; started a new process"),
+            );
+            spare.stop();
+        }
+        spawn_plugin(&key.binary, &[], &key.env, &key.cwd, key.umask, Some(dir))
+    }
+
+    fn start_spare(self: &Bridge, key: SpareKey, command: String, dir: PathBuf) {
+        if !self.options.spare || key.stamp.is_none() {
+            return;
+        }
+        if let Ok(child) = spawn_plugin(&key.binary, &[], &key.env, &key.cwd, key.umask, Some(&dir))
+        {
+            let old = self.spares().insert(command, Spare { key, child });
+            if let Some(old) = old {
+                old.stop();
+            }
+        }
+    }
+
+    fn protocol(&self, s: &mut ngw::Session, r: &Resolved, colour: bool) -> i32 {
+        let key = SpareKey {
+            binary: r.binary.clone(),
+            env: sorted_env(&s.env),
+            cwd: s.cwd.clone(),
+            umask: s.umask,
+            stamp: stamp(r),
+        };
+        let mut child = match self.process(s, &key, &r.command, &r.dir) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = writeln!(
+                    s.stderr(),
+                    "error: spawning plugin '{}': {e}",
+                    r.plugin_name
+                );
+                return EXIT_CANNOT_RUN;
+            }
+        };
+        let next = key.clone();
+        let init = Init::new(
+            s.args_lossy(),
+            Some(context::project(&Client {
+                cwd: &s.cwd,
+                env: &s.env,
+            })),
+            PluginInfo {
+                name: r.plugin_name.clone(),
+                version: r.plugin_version.clone(),
+                dir: r.dir.to_string_lossy().into_owned(),
+            },
+            self.options.fledge_version.clone(),
+            r.capabilities.clone(),
+        );
+        let code = std::thread::scope(|scope| {
+            scope.spawn(|| self.start_spare(next, r.command.clone(), r.dir.clone()));
+            Run::new(s, r, colour, &self.options, self.helper.clone()).drive(&mut child, &init)
+        });
+        if code != 0 {
+            let _ = s.stderr().write_all(
+                format!(
+                    "{} Plugin '{}' exited with code {code}\n",
+                    console::style("error:").red().bold().force_styling(colour),
+                    r.plugin_name
+                )
+                .as_bytes(),
+            );
+        }
+        code
+    }
+
+    fn relay(&self, s: &mut ngw::Session, r: &Resolved, colour: bool) -> i32 {
+        // fledge sets FLEDGE_PLUGIN_DIR two levels above the real program.
+        let dir = std::fs::canonicalize(&r.binary)
+            .ok()
+            .and_then(|p| p.parent()?.parent().map(Path::to_path_buf));
+        let mut child =
+            match spawn_plugin(&r.binary, &s.args, &s.env, &s.cwd, s.umask, dir.as_deref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = writeln!(s.stderr(), "error: running plugin '{}': {e}", r.command);
+                    return EXIT_CANNOT_RUN;
+                }
+            };
+        let pgid = child.id() as libc::pid_t;
+        let copy = |from: Option<Box<dyn Read + Send>>, mut to: ngw::Output| {
+            std::thread::spawn(move || {
+                if let Some(mut from) = from {
+                    let _ = std::io::copy(&mut from, &mut to);
+                }
+            })
+        };
+        let out = copy(child.stdout.take().map(|o| Box::new(o) as _), s.stdout());
+        let errt = copy(child.stderr.take().map(|o| Box::new(o) as _), s.stderr());
+        if let Some(mut stdin) = child.stdin.take() {
+            let mut input = s.take_stdin();
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut input, &mut stdin);
+            });
+        }
+        let (done_tx, done_rx) = bounded(1);
+        std::thread::spawn(move || {
+            let _ = done_tx.send(child.wait());
+        });
+        let status = loop {
+            crossbeam_channel::select! {
+                recv(done_rx) -> st => break st.ok().and_then(Result::ok),
+                recv(s.interrupts()) -> i => {
+                    let sig = match i {
+                        Ok(ngw::Interrupt::Signal(name)) => signal_number(&name),
+                        Ok(ngw::Interrupt::Hangup) => Some(libc::SIGHUP),
+                        Err(_) => None,
+                    };
+                    if let Some(sig) = sig {
+                        // SAFETY: signalling the plugin's own group, as a terminal would.
+                        unsafe { libc::killpg(pgid, sig) };
+                    }
+                }
+            }
+        };
+        let _ = (out.join(), errt.join());
+        let code = status.map(exit_code).unwrap_or(EXIT_HOST);
+        if code != 0 {
+            let _ = s.stderr().write_all(
+                format!(
+                    "{} Plugin '{}' exited with code {code}\n",
+                    console::style("error:").red().bold().force_styling(colour),
+                    r.command
+                )
+                .as_bytes(),
+            );
+        }
+        code
+    }
+}
+
+fn signal_number(name: &str) -> Option<libc::c_int> {
+    Some(match name {
+        "SIGINT" => libc::SIGINT,
+        "SIGTERM" => libc::SIGTERM,
+        "SIGHUP" => libc::SIGHUP,
+        "SIGQUIT" => libc::SIGQUIT,
+        "SIGWINCH" => libc::SIGWINCH,
+        "SIGUSR1" => libc::SIGUSR1,
+        "SIGUSR2" => libc::SIGUSR2,
+        "SIGTSTP" => libc::SIGTSTP,
+        "SIGCONT" => libc::SIGCONT,
+        _ => return None,
+    })
+}
+
+/// Lines from the plugin's stdout, each at most [`protocol::MAX_LINE`] long (a longer one
+/// arrives as one invalid line and is skipped as malformed).
+fn read_lines(out: impl Read, tx: Sender<Event>) {
+    let mut r = BufReader::with_capacity(64 * 1024, out);
+    let mut line = Vec::new();
+    let mut overflow = false;
+    loop {
+        let (used, end) = match r.fill_buf() {
+            Ok([]) => break,
+            Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => {
+                    if !overflow && line.len() + i <= protocol::MAX_LINE {
+                        line.extend_from_slice(&buf[..i]);
+                    } else {
+                        overflow = true;
+                    }
+                    (i + 1, true)
+                }
+                None => {
+                    if !overflow && line.len() + buf.len() <= protocol::MAX_LINE {
+                        line.extend_from_slice(buf);
+                    } else {
+                        overflow = true;
+                        line.clear();
+                    }
+                    (buf.len(), false)
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        r.consume(used);
+        if end {
+            let l = if overflow {
+                b"\xff".to_vec()
+            } else {
+                std::mem::take(&mut line)
+            };
+            overflow = false;
+            line.clear();
+            if tx.send(Event::Line(l)).is_err() {
+                return;
+            }
+        }
+    }
+    if !line.is_empty() && !overflow {
+        let _ = tx.send(Event::Line(line));
+    }
+    let _ = tx.send(Event::Eof);
+}
+
+/// One protocol run.
+struct Run<'a> {
+    session: &'a mut ngw::Session,
+    resolved: &'a Resolved,
+    colour: bool,
+    options: &'a Options,
+    helper: Option<Helper>,
+}
+
+impl<'a> Run<'a> {
+    fn new(
+        session: &'a mut ngw::Session,
+        resolved: &'a Resolved,
+        colour: bool,
+        options: &'a Options,
+        helper: Option<Helper>,
+    ) -> Self {
+        Self {
+            session,
+            resolved,
+            colour,
+            options,
+            helper,
+        }
+    }
+
+    fn ui(&mut self) -> Box<dyn Ui> {
+        let _ = &self.helper;
+        let input = BufReader::new(self.session.take_stdin());
+        let tty = self.session.is_tty(0) == Some(true);
+        Box::new(LineUi::new(
+            input,
+            self.session.stderr(),
+            tty,
+            self.session.cwd.clone(),
+        ))
+    }
+
+    fn drive(mut self, child: &mut Child, init: &Init) -> i32 {
+        let pgid = child.id() as libc::pid_t;
+        let mut stdin: Option<ChildStdin> = child.stdin.take();
+        let mut out = self.session.stdout();
+        let mut err = self.session.stderr();
+        let (line_tx, line_rx) = bounded::<Event>(16);
+        let mut line_rx = Some(line_rx);
+        let (done_tx, done_rx) = unbounded::<Event>();
+        let (exit_tx, exit_rx) = bounded::<Event>(1);
+        if let Some(o) = child.stdout.take() {
+            std::thread::spawn(move || read_lines(o, line_tx));
+        } else {
+            let _ = line_tx.send(Event::Eof);
+        }
+        let err_copy = child.stderr.take().map(|mut e| {
+            let mut to = self.session.stderr();
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut e, &mut to);
+            })
+        });
+        // The waiter reaps the child by pid; the `Child` handle is never waited on.
+        let pid = child.id();
+        {
+            std::thread::spawn(move || {
+                let mut status: libc::c_int = 0;
+                // SAFETY: waiting for our own child by pid; the Child handle is not waited
+                // on elsewhere.
+                let rc = loop {
+                    let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+                    if rc == -1
+                        && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+                    {
+                        continue;
+                    }
+                    break rc;
+                };
+                let code = if rc == -1 {
+                    EXIT_HOST
+                } else {
+                    exit_code(std::process::ExitStatus::from_raw(status))
+                };
+                let _ = exit_tx.send(Event::Exited(code));
+            });
+        }
+        let settings = Settings {
+            plugin_name: self.resolved.plugin_name.clone(),
+            capabilities: self.resolved.capabilities.clone(),
+            colour: self.colour,
+            prompt_timeout: self.options.prompt_timeout,
+        };
+        let mut host = Host::new(settings);
+        let width = self
+            .session
+            .var("COLUMNS")
+            .and_then(|c| c.to_str()?.parse().ok())
+            .unwrap_or(80u16);
+        let mut progress = if self.session.is_tty(2) == Some(true) {
+            ProgressView::on_output(self.session.stderr(), width, self.colour)
+        } else {
+            ProgressView::hidden()
+        };
+        // The UI runs on a thread of its own so a question can be abandoned.
+        let (ask_tx, ask_rx) = unbounded::<(String, protocol::Question)>();
+        let mut ui = self.ui();
+        let abort_ui = ui.aborter();
+        {
+            let done_tx = done_tx.clone();
+            std::thread::spawn(move || {
+                for (id, q) in ask_rx {
+                    let event = match ui.ask(&q) {
+                        Ok(v) => Event::Done { id, result: Ok(v) },
+                        Err(UiError::Interrupted) => Event::Interrupt,
+                        Err(UiError::Failed(e)) => Event::Done { id, result: Err(e) },
+                    };
+                    if done_tx.send(event).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        let stop_work = Arc::new(AtomicBool::new(false));
+        let write = |stdin: &mut Option<ChildStdin>, bytes: &[u8]| {
+            if let Some(w) = stdin.as_mut() {
+                if w.write_all(bytes).and_then(|_| w.flush()).is_err() {
+                    *stdin = None;
+                }
+            }
+        };
+        write(&mut stdin, &protocol::init_line(init));
+        let client_env = self.session.env.clone();
+        let client_cwd = self.session.cwd.clone();
+        let plugin_dir = self.resolved.dir.clone();
+        loop {
+            if let Some(code) = host.finished() {
+                drop(stdin);
+                if let Some(t) = err_copy {
+                    let _ = t.join();
+                }
+                return code;
+            }
+            if host.stopped_reading() {
+                // Dropping the receiver ends the reader, so a plugin writing more gets EPIPE.
+                line_rx = None;
+            }
+            let idle = never();
+            let lines = match &line_rx {
+                Some(rx) if host.wants_line() => rx,
+                _ => &idle,
+            };
+            let timeout = host
+                .next_deadline()
+                .map(|d| d.saturating_duration_since(Instant::now()))
+                .unwrap_or(std::time::Duration::from_secs(3600));
+            let event = crossbeam_channel::select! {
+                recv(lines) -> e => e.unwrap_or(Event::Eof),
+                recv(done_rx) -> e => match e { Ok(e) => e, Err(_) => continue },
+                recv(exit_rx) -> e => match e { Ok(e) => e, Err(_) => continue },
+                recv(self.session.interrupts()) -> i => match i {
+                    Ok(ngw::Interrupt::Signal(name)) if name == "SIGWINCH" => continue,
+                    Ok(_) => Event::Interrupt,
+                    Err(_) => continue,
+                },
+                default(timeout) => {
+                    let effects = host.tick(Instant::now());
+                    self.perform(effects, &mut stdin, &write, &mut out, &mut err, &mut progress, &ask_tx, &abort_ui, &stop_work, pgid, &done_tx, &client_env, &client_cwd, &plugin_dir);
+                    continue;
+                }
+            };
+            let effects = host.handle(event, Instant::now());
+            self.perform(
+                effects,
+                &mut stdin,
+                &write,
+                &mut out,
+                &mut err,
+                &mut progress,
+                &ask_tx,
+                &abort_ui,
+                &stop_work,
+                pgid,
+                &done_tx,
+                &client_env,
+                &client_cwd,
+                &plugin_dir,
+            );
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn perform(
+        &self,
+        effects: Vec<Effect>,
+        stdin: &mut Option<ChildStdin>,
+        write: &impl Fn(&mut Option<ChildStdin>, &[u8]),
+        out: &mut ngw::Output,
+        err: &mut ngw::Output,
+        progress: &mut ProgressView,
+        ask: &Sender<(String, protocol::Question)>,
+        abort_ui: &Arc<dyn Fn() + Send + Sync>,
+        stop_work: &Arc<AtomicBool>,
+        pgid: libc::pid_t,
+        done: &Sender<Event>,
+        env: &[(OsString, OsString)],
+        cwd: &Path,
+        plugin_dir: &Path,
+    ) {
+        for e in effects {
+            match e {
+                Effect::ToPlugin(bytes) => write(stdin, &bytes),
+                Effect::Stdout(text) => {
+                    let _ = out.write_all(text.as_bytes());
+                }
+                Effect::Stderr(text) => {
+                    let _ = err.write_all(text.as_bytes());
+                }
+                Effect::Progress(p) => progress.show(&p),
+                Effect::Ask { id, question } => {
+                    let _ = ask.send((id, question));
+                }
+                Effect::Store { key, value } => {
+                    if let Err(e) = store::store(plugin_dir, &key, &value) {
+                        let host_line = format!(
+                            "  {} [{}] store rejected: {e}\n",
+                            console::style("⚠️").yellow().force_styling(self.colour),
+                            self.resolved.plugin_name
+                        );
+                        let _ = err.write_all(host_line.as_bytes());
+                    }
+                }
+                Effect::Load { id, key } => {
+                    let value = match store::load(plugin_dir, &key) {
+                        Ok(v) => v.map(Value::String).unwrap_or(Value::Null),
+                        Err(e) => {
+                            let _ = writeln!(
+                                err,
+                                "  ⚠ {}: load failed: {e}",
+                                self.resolved.plugin_name
+                            );
+                            Value::Null
+                        }
+                    };
+                    let _ = done.send(Event::Done {
+                        id,
+                        result: Ok(value),
+                    });
+                }
+                Effect::Exec {
+                    id,
+                    command,
+                    cwd: dir,
+                    timeout_secs,
+                } => {
+                    stop_work.store(false, Ordering::SeqCst);
+                    let done = done.clone();
+                    let stop = stop_work.clone();
+                    let env = env.to_vec();
+                    let root = cwd.to_path_buf();
+                    let plugin_dir = plugin_dir.to_path_buf();
+                    std::thread::spawn(move || {
+                        let r = match exec::work_dir(&root, &plugin_dir, dir.as_deref()) {
+                            Ok(wd) => exec::run(
+                                &command,
+                                &wd,
+                                &env,
+                                std::time::Duration::from_secs(timeout_secs),
+                                || stop.load(Ordering::SeqCst),
+                            ),
+                            Err(refused) => refused,
+                        };
+                        let _ = done.send(Event::Done {
+                            id,
+                            result: Ok(protocol::exec_value(&r)),
+                        });
+                    });
+                }
+                Effect::Metadata { id, keys } => {
+                    let done = done.clone();
+                    let env = env.to_vec();
+                    let cwd = cwd.to_path_buf();
+                    std::thread::spawn(move || {
+                        let v = context::metadata(
+                            &Client {
+                                cwd: &cwd,
+                                env: &env,
+                            },
+                            &keys,
+                        );
+                        let _ = done.send(Event::Done { id, result: Ok(v) });
+                    });
+                }
+                Effect::Abandon => {
+                    abort_ui();
+                    stop_work.store(true, Ordering::SeqCst);
+                }
+                Effect::CloseStdin => *stdin = None,
+                // SAFETY: signalling the plugin's own process group.
+                Effect::Terminate => unsafe {
+                    libc::killpg(pgid, libc::SIGTERM);
+                },
+                // SAFETY: as above.
+                Effect::Kill => unsafe {
+                    libc::killpg(pgid, libc::SIGKILL);
+                },
+            }
+        }
+    }
+}
