@@ -34,6 +34,7 @@ class Result:
         self.elapsed = None
         self.interrupted_at = None
         self.exit_at = None
+        self.notices = []  # n chunks (decoded JSON) received during the session
 
     def __repr__(self):
         return "<Result code=%r stdout=%r stderr=%r>" % (
@@ -52,11 +53,15 @@ def worker_env(extra=None):
 class Worker:
     """One spawned worker and ngd's end of its channel."""
 
-    def __init__(self, argv, env=None, plugin="test", cwd=None):
+    def __init__(self, argv, env=None, plugin="test", cwd=None, host_features="notices"):
         self.log_path = tempfile.mkstemp(prefix="ngw-test-", suffix=".log")[1]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(worker_env() if env is None else env)
         env.update(NGW_FD=str(theirs.fileno()), NGW_VERSION="1", NGW_PLUGIN=plugin)
+        if host_features is not None:
+            env["NGW_HOST_FEATURES"] = host_features
+        self.host_features = set((host_features or "").split(","))
+        self.notices = []  # every n chunk (decoded JSON), in order
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
@@ -104,9 +109,24 @@ class Worker:
                 return None
 
     def assert_quiet(self, wait=0.0):
-        """Nothing may arrive while the worker is idle (no chunk after X)."""
-        if self.buf or self._fill(wait):
+        """Nothing but notices may arrive while the worker is idle (no chunk after X)."""
+        while self.buf or self._fill(wait):
+            if len(self.buf) >= 5 and self.buf[4:5] == b"n":
+                ty, payload = self.read_chunk(5)
+                self._notice(payload)
+                continue
             raise ProtocolViolation("worker sent %r while idle" % bytes(self.buf[:64]))
+
+    def _notice(self, payload):
+        """An n chunk (docs/ngw.md 15.3): only when both sides named `notices`."""
+        if "notices" not in self.host_features or "notices" not in (
+                self.hello_info or {}).get("features", []):
+            raise ProtocolViolation("notice without the notices feature: %r" % payload)
+        body = json.loads(payload)
+        if not isinstance(body, dict) or not isinstance(body.get("kind"), str):
+            raise ProtocolViolation("notice is not an object with a string kind: %r" % payload)
+        self.notices.append(body)
+        return body
 
     # -- control --------------------------------------------------------------------------
 
@@ -236,6 +256,8 @@ class Worker:
                 else:
                     self.send(".")
                     res.eof_sent = True
+            elif ty == "n":
+                res.notices.append(self._notice(payload))
             elif ty == "X":
                 res.raw_exit = payload
                 if not payload.endswith(b"\n") or not payload[:-1].lstrip(b"-").isdigit():

@@ -22,7 +22,8 @@ class HelloPingQuit(unittest.TestCase):
             self.assertEqual(hello["pid"], w.proc.pid)
             self.assertIn("info", hello["commands"])
             self.assertIn("finfo", hello["commands"])
-            self.assertEqual(sorted(hello["features"]), ["fork", "interrupt"])
+            # The driver offers notices (NGW_HOST_FEATURES), as ngd does.
+            self.assertEqual(sorted(hello["features"]), ["fork", "interrupt", "notices"])
             self.assertGreaterEqual(hello["max_chunk"], 1 << 20)
             self.assertNotIn("error", hello)
             for payload in (b"", b"1", b"\x00\xff" * 32, b"x" * 1000):

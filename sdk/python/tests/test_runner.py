@@ -59,7 +59,7 @@ class PreloadFailure(unittest.TestCase):
 
     def test_missing_entry_point_function(self):
         self._refused(RUNNER + ["entrypoint", "x=json:no_such_function"],
-                      "has no attribute 'no_such_function'")
+                      "cannot import name 'no_such_function' from 'json'")
 
     def test_preload_raising(self):
         tmp = tempfile.mkdtemp()
@@ -145,11 +145,13 @@ class Runner(unittest.TestCase):
                               env=driver.worker_env({"PYTHONPATH": driver.SRC + os.pathsep + tmp}))
             try:
                 self.assertEqual(w.hello()["commands"], ["other", "probe"])
-                r = w.run("probe", ["a"], env=client_env())
+                # The client's PYTHONPATH is the worker's without the SDK: a warm run.
+                cenv = client_env(PYTHONPATH=tmp)
+                r = w.run("probe", ["a"], env=cenv)
                 # Not installed anywhere a shell would find it: the bare name.
                 self.assertEqual((r.code, json.loads(r.stdout)),
                                  (0, [["probe", "a"], "__main__", None]))
-                r = w.run("other", ["msg"], env=client_env())
+                r = w.run("other", ["msg"], env=cenv)
                 self.assertEqual(json.loads(r.stdout),
                                  [[launcher, "msg"], "__main__", launcher])
                 self.assertEqual((r.code, bytes(r.stderr)), (1, b"done\n"))  # sys.exit(main())

@@ -5,63 +5,224 @@
 """
 
 import argparse
+import ast
 import builtins
 import functools
 import importlib
+import importlib.machinery
 import os
-import runpy
 import shutil
 import sys
 import types
+import warnings
 
-from . import Worker
+from . import Worker, _argv, _exact
+from ._fork.common import load_libc
 from ._worker import VERSION
 
+_LIBC = load_libc()
 
-class EntryPoint:
-    """`module:attr` as in a console_scripts entry: the child runs sys.exit(attr())."""
 
-    def __init__(self, name, target):
+def shebang(path):
+    """The interpreter argv of a script's `#!` line ([] if it has none): what the kernel
+    runs the script with, before the script's path and its arguments."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return []
+    if not first.startswith(b"#!"):
+        return []
+    words = os.fsdecode(first[2:].strip()).split(None, 1)
+    return words  # the kernel passes the rest of the line as one argument
+
+
+def interpreter_of(words):
+    """(the interpreter's path as a cold run's sys.executable has it, sys.orig_argv's
+    prefix) for a `#!` line's words; (None, words) when it names no Python."""
+    if not words:
+        return None, []
+    prog = words[0]
+    if os.path.basename(prog) == "env" and len(words) > 1:
+        # `#!/usr/bin/env python3`: env runs `python3` from PATH: orig_argv[0] is the bare
+        # name and sys.executable the path found.
+        rest = words[1].split()
+        found = shutil.which(rest[0]) if rest else None
+        return (os.path.abspath(found) if found else None), rest
+    return prog, words
+
+
+def _venv(bindir):
+    """The virtual environment a bin directory belongs to (its pyvenv.cfg), or None."""
+    cfg = os.path.join(os.path.dirname(bindir), "pyvenv.cfg")
+    return cfg if os.path.exists(cfg) else None
+
+
+class Program:
+    """What a fork-mode command runs: a Python file executed as `__main__` (a console
+    script or any script), compiled in the zygote, in a fresh `__main__` module, with
+    sys.orig_argv, sys.executable, the process name and command line a cold run of that
+    file has. No runner or runpy frame is left in a traceback."""
+
+    def __init__(self, name, path, source=None):
+        self.name = name
+        self.path = path
+        self.source = source  # None: read from `path`
+        self.code = None
+        self.replay = []  # warnings the program's own imports print (preimport)
+        self.interp_hint = None
+        self.interp = None
+        self.interp_argv = []
+        self.description = "program %s=%s" % (name, path)
+
+    def __call__(self):  # startup: compile, so a bad file fails before the hello
+        if self.source is None:
+            with open(self.path, "rb") as f:
+                self.source = f.read()
+        self.code = compile(self.source, self.path, "exec", dont_inherit=True)
+        self.interp, self.interp_argv = interpreter_of(shebang(self.path))
+        self.preimport()
+
+    def preimport(self):
+        """Runs the program's leading import statements in the zygote as a cold run runs
+        them: in a module named `__main__`, from the program's file. Warnings they emit
+        (DeprecationWarning is shown by default when `__main__` triggers it) are kept
+        and written to each child's stderr right before the program runs, where a cold
+        run writes them: the imports are the program's first statements."""
+        tree = ast.parse(self.source, self.path)
+        body = []
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                body.append(node)
+            elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+                break
+        code = compile(ast.Module(body=body, type_ignores=[]), self.path, "exec",
+                       dont_inherit=True)
+        shown = []
+
+        def record(message, category, filename, lineno, file=None, line=None):
+            shown.append(warnings.formatwarning(message, category, filename, lineno, line))
+
+        previous, warnings.showwarning = warnings.showwarning, record
+        try:
+            exec(code, {"__name__": "__main__", "__file__": self.path,
+                        "__builtins__": builtins})
+        finally:
+            warnings.showwarning = previous
+        self.replay = shown
+
+    def check(self, info):
+        """Why a warm run of this program cannot be exact whatever the session (its
+        interpreter is not the worker's, or runs with options), or None."""
+        if self.interp is None:
+            return None
+        if len(self.interp_argv) > 1:
+            return "%s's #! line gives the interpreter options (%s)" % (
+                self.path, " ".join(self.interp_argv[1:]))
+        mine = os.path.realpath(os.path.dirname(os.path.abspath(sys.executable)))
+        theirs = os.path.realpath(os.path.dirname(os.path.abspath(self.interp)))
+        same = mine == theirs or (
+            os.path.realpath(self.interp) == os.path.realpath(sys.executable)
+            and _venv(mine) == _venv(theirs))
+        if not same:
+            return "%s runs with %s, not the worker's interpreter %s" % (
+                self.path, self.interp, sys.executable)
+        return None
+
+    def cold(self):
+        """The argv prefix that runs this program the cold way."""
+        if os.access(self.path, os.X_OK) and shebang(self.path):
+            return [self.path]
+        return [sys.executable, self.path]
+
+    def run(self, ctx):
+        if self.interp_argv:
+            sys.orig_argv = self.interp_argv + sys.argv
+        else:
+            sys.orig_argv = [sys.executable] + sys.argv
+        if self.interp is not None:
+            sys.executable = self.interp
+        _argv.set_process_identity(sys.orig_argv, os.path.basename(self.path), _LIBC)
+        # The SDK's directory is on the worker's sys.path (its PYTHONPATH) only.
+        if _exact.SDK_DIR not in _exact.python_path(ctx.env.get("PYTHONPATH")):
+            sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _exact.SDK_DIR]
+        main = types.ModuleType("__main__")
+        d = main.__dict__
+        d.update(__builtins__=builtins, __cached__=None,
+                 __loader__=importlib.machinery.SourceFileLoader("__main__", self.path))
+        if os.path.isfile(self.path):
+            d["__file__"] = self.path
+        sys.modules["__main__"] = main
+        for text in self.replay:
+            sys.stderr.write(text)
+        exec(self.code, d)
+
+
+#: pip's console-script template (distlib's), which a cold run of an entry point executes.
+_TEMPLATE = """# -*- coding: utf-8 -*-
+import re
+import sys
+from %(module)s import %(import_name)s
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(%(func)s())
+"""
+
+
+class EntryPoint(Program):
+    """`module:attr` as in a console_scripts entry. The child runs the console script that
+    pip generated for it (the file a shell finds for NAME) when it is one for this entry
+    point, else the same code as pip's template, compiled under that path."""
+
+    def __init__(self, name, target, argv0):
         module, sep, attr = target.partition(":")
         if not sep or not module or not attr:
             raise ValueError("%s=%s: expected NAME=MODULE:FUNCTION" % (name, target))
-        self.name = name
+        super().__init__(name, argv0)
         self.module = module
         self.attr = attr
-        self.func = None
         self.description = "entry point %s=%s" % (name, target)
 
-    def __call__(self):  # startup: import and resolve, so a bad target fails before hello
+    def __call__(self):
+        # The console script's own imports run first, as __main__ (preimport): importing
+        # the module from here first would attribute its import-time warnings to this
+        # runner, and a cold run would print what they print.
+        import_name = self.attr.split(".")[0]
+        line = ("from %s import %s" % (self.module, import_name)).encode()
+        try:
+            with open(self.path, "rb") as f:
+                text = f.read()
+        except OSError:
+            text = b""
+        if text.startswith(b"#!") and line in text:
+            self.source = text
+            Program.__call__(self)
+        else:
+            template = _TEMPLATE % {"module": self.module, "import_name": import_name,
+                                    "func": self.attr}
+            self.source = ("#!%s\n" % sys.executable).encode() + template.encode()
+            self.code = compile(self.source, self.path, "exec", dont_inherit=True)
+            self.interp, self.interp_argv = sys.executable, [sys.executable]
+            self.preimport()
         obj = importlib.import_module(self.module)
-        self.func = functools.reduce(getattr, self.attr.split("."), obj)
-        if not callable(self.func):
+        func = functools.reduce(getattr, self.attr.split("."), obj)
+        if not callable(func):
             raise TypeError("%s:%s is not callable" % (self.module, self.attr))
 
-    def run(self, ctx):
-        # A cold run's __main__ is the console script, not this runner: give the child a
-        # fresh one (multiprocessing's spawn and pickling of __main__ objects look at it).
-        main = types.ModuleType("__main__")
-        main.__builtins__ = builtins
-        if os.path.isfile(sys.argv[0]):
-            main.__file__ = sys.argv[0]
-        sys.modules["__main__"] = main
-        return self.func()
+    def cold(self):
+        if os.path.isfile(self.path) and os.access(self.path, os.X_OK):
+            return [self.path]
+        code = "import sys; from %s import %s; sys.exit(%s())" % (
+            self.module, self.attr.split(".")[0], self.attr)
+        return [sys.executable, "-c", code]
 
 
-class Script:
+class Script(Program):
     """A Python script file, run in the child as `python3 PATH args...` would run it."""
 
     def __init__(self, name, path):
-        self.name = name
-        self.path = os.path.abspath(path)
+        super().__init__(name, os.path.abspath(path))
         self.description = "script %s=%s" % (name, path)
-
-    def __call__(self):
-        with open(self.path, "rb"):
-            pass
-
-    def run(self, ctx):
-        runpy.run_path(self.path, run_name="__main__")
 
 
 def default_argv0(name):
@@ -71,6 +232,71 @@ def default_argv0(name):
         p for p in (os.path.dirname(sys.executable), os.environ.get("PATH", "")) if p)
     found = shutil.which(name, path=path)
     return os.path.abspath(found) if found else name
+
+
+def find_script(name):
+    """The console script a shell runs for `name` (a path is taken as it is): PATH first,
+    then the interpreter's own bin directory."""
+    if os.sep in name:
+        return os.path.abspath(name)
+    found = shutil.which(name)
+    if found is None:
+        found = shutil.which(name, path=os.path.dirname(sys.executable))
+    if found is None:
+        raise SystemExit("python3 -m ngw: console script %r not found on PATH" % name)
+    return os.path.abspath(found)
+
+
+def console_script(spec):
+    """An EntryPoint (the installed distribution's console_scripts entry whose script this
+    is) or, for a script that is not a generated entry point (aws, rst2html.py), a Script.
+    Its `interp_hint` is the interpreter of the script's #! line."""
+    path = find_script(spec)
+    name = os.path.basename(path)
+    interp, _ = interpreter_of(shebang(path))
+    if interp is None:
+        raise SystemExit("python3 -m ngw: %s has no #! line naming an interpreter" % path)
+    program = None
+    if _same_interpreter(interp):
+        import importlib.metadata as md
+
+        try:
+            with open(path, "rb") as f:
+                text = f.read()
+        except OSError as e:
+            raise SystemExit("python3 -m ngw: cannot read %s: %s" % (path, e))
+        for ep in md.entry_points(group="console_scripts", name=name):
+            module, _, attr = ep.value.partition(":")
+            attr = attr.split("[")[0].strip()
+            if ("from %s import %s" % (module.strip(), attr.split(".")[0])).encode() in text:
+                program = EntryPoint(name, "%s:%s" % (module.strip(), attr), path)
+                break
+    if program is None:
+        program = Script(name, path)
+    program.interp_hint = interp
+    return program
+
+
+def _same_interpreter(interp):
+    mine = os.path.realpath(os.path.dirname(os.path.abspath(sys.executable)))
+    theirs = os.path.realpath(os.path.dirname(os.path.abspath(interp)))
+    return mine == theirs or (os.path.realpath(interp) == os.path.realpath(sys.executable)
+                              and _venv(mine) == _venv(theirs))
+
+
+def _reexec_under(interp):
+    """Runs this runner again under the script's interpreter when it is not this one (the
+    channel descriptor is still inheritable here); the SDK's directory goes on its
+    PYTHONPATH if it is not installed there."""
+    if interp is None or _same_interpreter(interp):
+        return
+    env = dict(os.environ)
+    paths = _exact.python_path(env.get("PYTHONPATH"))
+    if _exact.SDK_DIR not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([_exact.SDK_DIR] + paths)
+    sys.stderr.write("ngw: running under %s, the console script's interpreter\n" % interp)
+    sys.stderr.flush()
+    os.execve(interp, [interp, "-m", "ngw"] + sys.argv[1:], env)
 
 
 def _pair(text, what):
@@ -106,22 +332,48 @@ def main(argv=None):
                         help="serve Python script files NAME=PATH")
     sc.add_argument("targets", nargs="+", metavar="NAME=PATH",
                     type=lambda t: _pair(t, "PATH"))
+    cs = sub.add_parser("console-script", parents=[common],
+                        help="serve installed console scripts by name (or path): the entry "
+                             "point from the installed distribution's metadata, the "
+                             "interpreter from the script's #! line")
+    cs.add_argument("targets", nargs="+", metavar="NAME")
     args = parser.parse_args(argv)
 
+    if args.mode == "console-script":
+        programs = [console_script(t) for t in args.targets]
+        _reexec_under(programs[0].interp_hint)
+        serve(Worker(), programs, args)
+        return
     argv0 = dict(args.argv0)
     worker = Worker()
-    startup = list(args.preload)
+    programs = []
     for name, target in args.targets:
         try:
-            t = EntryPoint(name, target) if args.mode == "entrypoint" else Script(name, target)
+            if args.mode == "entrypoint":
+                t = EntryPoint(name, target, argv0.get(name) or default_argv0(name))
+            else:
+                t = Script(name, target)
+                t.path = argv0.get(name, t.path)
         except ValueError as e:
             parser.error(str(e))
-        if args.mode == "script":
-            default = t.path
-        else:
-            default = default_argv0(name)
-        worker.add(name, t.run, fork=True, argv0=argv0.get(name, default))
+        programs.append(t)
+    serve(worker, programs, args)
+
+
+def serve(worker, programs, args):
+    """Serves `programs` (Program objects) with the runner's options; never returns."""
+    first = programs[0]
+    # The zygote looks like the first program's cold run while it imports: argv (with a
+    # marker argument, so copies of it can be found, ngw._argv) and sys.path[0], the
+    # script's directory, which a cold run searches first.
+    _argv.install(first.path)
+    if os.path.isabs(first.path):
+        sys.path[0] = os.path.dirname(os.path.realpath(first.path))
+    startup = []
+    for t in programs:
         startup.append(t)
+        worker.add(t.name, t.run, fork=True, argv0=t.path, cold=t.cold(), check=t.check)
+    startup = startup + list(args.preload)
     worker.serve(startup, kill_grace=args.kill_grace, prefork=args.prefork)
 
 

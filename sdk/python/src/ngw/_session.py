@@ -20,7 +20,7 @@ class SessionInfo:
     """Everything the header says about one invocation."""
 
     __slots__ = ("command", "args", "env", "cwd", "umask", "tty", "session", "client_pid",
-                 "meta", "nailgun")
+                 "meta", "nailgun", "cold")
 
     def __repr__(self):
         return "<SessionInfo %s %r session=%s>" % (self.command, self.args, self.session)
@@ -46,7 +46,7 @@ class SessionInfo:
         info = cls()
         info.command, info.args, info.env, info.cwd = "", [], env, None
         info.umask, info.tty, info.session, info.client_pid = 0o022, (False,) * 3, "", None
-        info.meta, info.nailgun = {}, {}
+        info.meta, info.nailgun, info.cold = {}, {}, None
         return info
 
 
@@ -102,6 +102,7 @@ class HeaderBuilder:
             info.umask = default_umask
         info.tty = tuple(_flag(self.nailgun.get("NAILGUN_TTY_%d" % i, "0")) for i in range(3))
         info.session = self.meta.get("NGW_SESSION", "")
+        info.cold = None  # set by the worker: why this session runs the cold way
         try:
             info.client_pid = int(self.meta["NGW_CLIENT_PID"])
         except (KeyError, ValueError):

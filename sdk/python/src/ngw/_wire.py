@@ -38,6 +38,8 @@ INTERRUPT = ord("i")
 PING = ord("p")
 PONG = ord("o")
 QUIT = ord("q")
+# Negotiated extensions (docs/ngw.md 15).
+NOTICE = ord("n")
 
 
 class ProtocolError(Exception):

@@ -8,8 +8,9 @@ import platform
 import sys
 import threading
 import traceback
+import warnings
 
-from . import _wire
+from . import _argv, _exact, _wire
 from ._channel import Channel
 from ._session import HeaderBuilder
 
@@ -23,13 +24,19 @@ EXIT_PROTOCOL = 2
 
 
 class Command:
-    __slots__ = ("name", "fn", "fork", "argv0")
+    """A registered command. `cold`: the argv prefix that runs the program the cold way
+    (exec'd in the child, with the session's arguments appended) when a warm run cannot
+    be exact (docs/ngw.md 12.4); None for functions with no program of their own."""
 
-    def __init__(self, name, fn, fork, argv0):
+    __slots__ = ("name", "fn", "fork", "argv0", "cold", "check")
+
+    def __init__(self, name, fn, fork, argv0, cold=None, check=None):
+        self.check = check  # check(info) -> why a warm run cannot be exact, or None
         self.name = name
         self.fn = fn
         self.fork = fork
         self.argv0 = argv0 if argv0 is not None else name
+        self.cold = list(cold) if cold else None
 
 
 def log(message):
@@ -48,26 +55,28 @@ class Worker:
     def __init__(self):
         self.commands = {}
 
-    def command(self, name, *, fork=False, argv0=None):
+    def command(self, name, *, fork=False, argv0=None, cold=None, check=None):
         """Decorator registering `fn(ctx)` as command `name`.
 
         fork=False: the function runs inside the worker process (fast; the context's
         streams are the only way to reach the client). fork=True: each session runs in a
         fresh child forked from the worker, with sys.argv, os.environ, cwd, umask and fds
         0-2 set up as a cold run would have them; `argv0` becomes sys.argv[0]
-        (default: the command name)."""
+        (default: the command name); `cold` (fork mode): the argv prefix of the program
+        the cold way, run instead when a warm run cannot be exact; `check(info)`: a
+        command's own reason a session cannot run warm (None: it can)."""
         if not name or "\0" in name:
             raise ValueError("bad command name %r" % (name,))
 
         def register(fn):
-            self.commands[name] = Command(name, fn, fork, argv0)
+            self.commands[name] = Command(name, fn, fork, argv0, cold, check)
             return fn
 
         return register
 
-    def add(self, name, fn, *, fork=False, argv0=None):
+    def add(self, name, fn, *, fork=False, argv0=None, cold=None, check=None):
         """Registers `fn` as command `name` (the decorator's non-decorator form)."""
-        self.command(name, fork=fork, argv0=argv0)(fn)
+        self.command(name, fork=fork, argv0=argv0, cold=cold, check=check)(fn)
 
     def serve(self, preload=(), *, kill_grace=2.0, max_chunk=_wire.DEFAULT_MAX_CHUNK,
               prefork=True):
@@ -81,6 +90,8 @@ class Worker:
             raise RuntimeError("ngw: serve() must run in the main thread (it handles signals)")
         chan = _open_channel(max_chunk)
         env_before = dict(os.environ)
+        conditions = _exact.Conditions(env_before)
+        shown = _capture_warnings(conditions.warnings)
         for item in preload:
             try:
                 if callable(item):
@@ -93,8 +104,13 @@ class Worker:
                 what = "cannot import %r" % item if not callable(item) else getattr(
                     item, "description", repr(item))
                 _refuse(chan, "preload failed: %s: %s" % (what, detail))
+        warnings.showwarning = shown
         if not self.commands:
             _refuse(chan, "no commands registered")
+        for line in _argv.scan():
+            log("ngw: a preloaded module copied argv; re-pointed in each session: %s" % line)
+        offered = _exact.host_features()
+        self.notices = _exact.Notices(chan, log, offered)
         self._chan = chan
         self._umask = _current_umask()
         self._inline = None
@@ -107,7 +123,8 @@ class Worker:
             from ._fork import ForkRunner
 
             self._fork = ForkRunner(log, kill_grace, _env_delta(env_before, os.environ),
-                                    prefork=prefork)
+                                    prefork=prefork, conditions=conditions,
+                                    notices=self.notices)
             self._fork.commands = {n: c for n, c in self.commands.items() if c.fork}
             self._fork.private_fds.append(chan.fileno())
             # Preloaded objects stay out of the collector: fewer copy-on-write faults.
@@ -116,7 +133,8 @@ class Worker:
             gc.collect()
             if hasattr(gc, "freeze"):
                 gc.freeze()
-        features = ["interrupt"] + (["fork"] if self._fork else [])
+        features = ["interrupt"] + (["fork"] if self._fork else []) + (
+            ["notices"] if self.notices.enabled else [])
         hello = {
             "protocol": PROTOCOL,
             "pid": os.getpid(),
@@ -201,6 +219,20 @@ def _env_delta(before, after):
     delta = {k: v for k, v in after.items() if before.get(k) != v}
     delta.update((k, None) for k in before if k not in after)
     return delta
+
+
+def _capture_warnings(into):
+    """Records the warnings shown while preloading (they still reach the log); returns
+    the previous `warnings.showwarning`, to put back afterwards."""
+    previous = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        into.append(warnings.formatwarning(message, category, filename, lineno,
+                                           line).strip().splitlines()[0])
+        previous(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    return previous
 
 
 def _current_umask():

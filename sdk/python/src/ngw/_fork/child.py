@@ -14,7 +14,7 @@ import sys
 import termios
 import threading
 
-from .. import _pyexit
+from .. import _argv, _exact, _pyexit
 from .._context import Context
 from .._session import SessionInfo
 from . import stdio
@@ -185,9 +185,11 @@ class Child:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         os.umask(info.umask)
         if info.cwd is not None:
-            os.chdir(info.cwd)
+            _chdir(info.cwd, info.client_pid)
+        if info.cold is not None:
+            _exact.cold_exec(cmd.cold + list(info.args), info.env)
         self._set_environ(info.env)
-        sys.argv = [cmd.argv0] + list(info.args)
+        _argv.apply([cmd.argv0] + list(info.args))
         if not prebuilt or fds or stdio.stdio_key(info.env) != self.stdio_key:
             stdio.install_stdio(info.env, self._worker_stdio)
         sigmask(signal.SIG_SETMASK, ())
@@ -274,6 +276,24 @@ class Child:
         finally:
             os.close(fd)
 
+
+
+def _chdir(path, client_pid):
+    """The client's directory. One that has been deleted (the client's shell is still in
+    it, and a cold run would start there) is reached through the client's own
+    /proc/<pid>/cwd when ngd told us the client's pid."""
+    try:
+        os.chdir(path)
+    except OSError:
+        if client_pid is None:
+            raise
+        try:
+            os.chdir("/proc/%d/cwd" % client_pid)
+        except OSError:
+            pass
+        else:
+            return
+        raise
 
 
 def _reset_signals(signals):

@@ -54,8 +54,12 @@ class ForkRunner:
     in-process session discards the spare, since it may change the worker that the spare
     is a copy of. docs/ngw.md section 11.5."""
 
-    def __init__(self, log, kill_grace, env_delta=None, prefork=True):
+    def __init__(self, log, kill_grace, env_delta=None, prefork=True, conditions=None,
+                 notices=None):
         self.log = log
+        self.conditions = conditions  # _exact.Conditions: when a session runs cold
+        self.notices = notices
+        self._warned_warm = set()
         self.kill_grace = kill_grace
         self.env_delta = env_delta or {}
         self.env_rules = dict(_rules.RULES)
@@ -107,6 +111,7 @@ class ForkRunner:
         self.reap()
         self.read_reports()
         child, self.spare = self.spare, None
+        info.cold = self._cold_reason(info, cmd)
         self.stdio_key = stdio.stdio_key(info.env)  # for the next spare
         streams = None
         if child is not None:
@@ -156,6 +161,26 @@ class ForkRunner:
             self._fork_spare(rehearse=False)  # the session would interrupt it anyway
         self.reap()
         return relay.quit, gone
+
+    def _cold_reason(self, info, cmd):
+        """Why this session runs the cold way (docs/ngw.md 12.4), or None: warm."""
+        if self.conditions is None:
+            return None
+        reason = self.conditions.reason(info)
+        if reason is None and cmd.check is not None:
+            reason = cmd.check(info)
+        if reason is None:
+            return None
+        if cmd.cold is None:
+            if reason not in self._warned_warm:
+                self._warned_warm.add(reason)
+                self.log("ngw: %s runs warm although %s (it has no cold form)"
+                         % (cmd.name, reason))
+            return None
+        if self.notices is not None:
+            self.notices.send("fallback", "%s; ran %s the cold way" % (reason, cmd.name),
+                              info.session)
+        return reason
 
     def _fork_spare(self, rehearse=True):
         self._spare_due = False
