@@ -17,9 +17,34 @@ pub mod ui;
 
 use serde_json::{Map, Value};
 use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 /// Exit status when the bridge refuses to start (bad options, nothing to serve).
 pub const EXIT_CONFIG: i32 = 78;
+
+/// The plugins directory named by the bridge's command and options.
+fn plugins_dir(command: &[OsString], options: &discover::Options) -> Result<PathBuf, String> {
+    let from_options = || options.resolve_plugins_dir(|k| std::env::var(k).ok());
+    match command {
+        [] => Ok(from_options()),
+        [word] if word == "fledge" => Ok(from_options()),
+        [dir] if Path::new(dir).is_dir() => {
+            let dir = PathBuf::from(dir);
+            match &options.plugins_dir {
+                Some(p) if *p != dir => Err(format!(
+                    "command names {} and plugins_dir {}: name one",
+                    dir.display(),
+                    p.display()
+                )),
+                _ => Ok(dir),
+            }
+        }
+        _ => Err(format!(
+            "command must be [\"fledge\"] (fledge's plugins directory, or `plugins_dir`) or one plugins directory; {:?} is neither",
+            command
+        )),
+    }
+}
 
 /// Checks the protocol-specific keys of a `[[plugin]]` table; ngd calls it when it loads
 /// the configuration.
@@ -28,7 +53,8 @@ pub fn validate(options: &Map<String, Value>) -> Result<(), String> {
 }
 
 /// Runs the bridge as an ngw worker (`ngd bridge fledge-v1 -- COMMAND...`); returns the
-/// process's exit status. `COMMAND` must be empty (the plugins come from `plugins_dir`);
+/// process's exit status. `COMMAND` says where the plugins are: `fledge` (or nothing) for
+/// `plugins_dir`, which defaults to fledge's own directory, or one directory path.
 /// `--ngd-fledge-ui-helper QUESTION` runs the terminal prompt helper instead.
 pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
     if command.first().is_some_and(|c| c == ui::HELPER_FLAG) {
@@ -51,13 +77,10 @@ pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
         Ok(o) => o,
         Err(e) => return refuse(channel, e),
     };
-    if !command.is_empty() {
-        return refuse(
-            channel,
-            "the fledge-v1 bridge takes no command: set `plugins_dir` (default: fledge's own) and leave `command` empty".into(),
-        );
-    }
-    let plugins_dir = options.resolve_plugins_dir(|k| std::env::var(k).ok());
+    let plugins_dir = match plugins_dir(&command, &options) {
+        Ok(d) => d,
+        Err(e) => return refuse(channel, e),
+    };
     let (commands, skipped) = discover::scan(&plugins_dir);
     for s in &skipped {
         eprintln!("ngd bridge fledge-v1: skipped {s}");

@@ -245,10 +245,14 @@ fn bad_configurations_are_refused_with_a_reason() {
         .unwrap()
         .contains("unknown key `plugin_dir`"));
     let d = Driver::start(&w.config(json!({})), &["some-plugin"]);
-    assert!(d.hello["error"]
-        .as_str()
-        .unwrap()
-        .contains("takes no command"));
+    assert!(
+        d.hello["error"].as_str().unwrap().contains("is neither"),
+        "{}",
+        d.hello
+    );
+    // The plugins directory as the command.
+    let mut d = Driver::start(r#"{"name":"fledge"}"#, &[w.plugins.to_str().unwrap()]);
+    assert_eq!(d.run(Spec::new(&w, "hello", &["x"])).out(), "hello x\n");
     let d = Driver::start(
         &w.config(json!({"plugins_dir": "/nonexistent/plugins"})),
         &[],
