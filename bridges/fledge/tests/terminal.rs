@@ -22,7 +22,7 @@ struct Pty {
 impl Pty {
     fn open() -> Self {
         let (mut m, mut s) = (0, 0);
-        let mut ws = libc::winsize {
+        let ws = libc::winsize {
             ws_row: 24,
             ws_col: 80,
             ws_xpixel: 0,
@@ -35,7 +35,7 @@ impl Pty {
                 &mut s,
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
-                &mut ws,
+                &ws,
             )
         };
         assert_eq!(rc, 0, "openpty");
