@@ -50,20 +50,14 @@ struct Spare {
 }
 
 impl Spare {
+    /// Kills the spare's process group. It never received `init`, so nothing of the
+    /// plugin's logic has run; closing its stdin first would make it read end of file as
+    /// if the host had gone, which a plugin may act on.
     fn stop(mut self) {
-        drop(self.child.stdin.take());
         let pgid = self.child.id() as libc::pid_t;
         // SAFETY: signalling the group we created for the unreaped child.
-        unsafe { libc::killpg(pgid, libc::SIGTERM) };
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
         std::thread::spawn(move || {
-            for _ in 0..100 {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            // SAFETY: as above.
-            unsafe { libc::killpg(pgid, libc::SIGKILL) };
             let _ = self.child.wait();
         });
     }
@@ -153,6 +147,14 @@ impl Bridge {
             commands,
             spares: Mutex::new(HashMap::new()),
             helper,
+        }
+    }
+
+    /// Stops every spare process (the bridge is ending).
+    pub fn stop_spares(&self) {
+        let spares: Vec<Spare> = self.spares().drain().map(|(_, s)| s).collect();
+        for s in spares {
+            s.stop();
         }
     }
 

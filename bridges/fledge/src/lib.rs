@@ -98,8 +98,16 @@ pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
             commands.len(),
             plugins_dir.display()
         ));
-    let bridge = host::Bridge::new(options, plugins_dir, commands, ui::Helper::current());
-    match channel.serve(hello, move |s: &mut ngw::Session| bridge.session(s)) {
+    let bridge = std::sync::Arc::new(host::Bridge::new(
+        options,
+        plugins_dir,
+        commands,
+        ui::Helper::current(),
+    ));
+    let serving = bridge.clone();
+    let served = channel.serve(hello, move |s: &mut ngw::Session| serving.session(s));
+    bridge.stop_spares();
+    match served {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("ngd bridge fledge-v1: {e}");

@@ -275,3 +275,21 @@ fn grants_from_the_table_apply() {
     assert!(!o.err().contains("blocked"), "{}", o.err());
     assert_eq!(w.state("fledge-denied"), Some(json!({"k": "v"})));
 }
+
+#[test]
+fn progress_is_drawn_on_a_terminal_stderr_and_not_on_a_pipe() {
+    let w = World::new();
+    let mut d = Driver::start(&w.config(json!({})), &[]);
+    let mut spec = Spec::new(&w, "quiz", &["slow"]).stdin(b"\n\n\n\n");
+    spec.env.push(("NAILGUN_TTY_2".into(), "1".into()));
+    spec.env.push(("TERM".into(), "xterm".into()));
+    let o = d.run(spec);
+    assert_eq!(o.code, 0, "{}", o.err());
+    let err = o.err();
+    assert!(err.contains("Working (fledge-ask) ["), "{err:?}");
+    assert!(err.contains("] 3/3"), "{err:?}");
+    // Colour on a terminal.
+    assert!(err.contains("\u{1b}[36m"), "{err:?}");
+    let o = d.run(Spec::new(&w, "quiz", &["slow"]).stdin(b"\n\n\n\n"));
+    assert!(!o.err().contains("Working"), "{}", o.err());
+}
