@@ -436,7 +436,7 @@ impl Bridge {
         st.last_failure = reason.clone();
         let now = self.now();
         st.status = if disable {
-            Status::Disabled(format!("disabled: {reason}; `ngd reload` starts it again"))
+            Status::Disabled(format!("disabled: {reason}"))
         } else {
             match st.policy.on_failure(now, &reason) {
                 Decision::RestartAfter(ms) => {
@@ -537,30 +537,33 @@ impl Bridge {
 
     fn call(&self, s: &mut ngw::Session, command: &str, args: &Map<String, Value>) -> i32 {
         let (tx, rx) = crossbeam_channel::unbounded();
-        let (generation, id) = {
+        // Decided under the lock; reported after it is released (writing to the client
+        // may block on ngd's flow control).
+        let started = {
             let mut st = lock(&self.state);
             loop {
                 match &st.status {
                     Status::Ready => {}
                     Status::Disabled(r) => {
                         let r = r.clone();
-                        let message = format!("{command}: the plugin is {r}");
-                        if !st.disabled_noticed {
-                            st.disabled_noticed = true;
-                            s.notice("disabled", &r);
-                        }
-                        return fail(s, &message, exit::UNAVAILABLE);
+                        let notice = (!st.disabled_noticed).then(|| r.clone());
+                        st.disabled_noticed = true;
+                        break Err((
+                            format!("{command}: the plugin is {r}"),
+                            exit::UNAVAILABLE,
+                            notice,
+                        ));
                     }
                     Status::Stopping => {
-                        return fail(
-                            s,
-                            &format!("{command}: the plugin is stopping; retry"),
+                        break Err((
+                            format!("{command}: the plugin is stopping; retry"),
                             exit::UNAVAILABLE,
-                        )
+                            None,
+                        ))
                     }
                     Status::Starting | Status::Backoff { .. } => {
                         if s.hung_up() {
-                            return 129;
+                            break Err((String::new(), 129, None));
                         }
                         st = self.wait(st, Duration::from_millis(100));
                         continue;
@@ -576,18 +579,30 @@ impl Bridge {
                         let generation = st.generation;
                         st.calls.insert((generation, id), tx);
                         self.apply(&mut st, actions);
-                        break (generation, id);
+                        break Ok((generation, id));
                     }
                     Err(CallError::NotReady) => {
                         st = self.wait(st, Duration::from_millis(100));
                     }
                     Err(e @ CallError::UnknownTool(_)) => {
-                        return fail(s, &format!("{command}: {e}"), exit::NOT_FOUND)
+                        break Err((format!("{command}: {e}"), exit::NOT_FOUND, None))
                     }
                     Err(e @ CallError::TooLarge { .. }) => {
-                        return fail(s, &format!("{command}: {e}"), exit::USAGE)
+                        break Err((format!("{command}: {e}"), exit::USAGE, None))
                     }
                 }
+            }
+        };
+        let (generation, id) = match started {
+            Ok(call) => call,
+            Err((message, code, notice)) => {
+                if let Some(reason) = notice {
+                    s.notice("disabled", &reason);
+                }
+                if message.is_empty() {
+                    return code;
+                }
+                return fail(s, &message, code);
             }
         };
         let mut err = s.stderr();

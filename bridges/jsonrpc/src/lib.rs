@@ -54,6 +54,7 @@ pub fn serve(channel: ngw::Channel, command: Vec<OsString>, config: ngw::BridgeC
             return 78;
         }
     };
+    let concurrency = opts.concurrency;
     let bridge = host::Bridge::new(command, &config, opts);
     let hello = match bridge.start() {
         Ok(h) => h,
@@ -66,6 +67,18 @@ pub fn serve(channel: ngw::Channel, command: Vec<OsString>, config: ngw::BridgeC
             let _ = channel.refuse(&reason);
             return 69;
         }
+    };
+    // The bridge sends notices (restart, disabled); the hello must name the feature for
+    // ngd to take them, and it names exactly what both sides support.
+    let hello = if channel.host_supports("notices") {
+        let mut features = vec!["interrupt"];
+        if concurrency > 1 && channel.host_supports("mux") {
+            features.push("mux");
+        }
+        features.push("notices");
+        hello.field("features", serde_json::json!(features))
+    } else {
+        hello
     };
     let handler = {
         let bridge = bridge.clone();

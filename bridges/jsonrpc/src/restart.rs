@@ -43,7 +43,7 @@ impl RestartPolicy {
         }
         if self.restarts.len() >= self.max as usize {
             return Decision::Disable(format!(
-                "disabled after {} restarts within {} s (last failure: {reason}); `ngd reload` starts it again",
+                "disabled after {} restarts within {} s (last failure: {reason})",
                 self.restarts.len(),
                 self.window / 1000
             ));
@@ -70,7 +70,7 @@ mod tests {
         match p.on_failure(40_000, "exited with status 3") {
             Decision::Disable(r) => assert_eq!(
                 r,
-                "disabled after 3 restarts within 600 s (last failure: exited with status 3); `ngd reload` starts it again"
+                "disabled after 3 restarts within 600 s (last failure: exited with status 3)"
             ),
             other => panic!("{other:?}"),
         }

@@ -146,7 +146,7 @@ fn processes_with(needle: &str) -> Vec<u32> {
 
 #[test]
 fn warm_tools_through_ngd_and_ng() {
-    let marker = format!("{}", std::process::id());
+    let marker = format!("jsonrpc-e2e-{}", std::process::id());
     let nexo = nexo_demo();
     let mut everything = everything();
     let config = format!(
@@ -197,10 +197,10 @@ fn warm_tools_through_ngd_and_ng() {
     assert!(s(&o.stderr).contains("the plugin exited with status 3 during the call"));
     let o = server.ng(&ng, &["demo_inc", "--n", "1"], None);
     assert_eq!(s(&o.stdout), "{\"n\": 2}\n", "{}", s(&o.stderr));
-    // `ngd stop` leaves no plugin process behind.
+    // `ngd stop` leaves no plugin process behind (nor bridge: both carry the marker).
     assert_eq!(
         processes_with(&marker).len(),
-        2,
+        4,
         "{:?}",
         processes_with(&marker)
     );
@@ -215,5 +215,56 @@ fn warm_tools_through_ngd_and_ng() {
             server.log()
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_disabled_plugin_shows_its_reason_and_a_reload_revives_it() {
+    let nexo = nexo_demo();
+    let table = |window: u64| {
+        format!(
+            "[[plugin]]\nname = \"demo\"\nprotocol = \"jsonrpc\"\nprofile = \"nexo\"\ncommand = {}\n\
+             plugin_restart_backoff_ms = [10]\nplugin_max_restarts = 1\nplugin_restart_window_ms = {window}\n",
+            toml_list(&nexo)
+        )
+    };
+    let server = Server::start(&table(600_000));
+    let ng = ng_bin();
+    assert_eq!(
+        server.ng(&ng, &["demo_crash"], None).status.code(),
+        Some(69)
+    );
+    assert_eq!(
+        server.ng(&ng, &["demo_crash"], None).status.code(),
+        Some(69)
+    );
+    let o = server.ng(&ng, &["demo_inc", "--n", "1"], None);
+    assert_eq!(o.status.code(), Some(69));
+    let reason =
+        "disabled after 1 restarts within 600 s (last failure: the plugin exited with status 3)";
+    assert_eq!(s(&o.stderr), format!("demo_inc: the plugin is {reason}\n"));
+    // ngd keeps the bridge's `disabled` notice and shows it.
+    let status = Command::new(ngd())
+        .args(["status", "--json", "--server", &server.server_arg()])
+        .output()
+        .unwrap();
+    assert!(s(&status.stdout).contains(reason), "{}", s(&status.stdout));
+    // A reload that changes the table replaces the pool: a new bridge, a new plugin.
+    std::fs::write(server.dir.path().join("ngd.toml"), table(600_001)).unwrap();
+    assert!(server.ngd("reload").status.success());
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = server.ng(&ng, &["demo_inc", "--n", "1"], None);
+        if o.status.code() == Some(0) {
+            assert_eq!(s(&o.stdout), "{\"n\": 2}\n");
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "not revived: {}\n{}",
+            s(&o.stderr),
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }

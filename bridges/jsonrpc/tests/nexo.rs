@@ -318,7 +318,7 @@ fn repeated_crashes_disable_the_plugin_with_its_reason() {
     assert_eq!(o.code, 69);
     assert_eq!(
         o.stderr_str(),
-        "demo_inc: the plugin is disabled after 3 restarts within 600 s (last failure: the plugin exited with status 3); `ngd reload` starts it again\n"
+        "demo_inc: the plugin is disabled after 3 restarts within 600 s (last failure: the plugin exited with status 3)\n"
     );
     assert!(b.log().contains("disabled after 3 restarts within 600 s"));
     // ngd hears of the restarts and of the disabling (`notices`), and shows them.
