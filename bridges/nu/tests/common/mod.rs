@@ -120,3 +120,11 @@ pub fn plugin_pids(exe: &Path) -> Vec<i32> {
     }
     out
 }
+
+/// A private copy of a peer binary in `dir` (same file name), so tests that count a
+/// plugin's processes do not see each other's.
+pub fn private_copy(name: &str, dir: &Path) -> PathBuf {
+    let to = dir.join(name);
+    std::fs::copy(peer(name), &to).unwrap();
+    to
+}
