@@ -170,5 +170,47 @@ class Identity(unittest.TestCase):
             client.wait()
 
 
+class Stale(unittest.TestCase):
+    """A preloaded module edited between two runs: the second run prints the new value."""
+
+    def _run(self, host_features):
+        tmp = tempfile.mkdtemp(prefix="ngw-stale-")
+        try:
+            module = os.path.join(tmp, "stale_ngw.py")
+            with open(module, "w") as f:
+                f.write("VALUE = 1\n\ndef main():\n    print(VALUE)\n")
+            env = client_env(PYTHONPATH=tmp)
+            w = driver.Worker(RUNNER + ["entrypoint", "st=stale_ngw:main"],
+                              env=driver.worker_env({"PYTHONPATH": driver.SRC + os.pathsep + tmp}),
+                              host_features=host_features)
+            try:
+                w.hello()
+                r = w.run("st", env=env)
+                self.assertEqual((r.code, bytes(r.stdout), r.notices), (0, b"1\n", []))
+                with open(module, "w") as f:
+                    f.write("VALUE = 'two, and longer'\n\ndef main():\n    print(VALUE)\n")
+                r = w.run("st", env=env)
+                self.assertEqual((r.code, bytes(r.stdout), bytes(r.stderr)),
+                                 (0, b"two, and longer\n", b""))
+                # It retires: no further session; it exits 0 once the session is over.
+                self.assertIsNone(w.read_chunk(10))
+                self.assertEqual(w.proc.wait(10), 0)
+                self.assertIn("ngw: stale: code changed on disk: %s changed" % module, w.log())
+                return r
+            finally:
+                w.close()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_edited_module_with_notices(self):
+        r = self._run("notices")
+        self.assertEqual([n["kind"] for n in r.notices], ["stale", "retire", "fallback"])
+        self.assertIn("stale", r.notices[2]["message"])
+
+    def test_edited_module_without_notices(self):
+        r = self._run(None)
+        self.assertEqual(r.notices, [])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -25,7 +25,10 @@ import json
 import os
 import sys
 
-from . import _wire
+from . import _pyexit, _wire
+
+#: Streams made while preloading that modules may keep (see Recorder).
+_KEEP = []
 
 #: Variables CPython reads once at start-up, so a zygote cannot honour a client's value.
 INTERPRETER_ENV = (
@@ -35,6 +38,8 @@ INTERPRETER_ENV = (
     "PYTHONPROFILEIMPORTTIME", "PYTHONVERBOSE", "PYTHONDEBUG", "PYTHONINSPECT",
     "PYTHONINTMAXSTRDIGITS", "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX",
     "PYTHONWARNDEFAULTENCODING", "PYTHONNODEBUGRANGES", "PYTHONEXECUTABLE",
+    # The locale CPython sets up at start-up (stdio and filesystem encodings, coercion).
+    "LC_ALL", "LC_CTYPE", "LANG",
 )
 # Not among them: PYTHONDONTWRITEBYTECODE (whether imports write .pyc files: nothing a run
 # shows), PYTHONUNBUFFERED and PYTHONIOENCODING (each child builds its stdio from the
@@ -63,6 +68,9 @@ class Conditions:
         self.env = {k: env.get(k) for k in INTERPRETER_ENV}
         self.warnings = []  # warnings the zygote's imports printed
         self.refused = None  # a reason every session runs cold
+        self.env_read = {}  # variables the zygote's imports read: name -> value then
+        self.tty_asked = {}  # descriptors whose isatty() the imports asked: fd -> answer
+        self.exempt = set()  # variables computed per session anyway (environment rules)
 
     def refuse(self, reason):
         if self.refused is None:
@@ -76,6 +84,17 @@ class Conditions:
             return ("the worker's imports printed %d warning(s) that a cold run would print "
                     "(first: %s)" % (len(self.warnings), self.warnings[0]))
         env = info.env
+        for fd, answer in self.tty_asked.items():
+            if fd < 3 and bool(info.tty[fd]) != answer:
+                return ("the worker's imports asked whether fd %d is a terminal (%s); this "
+                        "session's %s" % (fd, "it was" if answer else "it was not",
+                                          "is" if info.tty[fd] else "is not"))
+        for name, value in self.env_read.items():
+            if name in self.exempt or name in INTERPRETER_ENV:
+                continue  # computed per session, or compared below
+            if env.get(name) != value:
+                return "the worker's imports read %s, and this session's differs (%r, worker %r)" % (
+                    name, env.get(name), value)
         for name in INTERPRETER_ENV:
             mine, theirs = self.env[name], env.get(name)
             if name == "PYTHONPATH":
@@ -85,6 +104,103 @@ class Conditions:
             elif (mine or None) != (theirs or None):  # empty is unset for CPython
                 return "%s differs from the worker's (%r, worker %r)" % (name, theirs, mine)
         return None
+
+
+#: Variables the standard library reads on every call rather than keeping: argparse
+#: builds a HelpFormatter (shutil.get_terminal_size: COLUMNS, LINES) for each argument
+#: added, and gettext looks up catalogues (LANGUAGE, LC_MESSAGES) per call. Reading them
+#: while importing is no sign that a module kept their value; a module that does keep
+#: one (WIDTH = shutil.get_terminal_size().columns at import) is not detected.
+READ_PER_CALL = frozenset(("COLUMNS", "LINES", "LANGUAGE", "LC_MESSAGES"))
+
+
+class Recorder:
+    """While the zygote preloads: which environment variables its imports read
+    (`os.environ` lookups, `os.getenv`) and which descriptors' `isatty()` they asked
+    (`os.isatty`, and `isatty()` of sys.stdin/stdout/stderr). C code that calls getenv()
+    or isatty() directly is not seen."""
+
+    def __init__(self, conditions, start_env):
+        self.conditions = conditions
+        self.start_env = start_env
+        self.on = False
+
+    def start(self):
+        rec = self
+        environ = os.environ
+        base = type(environ)
+
+        class RecordingEnviron(base):
+            def __getitem__(self, key):
+                if (rec.on and isinstance(key, str) and key not in rec.conditions.env_read
+                        and key not in READ_PER_CALL):
+                    rec.conditions.env_read[key] = rec.start_env.get(key)
+                return base.__getitem__(self, key)
+
+        self._base = base
+        environ.__class__ = RecordingEnviron
+        real_isatty = os.isatty
+
+        def isatty(fd):
+            answer = real_isatty(fd)
+            if rec.on and isinstance(fd, int):
+                rec.conditions.tty_asked.setdefault(fd, answer)
+            return answer
+
+        self._real_isatty = real_isatty
+        os.isatty = isatty
+        self._streams = []
+        for fd, name in enumerate(("stdin", "stdout", "stderr")):
+            stream = getattr(sys, name)
+            if stream is None or type(stream) is not _io_TextIOWrapper():
+                continue
+            wrapped = _recording_stream(stream, fd, self)
+            if wrapped is not None:
+                self._streams.append((name, stream))
+                _KEEP.append(wrapped)  # never collected: closing it would close the fd
+                (_pyexit.also_flush_err if fd == 2 else _pyexit.also_flush).append(wrapped)
+                setattr(sys, name, wrapped)
+        self.on = True
+
+    def stop(self):
+        self.on = False
+        os.environ.__class__ = self._base
+        os.isatty = self._real_isatty
+        for name, stream in self._streams:
+            if getattr(sys, name) is not stream:
+                setattr(sys, name, stream)
+        for name in list(self.conditions.env_read):
+            if name.startswith("NGW_"):
+                del self.conditions.env_read[name]
+
+
+def _io_TextIOWrapper():
+    import io
+
+    return io.TextIOWrapper
+
+
+def _recording_stream(stream, fd, rec):
+    """A TextIOWrapper on the same buffer whose isatty() is recorded (while preloading).
+    It stays a working stream afterwards: modules may keep it."""
+    import io
+
+    class RecordingStream(io.TextIOWrapper):
+        def isatty(self):
+            answer = io.TextIOWrapper.isatty(self)
+            if rec.on:
+                rec.conditions.tty_asked.setdefault(fd, answer)
+            return answer
+
+    try:
+        wrapped = RecordingStream(stream.buffer, encoding=stream.encoding,
+                                  errors=stream.errors, newline="\n",
+                                  line_buffering=stream.line_buffering,
+                                  write_through=getattr(stream, "write_through", False))
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return None
+    wrapped.mode = getattr(stream, "mode", "r" if fd == 0 else "w")
+    return wrapped
 
 
 class Notices:

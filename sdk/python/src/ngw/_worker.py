@@ -10,7 +10,7 @@ import threading
 import traceback
 import warnings
 
-from . import _argv, _exact, _wire
+from . import _argv, _exact, _rules, _stale, _wire
 from ._channel import Channel
 from ._session import HeaderBuilder
 
@@ -92,6 +92,8 @@ class Worker:
         env_before = dict(os.environ)
         conditions = _exact.Conditions(env_before)
         shown = _capture_warnings(conditions.warnings)
+        recorder = _exact.Recorder(conditions, env_before)
+        recorder.start()
         for item in preload:
             try:
                 if callable(item):
@@ -105,12 +107,23 @@ class Worker:
                     item, "description", repr(item))
                 _refuse(chan, "preload failed: %s: %s" % (what, detail))
         warnings.showwarning = shown
+        recorder.stop()
+        conditions.exempt = set(_rules.RULES) | set(_env_delta(env_before, os.environ))
+        if conditions.env_read or conditions.tty_asked:
+            log("ngw: the preloaded imports read %s; asked isatty of %s: a session whose "
+                "values differ runs the cold way" % (
+                    ", ".join(sorted(conditions.env_read)) or "no variable",
+                    sorted(conditions.tty_asked) or "no descriptor"))
         if not self.commands:
             _refuse(chan, "no commands registered")
         for line in _argv.scan():
             log("ngw: a preloaded module copied argv; re-pointed in each session: %s" % line)
         offered = _exact.host_features()
         self.notices = _exact.Notices(chan, log, offered)
+        self._conditions = conditions
+        self._retiring = None
+        self._code = _stale.CodeWatch(log)
+        self._code.record()
         self._chan = chan
         self._umask = _current_umask()
         self._inline = None
@@ -127,6 +140,8 @@ class Worker:
                                     notices=self.notices)
             self._fork.commands = {n: c for n, c in self.commands.items() if c.fork}
             self._fork.private_fds.append(chan.fileno())
+            if self._code.fileno() >= 0:
+                self._fork.private_fds.append(self._code.fileno())
             # Preloaded objects stay out of the collector: fewer copy-on-write faults.
             if self._inline is not None:
                 self._fork.private_fds.extend(self._inline.private_fds())
@@ -205,11 +220,28 @@ class Worker:
             chan.send(_wire.STDERR, msg.encode("utf-8", "surrogateescape"))
             chan.send(_wire.EXIT, b"127\n")
             return False, False
+        stale = self._code.changed()
+        if stale is not None and self._retiring is None:
+            # Never a session on code older than its files: this worker retires (ngd
+            # starts a fresh one) and what it still runs, it runs the cold way.
+            self._retiring = "the worker's code is stale (%s)" % stale
+            self.notices.send("stale", "code changed on disk: %s" % stale, info.session)
+            self.notices.send("retire", "stale code; the next worker loads it afresh",
+                              info.session)
+            self._conditions.refuse(self._retiring)
+        if self._retiring is not None and (not cmd.fork or cmd.cold is None):
+            msg = ("ngw: %s: %s and the command has no cold form; the worker is being "
+                   "replaced: run it again\n" % (info.command, self._retiring))
+            chan.send(_wire.STDERR, msg.encode("utf-8", "surrogateescape"))
+            chan.send(_wire.EXIT, b"75\n")
+            return True, False
         if cmd.fork:
-            return self._fork.run(chan, info, cmd)
-        if self._fork is not None:
-            self._fork.discard_spare()
-        return self._inline.run(chan, info, cmd)
+            quit_, gone = self._fork.run(chan, info, cmd)
+        else:
+            if self._fork is not None:
+                self._fork.discard_spare()
+            quit_, gone = self._inline.run(chan, info, cmd)
+        return quit_ or self._retiring is not None, gone
 
 
 def _env_delta(before, after):
