@@ -754,40 +754,36 @@ fn parse_unit(text: &str, units: &[(&str, f64)]) -> Option<i64> {
     (n.is_finite() && n.abs() < 9.2e18).then_some(n as i64)
 }
 
-/// `a.b.0` → a cell path value (members in the 0.115 shape; `$.` and `?` accepted).
+/// `a.b.0` → a cell path value. Nu 0.115 sends a cell path as its text (`$.a.b.0`, members
+/// with `?` when optional); quoted members keep their quotes.
 fn cell_path(text: &str, span: Span) -> Option<J> {
-    let body = text.strip_prefix("$.").unwrap_or(text);
-    let body = body.strip_prefix('$').unwrap_or(body);
-    let mut members = Vec::new();
-    if !body.is_empty() {
-        for part in split_path(body)? {
-            let (part, optional) = match part.strip_suffix('?') {
-                Some(p) => (p.to_owned(), true),
-                None => (part, false),
-            };
-            let member_span = span.to_value();
-            let m = match part.parse::<u64>() {
-                Ok(n) => {
-                    obj! {"Int" => obj! {"val" => n, "span" => member_span, "optional" => optional}}
-                }
-                Err(_) => obj! {"String" => obj! {"val" => part, "span" => member_span,
-                "optional" => optional, "casing" => "Sensitive"}},
-            };
-            members.push(m);
-        }
+    let body = text
+        .strip_prefix("$.")
+        .or_else(|| text.strip_prefix('$'))
+        .unwrap_or(text);
+    let parts = if body.is_empty() {
+        Vec::new()
+    } else {
+        split_path(body)?
+    };
+    let mut path = String::from("$");
+    for p in parts {
+        path.push('.');
+        path.push_str(&p);
     }
-    Some(
-        obj! {"CellPath" => obj! {"val" => obj! {"members" => J::Arr(members)}, "span" => span.to_value()}},
-    )
+    Some(obj! {"CellPath" => obj! {"val" => path, "span" => span.to_value()}})
 }
 
-/// Splits on dots outside double quotes; quoted members lose their quotes.
+/// Splits on dots outside double quotes; every part must be non-empty.
 fn split_path(body: &str) -> Option<Vec<String>> {
     let mut parts = vec![String::new()];
     let mut quoted = false;
     for c in body.chars() {
         match c {
-            '"' => quoted = !quoted,
+            '"' => {
+                quoted = !quoted;
+                parts.last_mut()?.push(c);
+            }
             '.' if !quoted => parts.push(String::new()),
             c => parts.last_mut()?.push(c),
         }
@@ -874,7 +870,7 @@ mod tests {
         };
         assert_eq!(
             c.positional[0].to_json(),
-            r#"{"CellPath":{"val":{"members":[{"String":{"val":"v","span":{"start":4,"end":5},"optional":false,"casing":"Sensitive"}}]},"span":{"start":4,"end":5}}}"#
+            r#"{"CellPath":{"val":"$.v","span":{"start":4,"end":5}}}"#
         );
     }
 

@@ -9,10 +9,9 @@ use crate::msg::LabeledError;
 /// Renders `e` against `source`.
 pub fn render(e: &LabeledError, source: &str) -> String {
     let mut out = String::new();
-    match &e.code {
-        Some(code) => out.push_str(&format!("Error: {code}\n\n  x {}\n", e.msg)),
-        None => out.push_str(&format!("Error:   x {}\n", e.msg)),
-    }
+    // nu shows an error without a code under its generic one.
+    let code = e.code.as_deref().unwrap_or("nu::shell::error");
+    out.push_str(&format!("Error: {code}\n\n  x {}\n", e.msg));
     let mut inside: Vec<(usize, usize, &str)> = Vec::new();
     let mut outside: Vec<&str> = Vec::new();
     for (text, span) in &e.labels {
@@ -135,8 +134,23 @@ mod tests {
     }
 
     #[test]
+    fn matches_nus_rendering_of_a_plugin_error() {
+        // `nu --no-config-file --plugins '[nu_plugin_inc]' -c '[1 2 3] | inc'`, 0.115.1; the
+        // label is on the command's head, as the plugin sent it.
+        let e = LabeledError::msg("Unable to extract string")
+            .label("value cannot be converted to string", Span::new(10, 13));
+        assert_eq!(
+            render(&e, "[1 2 3] | inc"),
+            "Error: nu::shell::error\n\n  x Unable to extract string\n   ,-[source:1:11]\n 1 | [1 2 3] | inc\n   :           ^|^\n   :            `-- value cannot be converted to string\n   `----\n"
+        );
+    }
+
+    #[test]
     fn labels_outside_the_source_are_kept() {
         let e = LabeledError::msg("boom").label("here", Span::new(100, 104));
-        assert_eq!(render(&e, "inc"), "Error:   x boom\n  label: here\n");
+        assert_eq!(
+            render(&e, "inc"),
+            "Error: nu::shell::error\n\n  x boom\n  label: here\n"
+        );
     }
 }
