@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// Handshake deadlines for a loaded machine: the plugin's, and ngd's for the bridge (which
+/// says hello after the plugin's handshake).
+const SLOW: &str = "plugin_handshake_timeout_ms = 120000\nhandshake_timeout_ms = 150000";
+
 struct Server {
     child: Child,
     dir: tempfile::TempDir,
@@ -150,8 +154,8 @@ fn warm_tools_through_ngd_and_ng() {
     let nexo = nexo_demo();
     let mut everything = everything();
     let config = format!(
-        "[[plugin]]\nname = \"demo\"\nprotocol = \"jsonrpc\"\nprofile = \"nexo\"\ncommand = {}\n\n\
-         [[plugin]]\nname = \"everything\"\nprotocol = \"jsonrpc\"\nprofile = \"mcp\"\ncommand = {}\n",
+        "[[plugin]]\nname = \"demo\"\nprotocol = \"jsonrpc\"\nprofile = \"nexo\"\ncommand = {}\n{SLOW}\n\
+         [[plugin]]\nname = \"everything\"\nprotocol = \"jsonrpc\"\nprofile = \"mcp\"\ncommand = {}\n{SLOW}\n",
         toml_list(&[nexo[0].clone(), nexo[1].clone(), marker.clone()]),
         toml_list({
             everything.push(marker.clone());
@@ -224,7 +228,7 @@ fn a_disabled_plugin_shows_its_reason_and_a_reload_revives_it() {
     let table = |window: u64| {
         format!(
             "[[plugin]]\nname = \"demo\"\nprotocol = \"jsonrpc\"\nprofile = \"nexo\"\ncommand = {}\n\
-             plugin_restart_backoff_ms = [10]\nplugin_max_restarts = 1\nplugin_restart_window_ms = {window}\n",
+             plugin_restart_backoff_ms = [10]\nplugin_max_restarts = 1\nplugin_restart_window_ms = {window}\n{SLOW}\n",
             toml_list(&nexo)
         )
     };

@@ -1,5 +1,6 @@
 //! The bridge against the real MCP reference server, `@modelcontextprotocol/server-everything`
-//! 2026.8.31 from npm (installed by scripts/peers/jsonrpc).
+//! 2026.8.31 from npm, and the Python `mcp-server-time` from PyPI (both installed by
+//! scripts/peers/jsonrpc).
 
 mod common;
 
@@ -169,4 +170,52 @@ fn stop_leaves_no_process() {
     assert_eq!(kids.len(), 1, "{kids:?}");
     assert_eq!(b.quit(), Some(0));
     assert!(wait_gone(kids[0], Duration::from_secs(2)));
+}
+
+#[test]
+fn a_python_mcp_server_from_pypi() {
+    let mut b = Bridge::start("time", &mcp_time(), json!({"profile": "mcp"}));
+    let h = b.hello();
+    assert_eq!(
+        h["commands"],
+        json!(["get_current_time", "convert_time"]),
+        "{h}\n{}",
+        b.log()
+    );
+    let o = b.run("get_current_time", &["--timezone", "UTC"]);
+    assert_eq!(o.code, 0, "{}", o.stderr_str());
+    let v: serde_json::Value = serde_json::from_str(&o.stdout_str()).unwrap();
+    assert_eq!(v["timezone"], "UTC");
+    let o = b.run(
+        "convert_time",
+        &["--source-timezone", "UTC", "--time", "12:00"],
+    );
+    assert_eq!(
+        (o.stderr_str().as_str(), o.code),
+        (
+            "convert_time: missing required --target_timezone (see --help)\n",
+            2
+        )
+    );
+    let o = b.run(
+        "convert_time",
+        &[
+            "--source_timezone",
+            "UTC",
+            "--time",
+            "12:00",
+            "--target_timezone",
+            "Europe/Paris",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr_str());
+    assert!(o.stdout_str().contains("Europe/Paris"));
+    let o = b.run("get_current_time", &["--timezone", "Nowhere/Special"]);
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr_str().contains("Nowhere/Special"),
+        "{}",
+        o.stderr_str()
+    );
+    assert_eq!(b.quit(), Some(0));
 }

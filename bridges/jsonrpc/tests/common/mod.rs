@@ -54,6 +54,14 @@ pub fn everything() -> Vec<String> {
     ]
 }
 
+/// `mcp-server-time` from PyPI (a Python MCP server).
+pub fn mcp_time() -> Vec<String> {
+    install_peers();
+    let p = peers().join("venv-mcp-time/bin/mcp-server-time");
+    assert!(p.exists(), "{} missing", p.display());
+    vec![p.to_string_lossy().into_owned()]
+}
+
 /// A fixture's path.
 pub fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -111,6 +119,11 @@ impl Bridge {
         let log = tempfile::NamedTempFile::new().unwrap();
         let mut config = options.as_object().cloned().unwrap_or_default();
         config.insert("name".into(), json!(name));
+        // The machine may be loaded (Python MCP servers take seconds to import); tests of
+        // the handshake deadline set their own.
+        config
+            .entry("plugin_handshake_timeout_ms")
+            .or_insert(json!(120_000));
         let mut cmd = Command::new(ngd());
         cmd.args(["bridge", "jsonrpc", "--"])
             .args(command)
