@@ -81,3 +81,72 @@ fn a_list_stream_is_printed_as_json_lines() {
     assert_eq!(lines.len(), 1000);
     assert_eq!(lines[999], "999");
 }
+
+#[test]
+fn engine_calls_are_answered_from_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = fake(dir.path(), "ask");
+    let (mut d, _t) = bridge(&[&p], r#"{"plugin_config": {"level": 3}}"#);
+    let r = req("fake", &["--nu-output", "json"], b"")
+        .env("NU_FAKE", "from the client")
+        .cwd(dir.path());
+    let o = d.run(&r).unwrap();
+    assert_eq!(o.code, 0, "{}", o.stderr_str());
+    let answers: Vec<String> = serde_json::from_str(&o.stdout_str()).unwrap();
+    let cwd = dir.path().to_string_lossy().into_owned();
+    assert!(
+        answers[0].contains(&format!(
+            r#""val":{}"#,
+            serde_json::to_string(&cwd).unwrap()
+        )),
+        "{}",
+        answers[0]
+    );
+    assert!(
+        answers[1].contains(r#""val":"from the client""#),
+        "{}",
+        answers[1]
+    );
+    assert!(
+        answers[2].contains(r#"{"Record":{"val":{"level":{"Int":{"val":3"#),
+        "{}",
+        answers[2]
+    );
+    // The synthesised command line is `fake` (the bridge's own flags are taken out).
+    assert!(
+        answers[3].contains(r#""Binary":{"val":[]"#),
+        "{}",
+        answers[3]
+    );
+    assert_eq!(answers[4], r#"{"PipelineData":"Empty"}"#);
+    assert!(answers[5].contains(r#""val":"yes""#), "{}", answers[5]);
+    for a in &answers[6..] {
+        assert!(a.starts_with(r#"{"Error":{"msg":"#), "{a}");
+    }
+    assert!(
+        answers[8].contains("`FindDecl` needs a Nu engine"),
+        "{}",
+        answers[8]
+    );
+}
+
+#[test]
+fn ctrl_c_becomes_signal_interrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = fake(dir.path(), "wait");
+    let (mut d, _t) = bridge(&[&p], "{}");
+    let id = d.start(&req("fake", &[], b"")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    d.interrupt(id, "SIGINT").unwrap();
+    let o = d.finish(id).unwrap();
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr_str().contains("got Interrupt"),
+        "{}",
+        o.stderr_str()
+    );
+    // The next call is preceded by `Signal Reset`.
+    let id = d.start(&req("fake", &[], b"")).unwrap();
+    let o = d.finish(id).unwrap();
+    assert!(o.stderr_str().contains("got Reset"), "{}", o.stderr_str());
+}
