@@ -78,8 +78,35 @@ fn text(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Whether git could find a repository from the client's directory. `false` only when
+/// certainly not: no `GIT_DIR`/`GIT_WORK_TREE` in the environment and no directory from
+/// here up holding `.git` or looking like a bare repository. Saves starting git where
+/// there is nothing to find.
+fn maybe_in_repository(client: &Client<'_>) -> bool {
+    if client
+        .env
+        .iter()
+        .any(|(k, _)| k == "GIT_DIR" || k == "GIT_WORK_TREE" || k == "GIT_COMMON_DIR")
+    {
+        return true;
+    }
+    let looks = |dir: &Path| {
+        dir.ancestors().any(|d| {
+            d.join(".git").exists()
+                || (d.join("HEAD").is_file()
+                    && d.join("objects").is_dir()
+                    && d.join("refs").is_dir())
+        })
+    };
+    // Both the path as given and the physical one (git walks the latter).
+    looks(client.cwd) || std::fs::canonicalize(client.cwd).is_ok_and(|p| looks(&p))
+}
+
 /// `init.project.git`: `None` outside a repository.
 pub fn git(client: &Client<'_>) -> Option<Git> {
+    if !maybe_in_repository(client) {
+        return None;
+    }
     let (branch, dirty, remote) = std::thread::scope(|s| {
         let dirty = s.spawn(|| client.git(&["status", "--porcelain"]));
         let remote = s.spawn(|| client.git(&["remote"]));

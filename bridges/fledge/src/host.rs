@@ -11,7 +11,7 @@
 use crate::context::{self, Client};
 use crate::discover::{self, Options, Resolved};
 use crate::protocol::{self, Effect, Event, Host, Init, PluginInfo, Settings};
-use crate::ui::{Helper, LineUi, ProgressView, Ui, UiError};
+use crate::ui::{LineUi, ProgressView, Ui, UiError};
 use crate::{exec, store};
 use crossbeam_channel::{bounded, never, unbounded, Sender};
 use serde_json::Value;
@@ -70,7 +70,6 @@ pub struct Bridge {
     plugins_dir: PathBuf,
     commands: BTreeMap<String, PathBuf>,
     spares: Mutex<HashMap<String, Spare>>,
-    helper: Option<Helper>,
 }
 
 fn stamp(r: &Resolved) -> Option<(SystemTime, SystemTime)> {
@@ -139,14 +138,12 @@ impl Bridge {
         options: Options,
         plugins_dir: PathBuf,
         commands: BTreeMap<String, PathBuf>,
-        helper: Option<Helper>,
     ) -> Self {
         Self {
             options,
             plugins_dir,
             commands,
             spares: Mutex::new(HashMap::new()),
-            helper,
         }
     }
 
@@ -310,7 +307,7 @@ impl Bridge {
         );
         let code = std::thread::scope(|scope| {
             scope.spawn(|| self.start_spare(next, r.command.clone(), r.dir.clone()));
-            Run::new(s, r, colour, &self.options, self.helper.clone()).drive(&mut child, &init)
+            Run::new(s, r, colour, &self.options).drive(&mut child, &init)
         });
         if code != 0 {
             let _ = s.stderr().write_all(
@@ -462,7 +459,6 @@ struct Run<'a> {
     resolved: &'a Resolved,
     colour: bool,
     options: &'a Options,
-    helper: Option<Helper>,
 }
 
 impl<'a> Run<'a> {
@@ -471,19 +467,18 @@ impl<'a> Run<'a> {
         resolved: &'a Resolved,
         colour: bool,
         options: &'a Options,
-        helper: Option<Helper>,
     ) -> Self {
         Self {
             session,
             resolved,
             colour,
             options,
-            helper,
         }
     }
 
+    /// Line prompts on the session's stderr, answered from its stdin: a session carries
+    /// no descriptor for the client's terminal, which [`crate::ui::TermUi`] needs.
     fn ui(&mut self) -> Box<dyn Ui> {
-        let _ = &self.helper;
         let input = BufReader::new(self.session.take_stdin());
         let tty = self.session.is_tty(0) == Some(true);
         Box::new(LineUi::new(

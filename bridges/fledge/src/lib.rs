@@ -98,12 +98,7 @@ pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
             commands.len(),
             plugins_dir.display()
         ));
-    let bridge = std::sync::Arc::new(host::Bridge::new(
-        options,
-        plugins_dir,
-        commands,
-        ui::Helper::current(),
-    ));
+    let bridge = std::sync::Arc::new(host::Bridge::new(options, plugins_dir, commands));
     let serving = bridge.clone();
     let served = channel.serve(hello, move |s: &mut ngw::Session| serving.session(s));
     bridge.stop_spares();
