@@ -205,9 +205,14 @@ fn start(
         .clone()
         .or_else(|| std::env::current_dir().ok())
         .unwrap_or_else(|| PathBuf::from("/"));
-    let mut paths = Vec::new();
+    // (path, found in a directory or registry): a plugin named by itself must start; one
+    // of many found is skipped with a log line when it cannot.
+    let mut paths: Vec<(PathBuf, bool)> = Vec::new();
     for item in command {
-        paths.extend(discover(Path::new(item), &base)?);
+        let found = discover(Path::new(item), &base)?;
+        let many =
+            found.len() != 1 || found.first().map(|p| p.as_os_str()) != Some(item.as_os_str());
+        paths.extend(found.into_iter().map(|p| (p, many)));
     }
     if paths.is_empty() {
         return Err(
@@ -216,13 +221,35 @@ fn start(
     }
     let mut plugins = Vec::new();
     let mut commands: Vec<Command> = Vec::new();
-    for path in paths {
+    let mut skipped = Vec::new();
+    for (path, optional) in paths {
         let spec = Spec {
             path,
             max_message: opts.max_message,
         };
-        let conn = Conn::spawn(&spec).map_err(|f| f.reason)?;
-        let sigs = signatures(&conn).map_err(|f| format!("{}: {}", spec.name(), f.reason))?;
+        let started = Conn::spawn(&spec).and_then(|conn| {
+            let sigs = signatures(&conn).map_err(|f| Failure {
+                reason: format!("{}: {}", spec.name(), f.reason),
+                code: f.code,
+            });
+            if sigs.is_err() {
+                conn.kill();
+            }
+            sigs.map(|s| (conn, s))
+        });
+        let (conn, sigs) = match started {
+            Ok(x) => x,
+            Err(f) if optional => {
+                eprintln!(
+                    "ngd bridge nu: skipping {}: {}",
+                    spec.path.display(),
+                    f.reason
+                );
+                skipped.push(f.reason);
+                continue;
+            }
+            Err(f) => return Err(f.reason),
+        };
         let index = plugins.len();
         for sig in sigs {
             if let Some(other) = commands.iter().find(|c| c.sig.name == sig.name) {
@@ -240,6 +267,12 @@ fn start(
             commands.push(Command { sig, plugin: index });
         }
         plugins.push(Manager::new(spec, opts.gc, Some(conn)));
+    }
+    if plugins.is_empty() {
+        return Err(format!(
+            "no nu plugin could be started: {}",
+            skipped.join("; ")
+        ));
     }
     let plugin_config = opts
         .plugin_config

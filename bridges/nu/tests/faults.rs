@@ -150,3 +150,14 @@ fn ctrl_c_becomes_signal_interrupt() {
     let o = d.finish(id).unwrap();
     assert!(o.stderr_str().contains("got Reset"), "{}", o.stderr_str());
 }
+
+#[test]
+fn a_directory_skips_plugins_that_cannot_start() {
+    let dir = tempfile::tempdir().unwrap();
+    fake(dir.path(), "old");
+    fake(dir.path(), "stream");
+    let (mut d, _t) = bridge(&[dir.path()], "{}");
+    let o = d.run(&req("fake", &[], b"")).unwrap();
+    assert_eq!(o.code, 0, "{}", o.stderr_str());
+    assert_eq!(o.stdout_str().lines().count(), 1000);
+}
