@@ -177,6 +177,21 @@ fn stats(ctx: &mut Context) -> i32 {
             if let Some(why) = &p.last_failure {
                 let _ = writeln!(out, "plugin {}: last failure: {why}", p.name);
             }
+            if !p.notice_counts.is_empty() {
+                let counts: Vec<String> = p
+                    .notice_counts
+                    .iter()
+                    .map(|(kind, n)| format!("{kind} {n}"))
+                    .collect();
+                let _ = writeln!(out, "plugin {}: notices: {}", p.name, counts.join(", "));
+                for n in &p.notices {
+                    let _ = writeln!(
+                        out,
+                        "plugin {}: notice [{}] from pid {}: {}",
+                        p.name, n.kind, n.pid, n.message
+                    );
+                }
+            }
         }
     }
     let _ = ctx.stdout().write_all(&out);

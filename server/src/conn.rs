@@ -27,7 +27,7 @@ pub enum ConnState {
     /// A command runs.
     Running(Running),
     /// A plugin command: waiting for a worker, or relayed to one.
-    Plugin(PluginConn),
+    Plugin(PluginState),
     /// The exit code is queued; writing what is left.
     Finishing,
     /// Everything is written and our side shut; reading until the client closes, so that
@@ -63,24 +63,14 @@ pub struct Running {
     pub command: String,
 }
 
-/// A plugin command, as the connection sees it.
+/// A plugin command, as the connection sees it: waiting for a worker (holding its request
+/// and any stdin sent meanwhile), then relayed to one.
 #[derive(Debug)]
-pub struct PluginConn {
-    /// The pool that serves it.
-    pub pool: usize,
-    /// The resolved command name.
-    pub command: String,
-    /// The request, until a worker takes it.
-    pub request: Option<ng_proto::Request>,
-    /// The client's umask, if it reported it (`NGD_CLIENT_UMASK`).
-    pub umask: Option<u32>,
-    /// Stdin the client sent before a worker was bound (eager clients send it right after
-    /// `C`); handed to the worker's session when it is bound.
-    pub early_stdin: std::collections::VecDeque<bytes::Bytes>,
-    /// Bytes in `early_stdin` (reading pauses above the stdin high-water mark).
-    pub early_stdin_bytes: usize,
-    /// The client's `.` arrived before a worker was bound.
-    pub early_stdin_eof: bool,
+pub enum PluginState {
+    /// Queued in its pool.
+    Queued(crate::plugin::Queued),
+    /// Bound to a worker's session until its `X`.
+    Bound(crate::plugin::Bound),
 }
 
 /// See the module docs.
@@ -111,9 +101,6 @@ pub struct Conn {
     /// The last time bytes were written to the client (or the connection opened): a
     /// finished session whose client stops reading is closed after the heartbeat timeout.
     pub last_write: Instant,
-    /// The plugin worker (slot, serial) running this connection's session, until its `X`.
-    /// Kept outside the state so that every way of closing hangs the worker up.
-    pub relay: Option<(usize, u64)>,
 }
 
 impl Conn {
@@ -138,7 +125,6 @@ impl Conn {
             state: ConnState::Header,
             timer_at: None,
             last_write: now,
-            relay: None,
         }
     }
 
@@ -161,6 +147,25 @@ impl Conn {
             .config()
             .heartbeat_timeout
             .unwrap_or(std::time::Duration::from_secs(10))
+    }
+
+    /// The worker session this connection is relayed to, if any.
+    pub fn bound(&self) -> Option<&crate::plugin::Bound> {
+        match &self.state {
+            ConnState::Plugin(PluginState::Bound(b)) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Ends the session with an `ngd: ` message line on stderr and `code`: every refusal
+    /// takes this path.
+    pub fn finish(&mut self, code: i32, message: &str) {
+        let mut line = Vec::with_capacity(message.len() + 1);
+        line.extend_from_slice(message.as_bytes());
+        line.push(b'\n');
+        self.session.write_stderr(&line);
+        self.session.exit(code);
+        self.state = ConnState::Finishing;
     }
 
     /// The running command's shared state, if one runs.

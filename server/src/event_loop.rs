@@ -8,7 +8,7 @@
 //! | [`SIGNALS`] | SIGTERM, SIGINT or SIGHUP arrived |
 //! | `FIRST_LISTENER..FIRST_CONN` | the listeners, in the order given |
 //! | `FIRST_CONN + k` | the connection in slab slot `k` |
-//! | `FIRST_WORKER + k` | the channel of plugin worker `k` ([`crate::plugin`]) |
+//! | `FIRST_WORKER + k` | the channel of plugin worker `k` ([`crate::plugin::host`]) |
 //!
 //! # One turn
 //!
@@ -22,16 +22,25 @@
 //! `WouldBlock`, then move the lifecycle on (see [`crate::conn`]). Nothing a client sends can
 //! end the loop: errors end that connection only, and are logged with its serial number,
 //! peer and state (never environment values).
+//!
+//! # Plugins
+//!
+//! The plugin host ([`PluginHost`]) is a component of its own: the loop hands it worker
+//! readiness, client stdin, hangups and its timers, and gives it a [`Clients`] view of the
+//! connections ([`ConnClients`]) for what sessions send back. Every timer of the server,
+//! connections' and the host's, is in one heap ([`Timer`]).
 
-use crate::conn::{Conn, ConnState, Running};
+use crate::conn::{Conn, ConnState, PluginState, Running};
 use crate::nail::Context;
-use crate::plugin::{relay, PluginConfig, PluginHost, PoolStatus};
+use crate::plugin::{
+    Bound, Clients, HostInit, HostTimer, PluginConfig, PluginHost, Queued, WorkerKey, FIRST_WORKER,
+};
 use crate::pool::Pool;
 use crate::registry::Target;
 use crate::security::PeerVerdict;
 use crate::session_io::{
-    CancelReason, ConnKey, LoopNotifier, SessionIo, OUTPUT_LOW_WATER, STDIN_HIGH_WATER,
-    STDIN_PREFETCH,
+    CancelReason, ConnKey, LoopNotifier, SessionIo, OUTPUT_HIGH_WATER, OUTPUT_LOW_WATER,
+    STDIN_HIGH_WATER, STDIN_PREFETCH,
 };
 use crate::transport::{Listener, PeerAddr, Stream};
 use crate::{exit_codes, ServerHandle, Settings};
@@ -55,8 +64,6 @@ pub const WAKER: Token = Token(0);
 pub const SIGNALS: Token = Token(1);
 const FIRST_LISTENER: usize = 2;
 const FIRST_CONN: usize = 64;
-/// Worker channels: token `FIRST_WORKER + slot` (connections stay below it).
-pub(crate) const FIRST_WORKER: usize = 1 << 24;
 /// How many listeners a server may have.
 pub const MAX_LISTENERS: usize = FIRST_CONN - FIRST_LISTENER;
 
@@ -72,6 +79,15 @@ const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
 const READ_BUDGET: usize = 1 << 20;
 /// How long to wait before accepting again after running out of file descriptors.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// An entry of the server's one timer heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    /// A connection's earliest deadline (slot, serial).
+    Conn(usize, u64),
+    /// A plugin host deadline.
+    Host(HostTimer),
+}
 
 /// Things the per-connection functions need besides the connection itself.
 pub(crate) struct Core {
@@ -107,21 +123,21 @@ pub(crate) struct LoopInit {
 
 /// The loop. Built by [`crate::ServerBuilder::build`], driven by [`crate::Server::run`].
 pub struct EventLoop {
-    pub(crate) poll: Poll,
+    poll: Poll,
     listeners: Vec<Listener>,
-    pub(crate) conns: Slab<Conn>,
-    pub(crate) core: Core,
+    conns: Slab<Conn>,
+    core: Core,
     ready: Receiver<ConnKey>,
-    timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    timers: BinaryHeap<Reverse<(Instant, Timer)>>,
     signals: Option<Signals>,
     stopping: Option<Stopping>,
     next_serial: u64,
     accept_paused_until: Option<Instant>,
-    pub(crate) scratch: Vec<u8>,
+    scratch: Vec<u8>,
     /// The plugin pools and their workers.
-    pub(crate) host: PluginHost,
+    host: PluginHost,
     /// Connections to service again before the turn ends (a worker wrote to them).
-    pub(crate) dirty_conns: Vec<usize>,
+    dirty_conns: Vec<usize>,
     /// Connections that used their read budget: serviced again next turn.
     revisit: Vec<usize>,
     /// Where to re-read the configuration from.
@@ -169,15 +185,16 @@ impl EventLoop {
             None
         };
         let pool = Pool::new(settings.min_threads, settings.max_threads);
-        let mut host = PluginHost::new(plugins);
-        host.bridge_exe = bridge_exe;
-        if handle_signals {
+        let host = PluginHost::new(HostInit {
+            plugins,
+            handle: handle.clone(),
+            registry: poll.registry().try_clone()?,
+            bridge_exe,
             // The binary owns its process tree: adopt what workers' commands leave behind,
             // and reap it on SIGCHLD. (An embedding program keeps its own tree.)
-            crate::plugin::worker::become_subreaper();
-            host.subreaper = true;
-        }
-        let mut event_loop = Self {
+            subreaper: handle_signals,
+        });
+        let event_loop = Self {
             poll,
             listeners,
             conns: Slab::new(),
@@ -201,10 +218,6 @@ impl EventLoop {
             release_memory_at: None,
             on_ready: None,
         };
-        for pool in 0..event_loop.host.pools.len() {
-            event_loop.publish_routes(pool);
-        }
-        event_loop.publish_plugins();
         Ok(event_loop)
     }
 
@@ -240,16 +253,16 @@ impl EventLoop {
                         self.accept_all(t - FIRST_LISTENER, now)
                     }
                     Token(t) if t >= FIRST_WORKER => {
-                        let slot = t - FIRST_WORKER;
-                        if let Some(w) = self.host.workers.get_mut(slot) {
-                            if event.is_readable() || event.is_read_closed() || event.is_error() {
-                                w.bufs.readable = true;
-                            }
-                            if event.is_writable() || event.is_write_closed() || event.is_error() {
-                                w.bufs.writable = true;
-                            }
-                            self.service_worker(slot, now);
-                        }
+                        let readable =
+                            event.is_readable() || event.is_read_closed() || event.is_error();
+                        let writable =
+                            event.is_writable() || event.is_write_closed() || event.is_error();
+                        let mut clients = ConnClients {
+                            conns: &mut self.conns,
+                            dirty: &mut self.dirty_conns,
+                        };
+                        self.host
+                            .on_ready(t - FIRST_WORKER, readable, writable, &mut clients, now);
                     }
                     Token(t) => {
                         let slot = t - FIRST_CONN;
@@ -285,9 +298,6 @@ impl EventLoop {
                     tracing::debug!(released, "quiet: freed memory handed back");
                 }
             }
-            if self.host.next_deadline().is_some_and(|t| now >= t) {
-                self.host_tick(now);
-            }
             self.settle(now);
             if self.accept_paused_until.is_some_and(|t| now >= t) {
                 self.accept_paused_until = None;
@@ -303,7 +313,11 @@ impl EventLoop {
                 self.begin_stop(now);
             }
             if self.stopping.is_some() && self.advance_stop(now) {
-                self.kill_plugins(now);
+                let mut clients = ConnClients {
+                    conns: &mut self.conns,
+                    dirty: &mut self.dirty_conns,
+                };
+                self.host.kill_all(&mut clients, now);
                 tracing::info!("stopped");
                 return Ok(());
             }
@@ -312,34 +326,29 @@ impl EventLoop {
     }
 
     /// Works off everything a turn left for later: workers to read or write, connections a
-    /// worker wrote to, pools with sessions to assign or workers to start.
+    /// worker wrote to, pools with sessions to assign or workers to start; then files the
+    /// host's new deadlines into the timer heap.
     fn settle(&mut self, now: Instant) {
-        let mut plugin_activity = false;
         loop {
-            let mut workers = std::mem::take(&mut self.host.dirty_workers);
+            let mut clients = ConnClients {
+                conns: &mut self.conns,
+                dirty: &mut self.dirty_conns,
+            };
+            self.host.settle(&mut clients, now);
             let mut conns = std::mem::take(&mut self.dirty_conns);
-            let mut pools = std::mem::take(&mut self.host.dirty);
-            if workers.is_empty() && conns.is_empty() && pools.is_empty() {
+            if conns.is_empty() && !self.host.has_work() {
                 break;
             }
-            plugin_activity = true;
-            for list in [&mut workers, &mut conns, &mut pools] {
-                list.sort_unstable();
-                list.dedup();
-            }
-            for w in workers {
-                self.service_worker(w, now);
-            }
+            conns.sort_unstable();
+            conns.dedup();
             for c in conns {
                 self.service(c, now);
             }
-            for p in pools {
-                self.maintain_pool(p, now);
-            }
         }
-        if plugin_activity {
-            self.publish_plugins();
+        for (at, timer) in self.host.take_timers() {
+            self.timers.push(Reverse((at, Timer::Host(timer))));
         }
+        self.host.publish();
     }
 
     /// Re-reads the configuration: plugins whose table changed (or that were disabled) are
@@ -354,82 +363,20 @@ impl EventLoop {
                 return;
             }
         };
-        let mut kept = Vec::new();
-        for pool in 0..self.host.pools.len() {
-            if self.host.pools[pool].status == PoolStatus::Retiring {
-                continue;
-            }
-            let same = loaded
-                .plugins
-                .iter()
-                .find(|c| c.name == self.host.pools[pool].config.name);
-            match same {
-                Some(c)
-                    if *c == self.host.pools[pool].config
-                        && self.host.pools[pool].status == PoolStatus::Active =>
-                {
-                    kept.push(c.name.clone());
-                }
-                _ => self.retire_pool(pool, now),
-            }
-        }
-        for config in loaded.plugins.iter().filter(|c| !kept.contains(&c.name)) {
-            let pool = self.host.pools.len();
-            self.host
-                .pools
-                .push(crate::plugin::Pool::new(config.clone()));
-            // Sessions queued on the retired pool of the same name move over.
-            let moved: Vec<_> = self
-                .host
-                .pools
-                .iter_mut()
-                .filter(|p| p.status == PoolStatus::Retiring && p.config.name == config.name)
-                .flat_map(|p| p.queue.drain(..))
-                .collect();
-            self.host.pools[pool].queue.extend(moved);
-            self.publish_routes(pool);
-            self.host.dirty.push(pool);
-        }
+        let (kept, started) = self.host.reload(&loaded.plugins, now);
         for (alias, command) in &loaded.aliases {
             if let Err(e) = self.core.handle.registry().add_alias(alias, command) {
                 tracing::warn!("reload: alias '{alias}': {e}");
             }
         }
-        tracing::info!(
-            "configuration reloaded: {} plugins kept, {} (re)started",
-            kept.len(),
-            loaded.plugins.len() - kept.len()
-        );
-    }
-
-    fn retire_pool(&mut self, pool: usize, now: Instant) {
-        tracing::info!(plugin = %self.host.pools[pool].config.name, "retiring");
-        self.host.pools[pool].status = PoolStatus::Retiring;
-        self.core
-            .handle
-            .registry()
-            .set_plugin_commands(pool, &[], "");
-        let idle: Vec<usize> = self.host.pools[pool]
-            .workers
-            .iter()
-            .copied()
-            .filter(|w| {
-                !matches!(
-                    self.host.workers[*w].state,
-                    crate::plugin::WorkerState::Busy(_)
-                )
-            })
-            .collect();
-        for w in idle {
-            self.quit_worker(w, now);
-        }
+        tracing::info!("configuration reloaded: {kept} plugins kept, {started} (re)started");
     }
 
     fn next_timeout(&self, now: Instant) -> Option<Duration> {
         if !self.revisit.is_empty() {
             return Some(Duration::ZERO);
         }
-        let mut next = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        let mut next = self.timers.peek().map(|Reverse((t, _))| *t);
         let mut consider = |t: Option<Instant>| {
             if let Some(t) = t {
                 next = Some(next.map_or(t, |n| n.min(t)));
@@ -437,7 +384,6 @@ impl EventLoop {
         };
         consider(self.accept_paused_until);
         consider(self.release_memory_at);
-        consider(self.host.next_deadline());
         if let Some(s) = &self.stopping {
             consider(Some(s.cancel_at));
             consider(s.plugin_deadline);
@@ -454,7 +400,13 @@ impl EventLoop {
         let pending: Vec<i32> = signals.pending().collect();
         for signal in pending {
             match signal {
-                SIGCHLD => self.reap_workers(Instant::now()),
+                SIGCHLD => {
+                    let mut clients = ConnClients {
+                        conns: &mut self.conns,
+                        dirty: &mut self.dirty_conns,
+                    };
+                    self.host.reap(&mut clients, Instant::now());
+                }
                 SIGHUP => self.core.handle.request_reload(),
                 _ => {
                     tracing::info!("signal {signal}: stopping");
@@ -505,9 +457,7 @@ impl EventLoop {
         if let Some((message, code)) = refusal {
             self.core.handle.stats().refused();
             tracing::info!(conn = serial, peer = %conn.peer, "refused: {message}");
-            conn.session.write_stderr(format!("{message}\n").as_bytes());
-            conn.session.exit(code);
-            conn.state = ConnState::Finishing;
+            conn.finish(code, &message);
         } else {
             tracing::debug!(conn = serial, peer = %conn.peer, "accepted");
         }
@@ -547,6 +497,7 @@ impl EventLoop {
         };
         let core = &self.core;
         let host = &mut self.host;
+        let bound_before = conn.bound().cloned();
         pull_io(conn);
         let budget_left = read_input(conn, core, host, key, &mut self.scratch, now);
         pull_io(conn);
@@ -570,17 +521,15 @@ impl EventLoop {
                 self.revisit.push(slot);
             }
         }
-        // A relay lives only as long as the plugin state: any other transition (protocol
-        // error, close) hangs the worker up.
-        if let Some(relay) = conn.relay {
-            if !matches!(conn.state, ConnState::Plugin(_)) {
-                conn.relay = None;
-                relay::hangup(host, relay, now);
-            } else if conn.wbuf.len() < OUTPUT_LOW_WATER
-                && host.workers.get(relay.0).is_some_and(|w| w.bufs.readable)
-            {
+        // A session stays bound only while the connection is in that state: any other way
+        // out (its `X`, a protocol error, a close) hangs the worker's session up, which is a
+        // no-op once the session has ended.
+        if let Some(bound) = bound_before {
+            if conn.bound() != Some(&bound) {
+                host.hang_up(&bound, now);
+            } else if conn.wbuf.len() < OUTPUT_LOW_WATER {
                 // The client drained: read the worker again.
-                host.dirty_workers.push(relay.0);
+                host.client_drained(&bound);
             }
         }
         if matches!(conn.state, ConnState::Closed) {
@@ -598,8 +547,8 @@ impl EventLoop {
         if let Some(io) = conn.io() {
             io.cancel(CancelReason::ClientGone);
         }
-        if let Some(relay) = conn.relay {
-            relay::hangup(&mut self.host, relay, Instant::now());
+        if let Some(bound) = conn.bound() {
+            self.host.hang_up(bound, Instant::now());
         }
         let _ = conn.stream.deregister(self.poll.registry());
         tracing::debug!(conn = conn.serial, peer = %conn.peer, "closed");
@@ -613,19 +562,23 @@ impl EventLoop {
         if let Some(deadline) = conn.deadline() {
             if conn.timer_at.is_none_or(|t| deadline < t) {
                 conn.timer_at = Some(deadline);
-                self.timers.push(Reverse((deadline, slot, conn.serial)));
+                self.timers
+                    .push(Reverse((deadline, Timer::Conn(slot, conn.serial))));
             }
         }
     }
 
-    /// Drops timer entries at the head of the heap that no longer belong to a live
-    /// connection's earliest deadline, so that closed connections never wake the loop.
+    /// Drops timer entries at the head of the heap that are no longer the earliest deadline
+    /// of what they name, so that closed connections and ended workers never wake the loop.
     fn prune_timers(&mut self) {
-        while let Some(Reverse((at, slot, serial))) = self.timers.peek().copied() {
-            let live = self
-                .conns
-                .get(slot)
-                .is_some_and(|c| c.serial == serial && c.timer_at == Some(at));
+        while let Some(Reverse((at, timer))) = self.timers.peek().copied() {
+            let live = match timer {
+                Timer::Conn(slot, serial) => self
+                    .conns
+                    .get(slot)
+                    .is_some_and(|c| c.serial == serial && c.timer_at == Some(at)),
+                Timer::Host(t) => self.host.timer_live(t, at),
+            };
             if live {
                 return;
             }
@@ -634,11 +587,24 @@ impl EventLoop {
     }
 
     fn fire_timers(&mut self, now: Instant) {
-        while let Some(Reverse((at, slot, serial))) = self.timers.peek().copied() {
+        while let Some(Reverse((at, timer))) = self.timers.peek().copied() {
             if at > now {
                 return;
             }
             self.timers.pop();
+            let (slot, serial) = match timer {
+                Timer::Conn(slot, serial) => (slot, serial),
+                Timer::Host(t) => {
+                    if self.host.timer_live(t, at) {
+                        let mut clients = ConnClients {
+                            conns: &mut self.conns,
+                            dirty: &mut self.dirty_conns,
+                        };
+                        self.host.on_timer(t, &mut clients, now);
+                    }
+                    continue;
+                }
+            };
             let Some(conn) = self.conns.get_mut(slot) else {
                 continue;
             };
@@ -685,7 +651,7 @@ impl EventLoop {
         }
         // Dropping the listeners closes them and removes their socket files.
         self.listeners.clear();
-        self.stop_plugins(now);
+        self.host.stop(now);
         self.stopping = Some(Stopping {
             cancel_at: now + grace,
             plugin_deadline: None,
@@ -724,12 +690,12 @@ impl EventLoop {
             let slots: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
             for slot in slots {
                 let conn = &mut self.conns[slot];
-                if let ConnState::Plugin(p) = &conn.state {
-                    tracing::info!(conn = conn.serial, command = %p.command, "cancelled by shutdown");
-                    conn.session
-                        .write_stderr(b"ngd: command cancelled: the server is shutting down\n");
-                    conn.session.exit(exit_codes::TERMINATED);
-                    conn.state = ConnState::Finishing;
+                if matches!(conn.state, ConnState::Plugin(_)) {
+                    tracing::info!(conn = conn.serial, "plugin command cancelled by shutdown");
+                    conn.finish(
+                        exit_codes::TERMINATED,
+                        "ngd: command cancelled: the server is shutting down",
+                    );
                 }
                 self.service(slot, now);
             }
@@ -747,23 +713,18 @@ impl EventLoop {
                 ConnState::Running(r) => {
                     tracing::info!(conn = conn.serial, command = %r.command, "cancelled by shutdown");
                     r.io.cancel(CancelReason::Shutdown);
-                    conn.session
-                        .write_stderr(b"ngd: command cancelled: the server is shutting down\n");
-                    conn.session.exit(exit_codes::TERMINATED);
-                    conn.state = ConnState::Finishing;
+                    conn.finish(
+                        exit_codes::TERMINATED,
+                        "ngd: command cancelled: the server is shutting down",
+                    );
                 }
                 ConnState::Header => {
-                    conn.session
-                        .write_stderr(b"ngd: the server is shutting down\n");
-                    conn.session.exit(exit_codes::UNAVAILABLE);
-                    conn.state = ConnState::Finishing;
+                    conn.finish(exit_codes::UNAVAILABLE, "ngd: the server is shutting down");
                 }
                 // The worker forwards SIGTERM to the command, whose own exit code (143
                 // for most programs) then reaches the client.
-                ConnState::Plugin(_) => {
-                    if let Some(relay) = conn.relay {
-                        relay::interrupt(&mut self.host, relay, "SIGTERM");
-                    }
+                ConnState::Plugin(PluginState::Bound(bound)) => {
+                    self.host.interrupt(bound, "SIGTERM");
                 }
                 _ => {}
             }
@@ -886,29 +847,40 @@ fn handle_events(conn: &mut Conn, core: &Core, host: &mut PluginHost, key: ConnK
     while let Some(event) = conn.session.poll_event() {
         match event {
             ServerEvent::Launch(request) => launch(conn, core, host, key, request, now),
-            ServerEvent::Stdin(data) if matches!(conn.state, ConnState::Plugin(_)) => {
-                relay::conn_stdin(conn, host, data);
-            }
-            ServerEvent::StdinEof if matches!(conn.state, ConnState::Plugin(_)) => {
-                relay::conn_stdin_eof(conn, host)
-            }
-            ServerEvent::Stdin(data) => {
-                if let Some(io) = conn.io() {
-                    let mut st = io.lock();
-                    st.stdin_bytes += data.len();
-                    st.stdin.push_back(data);
-                    let backlog = st.stdin_bytes;
-                    drop(st);
-                    io.wake_command();
-                    conn.stdin_backlog = backlog;
+            // Every state a connection can be in when stdin arrives: a plugin session keeps
+            // it while queued and hands it to its worker once bound; a running nail takes
+            // it; in `Header` the session cannot produce it; after the command it is
+            // dropped, as the protocol says.
+            ServerEvent::Stdin(data) => match &mut conn.state {
+                ConnState::Plugin(PluginState::Queued(q)) => {
+                    q.stdin.push(data);
+                    conn.stdin_backlog = q.stdin.bytes();
                 }
-            }
-            ServerEvent::StdinEof => {
-                if let Some(io) = conn.io() {
-                    io.lock().stdin_eof = true;
-                    io.wake_command();
+                ConnState::Plugin(PluginState::Bound(b)) => {
+                    conn.stdin_backlog = host.stdin(b, data, now);
                 }
-            }
+                _ => {
+                    if let Some(io) = conn.io() {
+                        let mut st = io.lock();
+                        st.stdin_bytes += data.len();
+                        st.stdin.push_back(data);
+                        let backlog = st.stdin_bytes;
+                        drop(st);
+                        io.wake_command();
+                        conn.stdin_backlog = backlog;
+                    }
+                }
+            },
+            ServerEvent::StdinEof => match &mut conn.state {
+                ConnState::Plugin(PluginState::Queued(q)) => q.stdin.set_eof(),
+                ConnState::Plugin(PluginState::Bound(b)) => host.stdin_eof(b),
+                _ => {
+                    if let Some(io) = conn.io() {
+                        io.lock().stdin_eof = true;
+                        io.wake_command();
+                    }
+                }
+            },
             ServerEvent::ClientGone(reason) => {
                 let reason = match reason {
                     ng_proto::DisconnectReason::Eof => CancelReason::ClientGone,
@@ -938,10 +910,7 @@ fn protocol_error(conn: &mut Conn, core: &Core, e: ProtocolError) {
         conn.state = ConnState::Closed;
         return;
     }
-    conn.session
-        .write_stderr(format!("ngd: protocol error: {e}\n").as_bytes());
-    conn.session.exit(exit_codes::PROTOCOL);
-    conn.state = ConnState::Finishing;
+    conn.finish(exit_codes::PROTOCOL, &format!("ngd: protocol error: {e}"));
 }
 
 fn launch(
@@ -958,12 +927,10 @@ fn launch(
         handle.stats().unknown_command();
         let shown = String::from_utf8_lossy(&request.command);
         tracing::info!(conn = conn.serial, peer = %conn.peer, "unknown command {shown:?}");
-        conn.session.write_stderr(
-            format!("ngd: unknown command '{shown}'; run 'ng ng-commands' to list the commands\n")
-                .as_bytes(),
+        conn.finish(
+            exit_codes::UNKNOWN_COMMAND,
+            &format!("ngd: unknown command '{shown}'; run 'ng ng-commands' to list the commands"),
         );
-        conn.session.exit(exit_codes::UNKNOWN_COMMAND);
-        conn.state = ConnState::Finishing;
         return;
     };
     tracing::debug!(conn = conn.serial, peer = %conn.peer, command = %name, args = request.args.len(), env = request.env.len(), "launch");
@@ -984,9 +951,22 @@ fn launch(
                 core.pool.execute(job);
             }
         }
-        Target::Plugin { pool } => {
-            relay::queue_session(conn, host, key, pool, name, request, client_umask, now);
-        }
+        Target::Plugin { pool } => match host.queue(key, pool, now) {
+            Ok(()) => {
+                conn.state = ConnState::Plugin(PluginState::Queued(Queued {
+                    pool,
+                    command: name,
+                    request,
+                    umask: client_umask,
+                    stdin: Default::default(),
+                }));
+            }
+            Err(refusal) => {
+                let message = refusal.message(&name);
+                tracing::info!(conn = conn.serial, "{message}");
+                conn.finish(refusal.code(), &message);
+            }
+        },
     }
 }
 
@@ -1065,6 +1045,100 @@ fn flush(conn: &mut Conn) {
                 drop(st);
                 io.wake_command();
             }
+        }
+    }
+}
+
+/// The host's view of the connections ([`Clients`]): what a worker's session sends reaches
+/// its connection, which is then serviced before the turn ends.
+struct ConnClients<'a> {
+    conns: &'a mut Slab<Conn>,
+    dirty: &'a mut Vec<usize>,
+}
+
+impl ConnClients<'_> {
+    fn live(&mut self, key: ConnKey) -> Option<&mut Conn> {
+        let conn = self
+            .conns
+            .get_mut(key.slot)
+            .filter(|c| c.serial == key.serial)?;
+        self.dirty.push(key.slot);
+        Some(conn)
+    }
+}
+
+impl Clients for ConnClients<'_> {
+    fn stdout(&mut self, conn: ConnKey, data: &[u8]) {
+        if let Some(c) = self.live(conn) {
+            c.session.write_stdout(data);
+        }
+    }
+
+    fn stderr(&mut self, conn: ConnKey, data: &[u8]) {
+        if let Some(c) = self.live(conn) {
+            c.session.write_stderr(data);
+        }
+    }
+
+    fn request_stdin(&mut self, conn: ConnKey) -> bool {
+        match self.live(conn) {
+            Some(c) => c.session.request_stdin() || !c.session.stdin_ended(),
+            None => false,
+        }
+    }
+
+    fn stdin_backlog(&mut self, conn: ConnKey, bytes: usize) {
+        if let Some(c) = self.live(conn) {
+            c.stdin_backlog = bytes;
+        }
+    }
+
+    fn exit(&mut self, conn: ConnKey, code: i32) {
+        if let Some(c) = self.live(conn) {
+            c.session.exit(code);
+            c.state = ConnState::Finishing;
+            c.stdin_backlog = 0;
+        }
+    }
+
+    fn finish(&mut self, conn: ConnKey, code: i32, message: &str) {
+        if let Some(c) = self.live(conn) {
+            c.finish(code, message);
+            c.stdin_backlog = 0;
+        }
+    }
+
+    fn output_full(&self, conn: ConnKey) -> bool {
+        self.conns
+            .get(conn.slot)
+            .filter(|c| c.serial == conn.serial)
+            .is_some_and(|c| c.wbuf.len() + c.session.transmit().len() > OUTPUT_HIGH_WATER)
+    }
+
+    fn bind(&mut self, conn: ConnKey, worker: WorkerKey, session: u64) -> Option<Queued> {
+        let c = self.live(conn)?;
+        let ConnState::Plugin(PluginState::Queued(q)) = &c.state else {
+            return None;
+        };
+        let bound = Bound {
+            worker,
+            session,
+            command: q.command.clone(),
+        };
+        match std::mem::replace(&mut c.state, ConnState::Plugin(PluginState::Bound(bound))) {
+            ConnState::Plugin(PluginState::Queued(q)) => Some(q),
+            _ => None,
+        }
+    }
+
+    fn take_queued(&mut self, conn: ConnKey) -> Option<Queued> {
+        let c = self.live(conn)?;
+        if !matches!(c.state, ConnState::Plugin(PluginState::Queued(_))) {
+            return None;
+        }
+        match std::mem::replace(&mut c.state, ConnState::Finishing) {
+            ConnState::Plugin(PluginState::Queued(q)) => Some(q),
+            _ => None,
         }
     }
 }

@@ -7,7 +7,6 @@
 //! `ngd` killed with SIGKILL.
 
 use super::config::{PluginConfig, Protocol};
-use bytes::BytesMut;
 use std::fs::OpenOptions;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -218,6 +217,36 @@ pub fn children() -> Vec<u32> {
     pids
 }
 
+/// At the very end: kills and reaps every process ngd adopted, until none is left (a
+/// killed orphan's own children are adopted in turn), within a second.
+pub fn kill_orphans() {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while std::time::Instant::now() < deadline {
+        let children = children();
+        if children.is_empty() {
+            return;
+        }
+        tracing::info!("killing {} leftover processes", children.len());
+        for pid in &children {
+            if let Ok(pid) = i32::try_from(*pid) {
+                // SAFETY: kill(2) on our own child.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+        for pid in children {
+            if let Ok(pid) = i32::try_from(pid) {
+                // SAFETY: waitpid on our own child, which was just killed.
+                unsafe {
+                    let mut status = 0;
+                    libc::waitpid(pid, &mut status, 0);
+                }
+            }
+        }
+    }
+}
+
 /// The resident set size of a process, in bytes (`/proc/<pid>/statm`).
 pub fn rss_bytes(pid: u32) -> Option<u64> {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
@@ -244,21 +273,10 @@ pub struct Hello {
     pub max_chunk: Option<u64>,
     /// Its hangup-to-kill delay.
     pub kill_grace_ms: Option<u64>,
+    /// With `mux`: how many sessions it runs at once.
+    pub max_sessions: Option<u64>,
     /// SDK name, for status.
     pub sdk: Option<String>,
     /// A refusal to start.
     pub error: Option<String>,
-}
-
-/// Buffers for one worker channel.
-#[derive(Debug, Default)]
-pub struct ChannelBufs {
-    /// Bytes read, not yet decoded.
-    pub rbuf: BytesMut,
-    /// Bytes to write.
-    pub wbuf: BytesMut,
-    /// Edge-triggered readiness.
-    pub readable: bool,
-    /// Edge-triggered readiness.
-    pub writable: bool,
 }

@@ -1,0 +1,1153 @@
+//! The plugin host's I/O shell: worker processes and their channels around the state
+//! machines of [`super::pool`] and [`super::machine`].
+//!
+//! The event loop calls the host through a narrow interface (the methods below) and hands
+//! it a [`Clients`] for what sessions send to their clients; the host never sees a
+//! connection. Its deadlines go into the loop's one timer heap as [`HostTimer`] entries
+//! ([`PluginHost::take_timers`]); nothing is scanned per loop turn.
+//!
+//! Where things happen:
+//! * a worker is spawned in [`PluginHost::maintain_pool`] (`spawn_worker`), when the pool
+//!   says so ([`super::pool::Pool::spawns_wanted`]);
+//! * it ends in [`PluginHost::end_worker`]: out of service at once, reaped when it has
+//!   exited (`reap_dying`, never blocking), then [`PluginHost::worker_reaped`] tells its
+//!   clients and counts the failure, after which the pool's next `maintain_pool` restarts
+//!   it when its backoff has passed;
+//! * sessions are bound in `maintain_pool` to the ready worker with the most free slots
+//!   taken first by the fewest sessions (`bind`).
+
+use super::config::PluginConfig;
+use super::machine::{Due, Event, Machine, Phase, WorkerEnd, WorkerKey};
+use super::pool::{Census, Notice, Pool, PoolStatus, Refusal};
+use super::worker;
+use super::{Bound, Clients, PluginReport, HOST_FEATURES};
+use crate::session_io::ConnKey;
+use crate::ServerHandle;
+use bytes::{Buf, Bytes, BytesMut};
+use mio::{Interest, Token};
+use ng_proto::{ChunkType, Decoder, Limits};
+use slab::Slab;
+use std::io::{ErrorKind, Read, Write};
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// Worker channels: token `FIRST_WORKER + slot` (connections stay below it).
+pub const FIRST_WORKER: usize = 1 << 24;
+/// How long after its channel closes a worker may take to exit before it is killed.
+const REAP_GRACE: Duration = Duration::from_millis(500);
+
+/// A host deadline in the loop's timer heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HostTimer {
+    /// A worker's handshake, ping, idle, hangup or stop deadline.
+    Worker(WorkerKey),
+    /// A pool's queue timeout or backoff.
+    Pool(usize),
+    /// A dying worker's reap deadline (by serial).
+    Dying(u64),
+}
+
+/// One worker process and its channel.
+#[derive(Debug)]
+struct Worker {
+    serial: u64,
+    machine: Machine,
+    child: Child,
+    channel: mio::net::UnixStream,
+    rbuf: BytesMut,
+    readable: bool,
+    writable: bool,
+    timer_at: Option<Instant>,
+}
+
+impl Worker {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// A worker whose channel is closed, waiting to be reaped (its exit status tells its
+/// clients what happened). Never waited for on the loop thread: SIGCHLD or the deadline.
+#[derive(Debug)]
+struct Dying {
+    worker: Worker,
+    end: WorkerEnd,
+    /// A failed start or an early death, counted when reaped; its pool starts no worker
+    /// until then.
+    failure: bool,
+    deadline: Instant,
+    killed: bool,
+}
+
+/// The pools and their workers. See the module docs.
+#[derive(Debug)]
+pub struct PluginHost {
+    workers: Slab<Worker>,
+    /// The pools, in configuration order. Indices are stable for the life of the process
+    /// (a reload retires a pool and appends a new one).
+    pools: Vec<Pool>,
+    dying: Vec<Dying>,
+    next_serial: u64,
+    next_session: u64,
+    /// ngd's umask, sent as `NGW_UMASK` when the client does not report its own.
+    umask: u32,
+    stopping: bool,
+    /// ngd adopts orphans (`PR_SET_CHILD_SUBREAPER`; the `ngd` binary, not embedders).
+    subreaper: bool,
+    bridge_exe: Option<std::path::PathBuf>,
+    registry: mio::Registry,
+    handle: ServerHandle,
+    dirty_workers: Vec<usize>,
+    dirty_pools: Vec<usize>,
+    timers: Vec<(Instant, HostTimer)>,
+    changed: bool,
+    scratch: Vec<u8>,
+}
+
+/// What [`PluginHost::new`] takes.
+#[derive(Debug)]
+pub struct HostInit {
+    /// The `[[plugin]]` tables.
+    pub plugins: Vec<PluginConfig>,
+    /// For routes and statistics.
+    pub handle: ServerHandle,
+    /// To register worker channels (token `FIRST_WORKER + slot`).
+    pub registry: mio::Registry,
+    /// The executable that runs bridges (default: this process's).
+    pub bridge_exe: Option<std::path::PathBuf>,
+    /// Adopt and reap orphans.
+    pub subreaper: bool,
+}
+
+impl PluginHost {
+    /// A host for these plugins (workers start on the first [`PluginHost::settle`]).
+    pub fn new(init: HostInit) -> Self {
+        // SAFETY: umask(2) has no memory-safety preconditions; it is set back at once.
+        let umask = unsafe {
+            let old = libc::umask(0o022);
+            libc::umask(old);
+            old
+        };
+        if init.subreaper {
+            worker::become_subreaper();
+        }
+        let mut host = Self {
+            workers: Slab::new(),
+            pools: Vec::new(),
+            dying: Vec::new(),
+            next_serial: 0,
+            next_session: 0,
+            umask: umask as u32,
+            stopping: false,
+            subreaper: init.subreaper,
+            bridge_exe: init.bridge_exe,
+            registry: init.registry,
+            handle: init.handle,
+            dirty_workers: Vec::new(),
+            dirty_pools: Vec::new(),
+            timers: Vec::new(),
+            changed: true,
+            scratch: vec![0; 64 << 10],
+        };
+        for config in init.plugins {
+            host.add_pool(config);
+        }
+        host.publish();
+        host
+    }
+
+    fn add_pool(&mut self, config: PluginConfig) -> usize {
+        let pool = self.pools.len();
+        self.pools.push(Pool::new(config));
+        self.publish_routes(pool);
+        self.dirty_pools.push(pool);
+        pool
+    }
+
+    /// Registers `pool`'s commands; a name already taken disables the pool.
+    fn publish_routes(&mut self, pool: usize) {
+        let p = &self.pools[pool];
+        let clashes = self
+            .handle
+            .registry()
+            .set_plugin_commands(pool, &p.commands, &p.config.name);
+        if !clashes.is_empty() {
+            let reason = format!(
+                "command name(s) {} already taken by another command",
+                clashes.join(", ")
+            );
+            self.disable(pool, reason);
+        }
+    }
+
+    fn disable(&mut self, pool: usize, reason: String) {
+        tracing::error!(plugin = %self.pools[pool].config.name, "disabled: {reason}");
+        self.pools[pool].disable(reason);
+        self.dirty_pools.push(pool);
+    }
+
+    /// Publishes every pool's state for `ng-stats`, if it changed.
+    pub fn publish(&mut self) {
+        if std::mem::take(&mut self.changed) {
+            self.handle.set_plugins(self.reports());
+        }
+    }
+
+    /// Snapshots of every pool that is not fully retired.
+    pub fn reports(&self) -> Vec<PluginReport> {
+        self.pools
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| !(p.status == PoolStatus::Retiring && self.pool_workers(*i) == 0))
+            .map(|(i, p)| {
+                let mut r = PluginReport {
+                    name: p.config.name.clone(),
+                    protocol: p.config.protocol.as_str(),
+                    status: p.status.clone(),
+                    commands: p.commands.clone(),
+                    starting: 0,
+                    idle: 0,
+                    busy: 0,
+                    quitting: 0,
+                    running: 0,
+                    queued: p.queue.len(),
+                    sessions: p.sessions,
+                    restarts: p.restarts,
+                    failures: p.failures,
+                    last_failure: p.last_failure.clone(),
+                    notices: p.notices.iter().cloned().collect(),
+                    notice_counts: p.notice_counts.clone(),
+                    log: p.config.log_path().display().to_string(),
+                };
+                for (_, w) in self.workers.iter().filter(|(_, w)| w.machine.pool == i) {
+                    let m = &w.machine;
+                    r.running += m.sessions.len();
+                    match m.phase {
+                        Phase::Starting { .. } => r.starting += 1,
+                        Phase::Quitting { .. } => r.quitting += 1,
+                        Phase::Ready { .. } if m.sessions.is_empty() => r.idle += 1,
+                        Phase::Ready { .. } => r.busy += 1,
+                    }
+                }
+                r
+            })
+            .collect()
+    }
+
+    fn pool_workers(&self, pool: usize) -> usize {
+        self.workers
+            .iter()
+            .filter(|(_, w)| w.machine.pool == pool)
+            .count()
+            + self
+                .dying
+                .iter()
+                .filter(|d| d.worker.machine.pool == pool)
+                .count()
+    }
+
+    /// True when every active pool knows its commands (configured, or from a hello).
+    pub fn is_warm(&self) -> bool {
+        self.pools
+            .iter()
+            .all(|p| p.status != PoolStatus::Active || !p.commands.is_empty())
+    }
+
+    /// True when no worker is left (for the end of a shutdown).
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty() && self.dying.is_empty()
+    }
+
+    /// The longest a worker's stop escalation can take, plus a margin for reaping.
+    pub fn max_stop_time(&self) -> Duration {
+        let longest = self
+            .pools
+            .iter()
+            .map(|p| PluginConfig::ms(p.config.stop_timeout_ms))
+            .max()
+            .unwrap_or_default();
+        longest + super::machine::TERM_TO_KILL + Duration::from_secs(1)
+    }
+
+    /// Work left for [`PluginHost::settle`].
+    pub fn has_work(&self) -> bool {
+        !self.dirty_workers.is_empty() || !self.dirty_pools.is_empty()
+    }
+
+    /// Deadlines to put into the loop's timer heap.
+    pub fn take_timers(&mut self) -> Vec<(Instant, HostTimer)> {
+        std::mem::take(&mut self.timers)
+    }
+
+    /// Whether a heap entry is still the earliest deadline of what it names (stale entries
+    /// are dropped without waking the loop).
+    pub fn timer_live(&self, timer: HostTimer, at: Instant) -> bool {
+        match timer {
+            HostTimer::Worker(k) => self.worker(k).is_some_and(|w| w.timer_at == Some(at)),
+            HostTimer::Pool(p) => self.pools.get(p).is_some_and(|p| p.deadline() == Some(at)),
+            HostTimer::Dying(serial) => self
+                .dying
+                .iter()
+                .any(|d| d.worker.serial == serial && d.deadline == at),
+        }
+    }
+
+    fn worker(&self, key: WorkerKey) -> Option<&Worker> {
+        self.workers
+            .get(key.slot)
+            .filter(|w| w.serial == key.serial)
+    }
+
+    fn worker_mut(&mut self, key: WorkerKey) -> Option<&mut Worker> {
+        self.workers
+            .get_mut(key.slot)
+            .filter(|w| w.serial == key.serial)
+    }
+
+    /// Queues a plugin command's session (the connection holds its request meanwhile);
+    /// a worker is bound when the host settles. Refused at once when `queue` sessions
+    /// already wait.
+    pub fn queue(&mut self, conn: ConnKey, pool: usize, now: Instant) -> Result<(), Refusal> {
+        let free = self.free_slots(pool);
+        let p = &mut self.pools[pool];
+        p.admit(conn, free, now)?;
+        if p.queue.len() == 1 {
+            self.timers
+                .extend(p.deadline().map(|t| (t, HostTimer::Pool(pool))));
+        }
+        self.dirty_pools.push(pool);
+        self.changed = true;
+        Ok(())
+    }
+
+    fn free_slots(&self, pool: usize) -> usize {
+        self.workers
+            .iter()
+            .filter(|(_, w)| w.machine.pool == pool)
+            .map(|(_, w)| w.machine.free_slots())
+            .sum()
+    }
+
+    /// Client stdin for a bound session; returns the bytes held for the worker.
+    pub fn stdin(&mut self, bound: &Bound, data: Bytes, now: Instant) -> usize {
+        let Some(w) = self.workers.get_mut(bound.worker.slot) else {
+            return 0;
+        };
+        if w.serial != bound.worker.serial {
+            return 0;
+        }
+        let config = &self.pools[w.machine.pool].config;
+        let backlog = w.machine.client_stdin(bound.session, data, config, now);
+        self.dirty_workers.push(bound.worker.slot);
+        self.schedule(bound.worker.slot);
+        backlog
+    }
+
+    /// The client of a bound session ended its stdin.
+    pub fn stdin_eof(&mut self, bound: &Bound) {
+        if let Some(w) = self.worker_mut(bound.worker) {
+            w.machine.client_eof(bound.session);
+            self.dirty_workers.push(bound.worker.slot);
+        }
+    }
+
+    /// The client of a bound session is gone (or its connection left the session).
+    pub fn hang_up(&mut self, bound: &Bound, now: Instant) {
+        let Some(w) = self.workers.get_mut(bound.worker.slot) else {
+            return;
+        };
+        if w.serial != bound.worker.serial {
+            return;
+        }
+        let config = &self.pools[w.machine.pool].config;
+        w.machine.hang_up(bound.session, config, now);
+        tracing::debug!(
+            worker = w.pid(),
+            session = bound.session,
+            "client gone; hung up"
+        );
+        self.dirty_workers.push(bound.worker.slot);
+        self.schedule(bound.worker.slot);
+    }
+
+    /// Forwards a signal to a bound session's command.
+    pub fn interrupt(&mut self, bound: &Bound, signal: &str) {
+        if let Some(w) = self.worker_mut(bound.worker) {
+            w.machine.interrupt(bound.session, signal);
+            self.dirty_workers.push(bound.worker.slot);
+        }
+    }
+
+    /// The client of a bound session drained its output: read its worker again.
+    pub fn client_drained(&mut self, bound: &Bound) {
+        if self.worker(bound.worker).is_some_and(|w| w.readable) {
+            self.dirty_workers.push(bound.worker.slot);
+        }
+    }
+
+    /// Readiness of worker channel `slot` (token `FIRST_WORKER + slot`).
+    pub fn on_ready(
+        &mut self,
+        slot: usize,
+        readable: bool,
+        writable: bool,
+        clients: &mut dyn Clients,
+        now: Instant,
+    ) {
+        if let Some(w) = self.workers.get_mut(slot) {
+            w.readable |= readable;
+            w.writable |= writable;
+            self.service_worker(slot, clients, now);
+        }
+    }
+
+    /// Works off what is pending: workers to read or write, pools with sessions to bind or
+    /// workers to start. True if there was anything.
+    pub fn settle(&mut self, clients: &mut dyn Clients, now: Instant) -> bool {
+        let mut any = false;
+        while self.has_work() {
+            any = true;
+            let mut workers = std::mem::take(&mut self.dirty_workers);
+            let mut pools = std::mem::take(&mut self.dirty_pools);
+            workers.sort_unstable();
+            workers.dedup();
+            pools.sort_unstable();
+            pools.dedup();
+            for w in workers {
+                self.service_worker(w, clients, now);
+            }
+            for p in pools {
+                self.maintain_pool(p, clients, now);
+            }
+        }
+        if any {
+            self.changed = true;
+        }
+        any
+    }
+
+    /// A timer from the heap fired.
+    pub fn on_timer(&mut self, timer: HostTimer, clients: &mut dyn Clients, now: Instant) {
+        match timer {
+            HostTimer::Worker(key) => {
+                let Some(w) = self.worker_mut(key) else {
+                    return;
+                };
+                w.timer_at = None;
+                self.worker_due(key.slot, clients, now);
+            }
+            HostTimer::Pool(pool) => self.dirty_pools.push(pool),
+            HostTimer::Dying(_) => self.reap_dying(clients, now),
+        }
+        self.changed = true;
+    }
+
+    fn worker_due(&mut self, slot: usize, clients: &mut dyn Clients, now: Instant) {
+        let Some(w) = self.workers.get_mut(slot) else {
+            return;
+        };
+        let pool = w.machine.pool;
+        let surplus = self.surplus(pool);
+        let w = &mut self.workers[slot];
+        let config = &self.pools[pool].config;
+        match w.machine.due(config, surplus, now) {
+            Some(Due::End(end)) => {
+                self.end_worker(slot, end, clients, now);
+                return;
+            }
+            Some(Due::Term) => worker::signal_group(w.pid(), libc::SIGTERM),
+            Some(Due::IdleTimeout) => {
+                tracing::info!(pid = w.pid(), "idle timeout");
+                w.machine.quit(config, now);
+                self.dirty_pools.push(pool);
+            }
+            None => {}
+        }
+        self.dirty_workers.push(slot);
+        self.schedule(slot);
+    }
+
+    fn surplus(&self, pool: usize) -> bool {
+        let alive = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.machine.pool == pool)
+            .count();
+        alive > self.pools[pool].config.min_workers
+    }
+
+    /// Puts a worker's next deadline into the heap if it is earlier than the one there.
+    fn schedule(&mut self, slot: usize) {
+        let Some(w) = self.workers.get(slot) else {
+            return;
+        };
+        let pool = w.machine.pool;
+        let surplus = self.surplus(pool);
+        let w = &mut self.workers[slot];
+        let Some(at) = w.machine.deadline(&self.pools[pool].config, surplus) else {
+            return;
+        };
+        if w.timer_at.is_none_or(|t| at < t) {
+            w.timer_at = Some(at);
+            let key = WorkerKey {
+                slot,
+                serial: w.serial,
+            };
+            self.timers.push((at, HostTimer::Worker(key)));
+        }
+    }
+
+    fn spawn_worker(&mut self, pool: usize, now: Instant) {
+        let config = self.pools[pool].config.clone();
+        let bridge_exe = match &self.bridge_exe {
+            Some(p) => Ok(p.clone()),
+            None => std::env::current_exe(),
+        };
+        let features = HOST_FEATURES.join(",");
+        let spawned = bridge_exe.and_then(|exe| {
+            let launch = worker::Launch {
+                bridge_exe: &exe,
+                host_features: &features,
+            };
+            worker::spawn(&config, &launch)
+        });
+        let spawned = match spawned {
+            Ok(s) => s,
+            Err(e) => {
+                let reason = format!("cannot start {:?}: {e}", config.command[0]);
+                self.record_failure(pool, reason, now);
+                return;
+            }
+        };
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let entry = self.workers.vacant_entry();
+        let slot = entry.key();
+        let mut channel = spawned.channel;
+        if let Err(e) = self.registry.register(
+            &mut channel,
+            Token(FIRST_WORKER + slot),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            tracing::error!(plugin = %config.name, "register worker channel: {e}");
+            let mut child = spawned.child;
+            worker::signal_group(child.id(), libc::SIGKILL);
+            let _ = child.wait();
+            return;
+        }
+        tracing::info!(plugin = %config.name, pid = spawned.child.id(), "worker started");
+        entry.insert(Worker {
+            serial,
+            machine: Machine::new(pool, &config, HOST_FEATURES, now),
+            child: spawned.child,
+            channel,
+            rbuf: BytesMut::new(),
+            readable: true,
+            writable: true,
+            timer_at: None,
+        });
+        self.dirty_workers.push(slot);
+        self.schedule(slot);
+    }
+
+    fn record_failure(&mut self, pool: usize, reason: String, now: Instant) {
+        let p = &mut self.pools[pool];
+        let disabled = p.record_failure(reason.clone(), now);
+        tracing::warn!(plugin = %p.config.name, failures = p.failures, "worker failed: {reason}");
+        if disabled {
+            tracing::error!(
+                plugin = %p.config.name,
+                "disabled after {} consecutive failures: {reason}",
+                p.failures
+            );
+        }
+        self.timers
+            .extend(p.deadline().map(|t| (t, HostTimer::Pool(pool))));
+        self.dirty_pools.push(pool);
+    }
+
+    /// Refusals, bindings and spawns for one pool.
+    fn maintain_pool(&mut self, pool: usize, clients: &mut dyn Clients, now: Instant) {
+        for (conn, refusal) in self.pools[pool].expire(now, self.stopping) {
+            if let Some(q) = clients.take_queued(conn) {
+                let message = refusal.message(&q.command);
+                tracing::info!(conn = conn.serial, "{message}");
+                clients.finish(conn, refusal.code(), &message);
+            }
+        }
+        // Queued sessions go, oldest first, to the ready worker with the fewest sessions
+        // that has room (`docs/ngw.md` §15.1).
+        while !self.pools[pool].queue.is_empty() {
+            let best = self
+                .workers
+                .iter()
+                .filter(|(_, w)| w.machine.pool == pool && w.machine.free_slots() > 0)
+                .min_by_key(|(_, w)| w.machine.sessions.len())
+                .map(|(k, _)| k);
+            let Some(slot) = best else {
+                break;
+            };
+            let Some(waiting) = self.pools[pool].queue.pop_front() else {
+                break;
+            };
+            self.bind(slot, waiting.conn, clients, now);
+        }
+        let census = Census {
+            starting: self
+                .workers
+                .iter()
+                .filter(|(_, w)| w.machine.pool == pool && w.machine.is_starting())
+                .count(),
+            alive: self
+                .workers
+                .iter()
+                .filter(|(_, w)| w.machine.pool == pool && !w.machine.is_quitting())
+                .count(),
+            failure_pending: self
+                .dying
+                .iter()
+                .any(|d| d.failure && d.worker.machine.pool == pool),
+        };
+        let spawns = self.pools[pool].spawns_wanted(now, census, self.stopping);
+        for _ in 0..spawns {
+            self.spawn_worker(pool, now);
+            let p = &self.pools[pool];
+            if p.status != PoolStatus::Active || p.next_spawn.is_some() {
+                break;
+            }
+        }
+        let p = &self.pools[pool];
+        if p.status != PoolStatus::Active && !p.queue.is_empty() {
+            // A disabled pool refuses what is still queued on the next pass.
+            self.dirty_pools.push(pool);
+        }
+        self.timers
+            .extend(p.deadline().map(|t| (t, HostTimer::Pool(pool))));
+    }
+
+    /// Gives the session of `conn` to worker `slot`.
+    fn bind(&mut self, slot: usize, conn: ConnKey, clients: &mut dyn Clients, now: Instant) {
+        let session = self.next_session;
+        let w = &mut self.workers[slot];
+        let key = WorkerKey {
+            slot,
+            serial: w.serial,
+        };
+        let Some(queued) = clients.bind(conn, key, session) else {
+            return; // The client left while it waited.
+        };
+        self.next_session += 1;
+        let umask = queued.umask.unwrap_or(self.umask);
+        tracing::debug!(conn = conn.serial, worker = w.pid(), session, command = %queued.command, "session bound");
+        self.handle.stats().started(&queued.command);
+        w.machine.bind(
+            session,
+            conn,
+            queued.command,
+            &queued.request,
+            umask,
+            queued.stdin,
+            now,
+        );
+        self.dirty_workers.push(slot);
+        self.schedule(slot);
+    }
+
+    /// Writes what a worker is owed, then reads and acts on what it sent, as fast as its
+    /// client drains.
+    fn service_worker(&mut self, slot: usize, clients: &mut dyn Clients, now: Instant) {
+        let Some(w) = self.workers.get_mut(slot) else {
+            return;
+        };
+        // Write first: headers and stdin go out before we wait for answers.
+        while w.writable && !w.machine.wbuf.is_empty() {
+            match w.channel.write(&w.machine.wbuf) {
+                Ok(n) => w.machine.wbuf.advance(n),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => w.writable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.end_worker(slot, WorkerEnd::ChannelFailed(e.to_string()), clients, now);
+                    return;
+                }
+            }
+        }
+        let mut decoder = Decoder::new(Limits::default());
+        loop {
+            let Some(w) = self.workers.get_mut(slot) else {
+                return;
+            };
+            if reader_blocked(&w.machine, clients) {
+                return;
+            }
+            match decoder.decode(&mut w.rbuf) {
+                Ok(Some(chunk)) => {
+                    if let Err(end) = self.on_chunk(slot, chunk.ty, chunk.payload, clients, now) {
+                        self.end_worker(slot, end, clients, now);
+                        return;
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let end = WorkerEnd::Protocol(format!("protocol error: {e}"));
+                    self.end_worker(slot, end, clients, now);
+                    return;
+                }
+            }
+            let Some(w) = self.workers.get_mut(slot) else {
+                return;
+            };
+            if !w.readable {
+                return;
+            }
+            match w.channel.read(&mut self.scratch) {
+                Ok(0) => {
+                    w.readable = false;
+                    self.end_worker(slot, WorkerEnd::Closed, clients, now);
+                    return;
+                }
+                Ok(n) => w.rbuf.extend_from_slice(&self.scratch[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => w.readable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.end_worker(slot, WorkerEnd::ChannelFailed(e.to_string()), clients, now);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn on_chunk(
+        &mut self,
+        slot: usize,
+        ty: ChunkType,
+        payload: Bytes,
+        clients: &mut dyn Clients,
+        now: Instant,
+    ) -> Result<(), WorkerEnd> {
+        let w = &mut self.workers[slot];
+        let pool = w.machine.pool;
+        let pid = w.pid();
+        let event = w
+            .machine
+            .on_chunk(ty, &payload, &self.pools[pool].config, clients, now)?;
+        if !w.machine.wbuf.is_empty() {
+            self.dirty_workers.push(slot);
+        }
+        match event {
+            Event::None => {}
+            Event::Hello(hello) => self.on_hello(slot, &hello, now)?,
+            Event::SessionEnded {
+                command,
+                code,
+                elapsed,
+            } => {
+                self.handle.stats().finished(&command, code, elapsed);
+                self.pools[pool].session_completed();
+                self.session_ended(slot, now);
+            }
+            Event::Notice {
+                kind,
+                message,
+                session,
+            } => {
+                let name = &self.pools[pool].config.name;
+                tracing::info!(plugin = %name, pid, kind = %kind, session, "notice: {message}");
+                if kind == "retire" {
+                    // A recycle, not a failure: no new session; replaced when its
+                    // sessions are done.
+                    self.workers[slot].machine.retired = true;
+                    self.session_ended(slot, now);
+                }
+                self.pools[pool].notice(Notice {
+                    kind,
+                    message,
+                    session,
+                    pid,
+                    at_ms: Notice::now_ms(),
+                });
+                self.changed = true;
+            }
+        }
+        self.schedule(slot);
+        Ok(())
+    }
+
+    fn on_hello(
+        &mut self,
+        slot: usize,
+        hello: &worker::Hello,
+        now: Instant,
+    ) -> Result<(), WorkerEnd> {
+        let pool = self.workers[slot].machine.pool;
+        if hello.protocol != Some(1) {
+            let theirs = hello.protocol.map_or_else(
+                || "no protocol version".to_owned(),
+                |v| format!("protocol {v}"),
+            );
+            // Retrying would only repeat it: disable the plugin, and let the worker go as
+            // any stopped worker does (q, then SIGTERM, then SIGKILL).
+            self.disable(
+                pool,
+                format!("its worker speaks ngw {theirs}; this ngd speaks 1"),
+            );
+            let config = &self.pools[pool].config;
+            self.workers[slot].machine.quit(config, now);
+            return Ok(());
+        }
+        let p = &mut self.pools[pool];
+        if p.config.commands.is_empty() {
+            if hello.commands.is_empty() {
+                return Err(WorkerEnd::Protocol("its hello lists no commands".into()));
+            }
+            if p.commands != hello.commands {
+                p.commands = hello.commands.clone();
+                self.publish_routes(pool);
+            }
+        } else if let Some(missing) = p
+            .config
+            .commands
+            .iter()
+            .find(|c| !hello.commands.contains(c))
+        {
+            return Err(WorkerEnd::Protocol(format!(
+                "worker does not serve command '{missing}'"
+            )));
+        }
+        let w = &self.workers[slot];
+        tracing::info!(
+            plugin = %self.pools[pool].config.name,
+            pid = w.pid(),
+            sdk = hello.sdk.as_deref().unwrap_or("?"),
+            sessions = w.machine.max_sessions(),
+            "worker ready in {:.0} ms",
+            now.saturating_duration_since(w.machine.spawned_at).as_secs_f64() * 1000.0
+        );
+        self.dirty_pools.push(pool);
+        Ok(())
+    }
+
+    /// After an `X` (or a retire): recycle, retire or wait for the next session.
+    fn session_ended(&mut self, slot: usize, now: Instant) {
+        let w = &mut self.workers[slot];
+        let pool = w.machine.pool;
+        self.dirty_pools.push(pool);
+        let p = &self.pools[pool];
+        let config = &p.config;
+        let recycle = config.recycle_after > 0 && w.machine.completed >= config.recycle_after;
+        let too_big = config.max_memory_mb > 0
+            && worker::rss_bytes(w.pid()).is_some_and(|rss| rss > config.max_memory_mb << 20);
+        let why = if recycle {
+            Some("recycled after its session limit")
+        } else if too_big {
+            Some("recycled over its memory cap")
+        } else if w.machine.retired {
+            Some("retired by its own notice")
+        } else if self.stopping {
+            Some("stopping")
+        } else if p.status != PoolStatus::Active {
+            Some("no longer needed")
+        } else {
+            None
+        };
+        match why {
+            Some(why) => {
+                // A mux worker finishes its other sessions first; none are bound meanwhile.
+                w.machine.retired = true;
+                if w.machine.sessions.is_empty() {
+                    tracing::info!(plugin = %config.name, pid = w.pid(), "{why}");
+                    w.machine.quit(config, now);
+                    self.dirty_workers.push(slot);
+                }
+            }
+            None => w.machine.idle_again(config, now),
+        }
+        self.schedule(slot);
+    }
+
+    /// A worker is gone or must go: out of service now, reaped (then its clients told and
+    /// its failure counted) as soon as it has exited, without ever blocking the loop.
+    fn end_worker(&mut self, slot: usize, end: WorkerEnd, clients: &mut dyn Clients, now: Instant) {
+        if !self.workers.contains(slot) {
+            return;
+        }
+        let mut w = self.workers.remove(slot);
+        let _ = self.registry.deregister(&mut w.channel);
+        let pool = w.machine.pool;
+        self.dirty_pools.push(pool);
+        self.changed = true;
+        let failure = w.machine.dies_early(now);
+        if !end.on_its_own() && !w.machine.is_quitting() {
+            // It broke the protocol or missed a deadline: no grace.
+            worker::signal_group(w.pid(), libc::SIGKILL);
+        }
+        if worker::has_exited(w.pid()) {
+            let status = worker::finish(&mut w.child);
+            self.worker_reaped(w, status, end, failure, clients, now);
+        } else {
+            let deadline = now + REAP_GRACE;
+            self.timers.push((deadline, HostTimer::Dying(w.serial)));
+            let killed = !end.on_its_own();
+            self.dying.push(Dying {
+                worker: w,
+                end,
+                failure,
+                deadline,
+                killed,
+            });
+        }
+    }
+
+    /// Reaps dying workers that have exited; kills those past their deadline.
+    fn reap_dying(&mut self, clients: &mut dyn Clients, now: Instant) {
+        let mut i = 0;
+        while i < self.dying.len() {
+            let d = &mut self.dying[i];
+            let status = if worker::has_exited(d.worker.pid()) {
+                Some(worker::finish(&mut d.worker.child))
+            } else if now >= d.deadline && !d.killed {
+                worker::signal_group(d.worker.pid(), libc::SIGKILL);
+                d.killed = true;
+                d.deadline = now + REAP_GRACE;
+                self.timers
+                    .push((d.deadline, HostTimer::Dying(d.worker.serial)));
+                None
+            } else if now >= d.deadline {
+                // SIGKILL cannot be ignored; a process still not gone is stuck in the
+                // kernel. Waiting for it here is the only way not to leave a zombie.
+                Some(worker::finish(&mut d.worker.child))
+            } else {
+                None
+            };
+            match status {
+                Some(status) => {
+                    let d = self.dying.swap_remove(i);
+                    self.worker_reaped(d.worker, status, d.end, d.failure, clients, now);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// A worker is gone: count the failure, tell its clients, log it. A worker ngd killed
+    /// keeps the reason it was killed for; one that went on its own is described by its
+    /// exit status.
+    fn worker_reaped(
+        &mut self,
+        w: Worker,
+        status: Option<ExitStatus>,
+        end: WorkerEnd,
+        failure: bool,
+        clients: &mut dyn Clients,
+        now: Instant,
+    ) {
+        let pid = w.pid();
+        let pool = w.machine.pool;
+        let (code, how) = describe_exit(status);
+        let reason = end.describe();
+        let p = &self.pools[pool];
+        let name = p.config.name.clone();
+        let full_reason = match w.machine.phase {
+            _ if !end.on_its_own() => reason.clone(),
+            Phase::Starting { .. } => format!(
+                "worker {how} before its hello; see {}",
+                p.config.log_path().display()
+            ),
+            _ => format!("worker {how}: {reason}"),
+        };
+        if !w.machine.is_quitting() {
+            self.pools[pool].restarts += 1;
+        }
+        if failure {
+            self.record_failure(pool, full_reason.clone(), now);
+        }
+        match w.machine.phase {
+            Phase::Starting { .. } => {
+                tracing::warn!(plugin = %name, pid, "failed start: {full_reason}");
+            }
+            Phase::Quitting { .. } if w.machine.sessions.is_empty() => {
+                tracing::info!(plugin = %name, pid, "worker stopped ({how})");
+            }
+            _ if w.machine.sessions.is_empty() => {
+                tracing::warn!(plugin = %name, pid, "idle worker {how}: {reason}");
+            }
+            _ => {
+                tracing::warn!(plugin = %name, pid, "worker {how} during a session: {reason}");
+            }
+        }
+        for s in w.machine.sessions.into_values() {
+            if let Some(conn) = s.conn {
+                let message = format!(
+                    "ngd: worker for '{}' died during the command ({how}; {reason})",
+                    s.command
+                );
+                clients.finish(conn, code, &message);
+            }
+            let elapsed = now.saturating_duration_since(s.started);
+            self.handle.stats().finished(&s.command, code, elapsed);
+        }
+        self.dirty_pools.push(pool);
+        self.changed = true;
+    }
+
+    /// SIGCHLD: workers that exited without closing their channel, dying workers, and
+    /// adopted orphans.
+    pub fn reap(&mut self, clients: &mut dyn Clients, now: Instant) {
+        let exited: Vec<usize> = self
+            .workers
+            .iter()
+            .filter_map(|(k, w)| worker::has_exited(w.pid()).then_some(k))
+            .collect();
+        for slot in exited {
+            self.end_worker(slot, WorkerEnd::Exited, clients, now);
+        }
+        self.reap_dying(clients, now);
+        if self.subreaper {
+            self.reap_orphans(clients, now);
+        }
+    }
+
+    fn reap_orphans(&mut self, clients: &mut dyn Clients, now: Instant) {
+        for _ in 0..4096 {
+            let Some(pid) = worker::exited_child() else {
+                return;
+            };
+            let worker = self
+                .workers
+                .iter()
+                .find(|(_, w)| w.pid() == pid)
+                .map(|(k, _)| k);
+            if let Some(slot) = worker {
+                self.end_worker(slot, WorkerEnd::Exited, clients, now);
+            } else if self.dying.iter().any(|d| d.worker.pid() == pid) {
+                self.reap_dying(clients, now);
+            } else {
+                worker::reap(pid);
+            }
+        }
+    }
+
+    /// Re-reads the plugin tables: pools whose table changed (or that were disabled) are
+    /// replaced by fresh ones, removed ones retire after their running sessions, new ones
+    /// start. Queued sessions of a replaced pool move to its successor.
+    pub fn reload(&mut self, plugins: &[PluginConfig], now: Instant) -> (usize, usize) {
+        let mut kept = Vec::new();
+        for pool in 0..self.pools.len() {
+            let p = &self.pools[pool];
+            if p.status == PoolStatus::Retiring {
+                continue;
+            }
+            match plugins.iter().find(|c| c.name == p.config.name) {
+                Some(c) if *c == p.config && p.status == PoolStatus::Active => {
+                    kept.push(c.name.clone());
+                }
+                _ => self.retire_pool(pool, now),
+            }
+        }
+        for config in plugins.iter().filter(|c| !kept.contains(&c.name)) {
+            let moved: Vec<_> = self
+                .pools
+                .iter_mut()
+                .filter(|p| p.status == PoolStatus::Retiring && p.config.name == config.name)
+                .flat_map(|p| p.queue.drain(..))
+                .collect();
+            let pool = self.add_pool(config.clone());
+            self.pools[pool].queue.extend(moved);
+        }
+        self.changed = true;
+        (kept.len(), plugins.len() - kept.len())
+    }
+
+    fn retire_pool(&mut self, pool: usize, now: Instant) {
+        tracing::info!(plugin = %self.pools[pool].config.name, "retiring");
+        self.pools[pool].status = PoolStatus::Retiring;
+        self.handle.registry().set_plugin_commands(pool, &[], "");
+        let config = &self.pools[pool].config;
+        for (slot, w) in self.workers.iter_mut() {
+            if w.machine.pool == pool {
+                w.machine.retired = true;
+                if w.machine.sessions.is_empty() {
+                    w.machine.quit(config, now);
+                    self.dirty_workers.push(slot);
+                }
+            }
+        }
+        let slots: Vec<usize> = self.workers.iter().map(|(k, _)| k).collect();
+        for slot in slots {
+            self.schedule(slot);
+        }
+    }
+
+    /// Shutdown: no new workers or sessions; idle and starting workers stop now, busy ones
+    /// after their sessions.
+    pub fn stop(&mut self, now: Instant) {
+        self.stopping = true;
+        for (slot, w) in self.workers.iter_mut() {
+            w.machine.retired = true;
+            if w.machine.sessions.is_empty() {
+                w.machine.quit(&self.pools[w.machine.pool].config, now);
+                self.dirty_workers.push(slot);
+            }
+        }
+        let slots: Vec<usize> = self.workers.iter().map(|(k, _)| k).collect();
+        for slot in slots {
+            self.schedule(slot);
+        }
+        self.dirty_pools.extend(0..self.pools.len());
+    }
+
+    /// Shutdown gave up (or finished): kill and reap whatever is left, synchronously, so
+    /// that no process outlives the server.
+    pub fn kill_all(&mut self, clients: &mut dyn Clients, now: Instant) {
+        let slots: Vec<usize> = self.workers.iter().map(|(k, _)| k).collect();
+        for slot in slots {
+            self.end_worker(slot, WorkerEnd::ServerStopped, clients, now);
+        }
+        for d in &mut self.dying {
+            worker::signal_group(d.worker.pid(), libc::SIGKILL);
+            d.killed = true;
+            d.deadline = now;
+        }
+        self.reap_dying(clients, now);
+        if self.subreaper {
+            worker::kill_orphans();
+        }
+    }
+}
+
+/// A busy worker's channel is read only while the client of the session it last wrote
+/// for keeps up (backpressure; `docs/ngw.md` §7.5, §15.1).
+fn reader_blocked(machine: &Machine, clients: &dyn Clients) -> bool {
+    let conn = if machine.is_mux() {
+        machine.reading_for()
+    } else {
+        machine.sessions.values().next().and_then(|s| s.conn)
+    };
+    conn.is_some_and(|c| clients.output_full(c))
+}
+
+/// How a worker's process ended, as a client should hear it: `(exit code, description)`.
+pub fn describe_exit(status: Option<ExitStatus>) -> (i32, String) {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => (1, format!("exited with status {code}")),
+            (None, Some(sig)) => (128 + sig, format!("killed by signal {sig}")),
+            _ => (1, "ended".to_owned()),
+        },
+        None => (1, "status unknown".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_map_to_shell_codes() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(describe_exit(Some(ExitStatus::from_raw(9))).0, 137);
+        assert_eq!(describe_exit(Some(ExitStatus::from_raw(3 << 8))).0, 1);
+        assert_eq!(describe_exit(None).0, 1);
+    }
+}

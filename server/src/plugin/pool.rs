@@ -1,0 +1,459 @@
+//! One plugin's pool, as a state machine without I/O: its queue of waiting sessions, its
+//! failure accounting (backoff, disable), how many workers to start, and its notices.
+//!
+//! The host ([`super::PluginHost`]) tells the pool what happened (a session queued, a
+//! worker failed, a session completed) with the time, and asks what to do: which queued
+//! sessions to refuse and why ([`Pool::expire`]), how many workers to start
+//! ([`Pool::spawns_wanted`]). Nothing here touches a socket, a process or a clock, so the
+//! rules of `docs/ngw.md` §9 (backoff `restart_backoff_ms · 2^(failures-1)` capped at 30 s,
+//! disable after `max_restarts` consecutive failures with the reason, queue full → 75,
+//! queue timeout → 75) are unit-tested below.
+
+use super::config::PluginConfig;
+use crate::exit_codes;
+use crate::session_io::ConnKey;
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The longest restart delay.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How many notices a pool keeps (`docs/ngw.md` §15.3).
+pub const NOTICES_KEPT: usize = 8;
+
+/// Whether a pool takes sessions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum PoolStatus {
+    /// Serving (or starting workers).
+    Active,
+    /// Gave up after repeated failures, or refused permanently; clients get 126.
+    Disabled {
+        /// Why, for clients and `ng-stats`.
+        reason: String,
+    },
+    /// Removed by a reload: finishing its sessions, then gone.
+    Retiring,
+}
+
+/// Why a session is refused a worker; each has its exit code and message (`docs/ngw.md` §9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Every worker is busy and `queue` sessions already wait.
+    Busy {
+        /// Sessions waiting.
+        queued: usize,
+    },
+    /// The session waited `queue_timeout_ms`.
+    TimedOut,
+    /// The pool is disabled.
+    CannotStart(String),
+    /// The server is stopping.
+    Stopping,
+}
+
+impl Refusal {
+    /// The client's exit code.
+    pub fn code(&self) -> i32 {
+        match self {
+            Refusal::Busy { .. } | Refusal::TimedOut => exit_codes::TEMPFAIL,
+            Refusal::CannotStart(_) => exit_codes::CANNOT_START,
+            Refusal::Stopping => exit_codes::UNAVAILABLE,
+        }
+    }
+
+    /// The client's `ngd: ` line for `command`.
+    pub fn message(&self, command: &str) -> String {
+        match self {
+            Refusal::Busy { queued } => {
+                format!("ngd: '{command}' is busy ({queued} queued); try again later")
+            }
+            Refusal::TimedOut => format!("ngd: '{command}' timed out waiting for a worker"),
+            Refusal::CannotStart(reason) => {
+                format!("ngd: command '{command}' could not start: {reason}")
+            }
+            Refusal::Stopping => {
+                format!("ngd: command '{command}' cancelled: the server is shutting down")
+            }
+        }
+    }
+}
+
+/// A session waiting for a worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waiting {
+    /// The client.
+    pub conn: ConnKey,
+    /// Since when it waits.
+    pub since: Instant,
+}
+
+/// A worker's notice (`n` chunk), as kept and shown.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Notice {
+    /// `fallback`, `stale`, `retire` or another word.
+    pub kind: String,
+    /// The worker's sentence.
+    pub message: String,
+    /// The session it is about, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
+    /// The worker's pid.
+    pub pid: u32,
+    /// When ngd received it, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+impl Notice {
+    /// Milliseconds since the Unix epoch, for [`Notice::at_ms`].
+    pub fn now_ms() -> u64 {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+/// What the host counts of a pool's workers when the pool decides about spawning.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Census {
+    /// Workers waiting for their hello.
+    pub starting: usize,
+    /// Workers not being stopped.
+    pub alive: usize,
+    /// A failed worker is not reaped yet (its failure is not counted yet).
+    pub failure_pending: bool,
+}
+
+/// One plugin's pool. See the module docs.
+#[derive(Debug)]
+pub struct Pool {
+    /// Its configuration.
+    pub config: PluginConfig,
+    /// Active, disabled or retiring.
+    pub status: PoolStatus,
+    /// Sessions waiting for a worker, oldest first.
+    pub queue: VecDeque<Waiting>,
+    /// Consecutive failed starts or early deaths.
+    pub failures: u32,
+    /// Workers replaced after they failed or died, over the pool's life.
+    pub restarts: u64,
+    /// No spawn before this (backoff).
+    pub next_spawn: Option<Instant>,
+    /// The last failure's reason.
+    pub last_failure: Option<String>,
+    /// Commands routed here (configured, or learned from the first hello).
+    pub commands: Vec<String>,
+    /// Sessions completed.
+    pub sessions: u64,
+    /// The last [`NOTICES_KEPT`] notices, oldest first.
+    pub notices: VecDeque<Notice>,
+    /// Notices received, per kind.
+    pub notice_counts: BTreeMap<String, u64>,
+}
+
+impl Pool {
+    /// A pool for `config`, with its configured commands.
+    pub fn new(config: PluginConfig) -> Self {
+        let commands = config.commands.clone();
+        Self {
+            config,
+            status: PoolStatus::Active,
+            queue: VecDeque::new(),
+            failures: 0,
+            restarts: 0,
+            next_spawn: None,
+            last_failure: None,
+            commands,
+            sessions: 0,
+            notices: VecDeque::new(),
+            notice_counts: BTreeMap::new(),
+        }
+    }
+
+    /// The delay before the next start after `failures` consecutive failures.
+    pub fn backoff(&self) -> Duration {
+        let base = PluginConfig::ms(self.config.restart_backoff_ms);
+        let shift = self.failures.saturating_sub(1).min(20);
+        base.saturating_mul(1 << shift).min(MAX_BACKOFF)
+    }
+
+    /// Queues a session, or refuses it when `queue` sessions already wait beyond the
+    /// `free` session slots of ready workers.
+    pub fn admit(&mut self, conn: ConnKey, free: usize, now: Instant) -> Result<(), Refusal> {
+        let queued = self.queue.len();
+        if self.status == PoolStatus::Active && queued >= free + self.config.queue {
+            return Err(Refusal::Busy { queued });
+        }
+        self.queue.push_back(Waiting { conn, since: now });
+        Ok(())
+    }
+
+    /// Takes the queued sessions that cannot be served: all of them when the pool is
+    /// disabled or the server stops, else those that waited `queue_timeout_ms`.
+    pub fn expire(&mut self, now: Instant, stopping: bool) -> Vec<(ConnKey, Refusal)> {
+        let timeout = PluginConfig::ms(self.config.queue_timeout_ms);
+        let mut refused = Vec::new();
+        while let Some(w) = self.queue.front().copied() {
+            let refusal = match &self.status {
+                PoolStatus::Disabled { reason } => Refusal::CannotStart(reason.clone()),
+                _ if stopping => Refusal::Stopping,
+                _ if now >= w.since + timeout => Refusal::TimedOut,
+                _ => break,
+            };
+            self.queue.pop_front();
+            refused.push((w.conn, refusal));
+        }
+        refused
+    }
+
+    /// How many workers to start now: up to `min_workers`, plus one per queued session not
+    /// covered by a starting worker, within `max_workers`, and none during a backoff or
+    /// while a failed worker is not yet reaped (its failure decides the next backoff).
+    pub fn spawns_wanted(&mut self, now: Instant, census: Census, stopping: bool) -> usize {
+        if self.status != PoolStatus::Active || stopping || census.failure_pending {
+            return 0;
+        }
+        if self.next_spawn.is_some_and(|t| now < t) {
+            return 0;
+        }
+        // A passed backoff is over whether or not a worker is wanted now.
+        self.next_spawn = None;
+        let for_queue = self.queue.len().saturating_sub(census.starting);
+        let want = self
+            .config
+            .min_workers
+            .saturating_sub(census.alive)
+            .max(for_queue);
+        want.min(self.config.max_workers().saturating_sub(census.alive))
+    }
+
+    /// Records a failed start or an early death; true if the pool is now disabled.
+    pub fn record_failure(&mut self, reason: String, now: Instant) -> bool {
+        self.failures += 1;
+        self.last_failure = Some(reason.clone());
+        if self.failures >= self.config.max_restarts.max(1) {
+            self.next_spawn = None;
+            if self.status == PoolStatus::Active {
+                self.status = PoolStatus::Disabled {
+                    reason: format!("{reason} ({} failures in a row)", self.failures),
+                };
+            }
+            return true;
+        }
+        self.next_spawn = Some(now + self.backoff());
+        false
+    }
+
+    /// Disables the pool at once (a failure that would only repeat).
+    pub fn disable(&mut self, reason: String) {
+        self.last_failure = Some(reason.clone());
+        self.next_spawn = None;
+        if self.status == PoolStatus::Active {
+            self.status = PoolStatus::Disabled { reason };
+        }
+    }
+
+    /// A session completed: the failure count starts over.
+    pub fn session_completed(&mut self) {
+        self.sessions += 1;
+        self.failures = 0;
+    }
+
+    /// Keeps a notice (the last [`NOTICES_KEPT`]) and counts it.
+    pub fn notice(&mut self, notice: Notice) {
+        *self.notice_counts.entry(notice.kind.clone()).or_default() += 1;
+        if self.notices.len() == NOTICES_KEPT {
+            self.notices.pop_front();
+        }
+        self.notices.push_back(notice);
+    }
+
+    /// When the pool next needs attention: its oldest session's queue timeout, the end of
+    /// its backoff.
+    pub fn deadline(&self) -> Option<Instant> {
+        let queue = self
+            .queue
+            .front()
+            .map(|w| w.since + PluginConfig::ms(self.config.queue_timeout_ms));
+        let spawn = self
+            .next_spawn
+            .filter(|_| self.status == PoolStatus::Active);
+        match (queue, spawn) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> PluginConfig {
+        toml::from_str(&format!("name = \"p\"\ncommand = [\"true\"]\n{extra}")).unwrap()
+    }
+
+    fn key(slot: usize) -> ConnKey {
+        ConnKey {
+            slot,
+            serial: slot as u64,
+        }
+    }
+
+    #[test]
+    fn backoff_follows_restart_backoff_ms_doubling_up_to_30_s() {
+        let mut p = Pool::new(config("restart_backoff_ms = 1000\nmax_restarts = 10"));
+        let now = Instant::now();
+        let mut delays = Vec::new();
+        for _ in 0..7 {
+            assert!(!p.record_failure("boom".into(), now));
+            delays.push(p.next_spawn.unwrap() - now);
+        }
+        let secs: Vec<u64> = delays.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 30, 30]);
+    }
+
+    #[test]
+    fn no_spawn_during_a_backoff_then_one_after_it() {
+        let mut p = Pool::new(config("restart_backoff_ms = 5000"));
+        let t0 = Instant::now();
+        let census = Census::default();
+        assert_eq!(p.spawns_wanted(t0, census, false), 1, "min_workers = 1");
+        p.record_failure("no hello".into(), t0);
+        assert_eq!(p.deadline(), Some(t0 + Duration::from_secs(5)));
+        assert_eq!(
+            p.spawns_wanted(t0 + Duration::from_secs(4), census, false),
+            0
+        );
+        assert_eq!(
+            p.spawns_wanted(t0 + Duration::from_secs(5), census, false),
+            1
+        );
+        assert_eq!(p.next_spawn, None);
+        // An unreaped failure holds the next start back.
+        let pending = Census {
+            failure_pending: true,
+            ..census
+        };
+        assert_eq!(
+            p.spawns_wanted(t0 + Duration::from_secs(9), pending, false),
+            0
+        );
+    }
+
+    #[test]
+    fn repeated_failures_disable_the_pool_with_the_reason_and_refuse_with_126() {
+        let mut p = Pool::new(config(""));
+        let now = Instant::now();
+        for i in 0..4 {
+            assert!(!p.record_failure(format!("boom {i}"), now));
+        }
+        assert!(p.record_failure("exited with status 3".into(), now));
+        let PoolStatus::Disabled { reason } = &p.status else {
+            panic!("{:?}", p.status);
+        };
+        assert_eq!(reason, "exited with status 3 (5 failures in a row)");
+        assert_eq!(p.spawns_wanted(now, Census::default(), false), 0);
+        p.admit(key(1), 0, now).unwrap();
+        let refused = p.expire(now, false);
+        assert_eq!(refused.len(), 1);
+        let (conn, refusal) = &refused[0];
+        assert_eq!(*conn, key(1));
+        assert_eq!(refusal.code(), 126);
+        assert_eq!(
+            refusal.message("x"),
+            "ngd: command 'x' could not start: exited with status 3 (5 failures in a row)"
+        );
+    }
+
+    #[test]
+    fn a_completed_session_resets_the_failure_count() {
+        let mut p = Pool::new(config(""));
+        let now = Instant::now();
+        p.record_failure("a".into(), now);
+        p.record_failure("b".into(), now);
+        p.session_completed();
+        assert_eq!((p.failures, p.sessions), (0, 1));
+        assert_eq!(p.backoff(), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn a_full_queue_refuses_at_once_with_75() {
+        let mut p = Pool::new(config("queue = 2"));
+        let now = Instant::now();
+        p.admit(key(1), 0, now).unwrap();
+        p.admit(key(2), 0, now).unwrap();
+        let refusal = p.admit(key(3), 0, now).unwrap_err();
+        assert_eq!(refusal, Refusal::Busy { queued: 2 });
+        assert_eq!(refusal.code(), 75);
+        assert_eq!(
+            refusal.message("x"),
+            "ngd: 'x' is busy (2 queued); try again later"
+        );
+        // Free session slots on ready workers make room beyond the queue.
+        p.admit(key(3), 1, now).unwrap();
+        // queue = 0: refused at once when nothing is free.
+        let mut p = Pool::new(config("queue = 0"));
+        assert!(p.admit(key(1), 0, now).is_err());
+        p.admit(key(1), 1, now).unwrap();
+    }
+
+    #[test]
+    fn queued_sessions_time_out_oldest_first_with_75() {
+        let mut p = Pool::new(config("queue_timeout_ms = 1000"));
+        let t0 = Instant::now();
+        p.admit(key(1), 0, t0).unwrap();
+        p.admit(key(2), 0, t0 + Duration::from_millis(500)).unwrap();
+        assert_eq!(p.deadline(), Some(t0 + Duration::from_secs(1)));
+        assert!(p.expire(t0 + Duration::from_millis(999), false).is_empty());
+        let refused = p.expire(t0 + Duration::from_millis(1000), false);
+        assert_eq!(refused, vec![(key(1), Refusal::TimedOut)]);
+        assert_eq!(refused[0].1.code(), 75);
+        assert_eq!(p.deadline(), Some(t0 + Duration::from_millis(1500)));
+        // Stopping refuses the rest at once.
+        let refused = p.expire(t0, true);
+        assert_eq!(refused, vec![(key(2), Refusal::Stopping)]);
+        assert!(p.queue.is_empty());
+    }
+
+    #[test]
+    fn spawns_cover_min_workers_and_the_queue_within_max_workers() {
+        let mut p = Pool::new(config("min_workers = 0\nmax_workers = 3"));
+        let now = Instant::now();
+        assert_eq!(p.spawns_wanted(now, Census::default(), false), 0);
+        for i in 0..5 {
+            p.admit(key(i), 0, now).unwrap();
+        }
+        let census = Census {
+            starting: 1,
+            alive: 1,
+            failure_pending: false,
+        };
+        assert_eq!(
+            p.spawns_wanted(now, census, false),
+            2,
+            "capped by max_workers"
+        );
+        assert_eq!(p.spawns_wanted(now, census, true), 0, "none while stopping");
+        let mut p = Pool::new(config("min_workers = 2\nmax_workers = 2"));
+        assert_eq!(p.spawns_wanted(now, Census::default(), false), 2);
+    }
+
+    #[test]
+    fn notices_keep_the_last_eight_and_count_every_kind() {
+        let mut p = Pool::new(config(""));
+        for i in 0..10 {
+            p.notice(Notice {
+                kind: if i % 2 == 0 { "fallback" } else { "stale" }.into(),
+                message: format!("n{i}"),
+                session: None,
+                pid: 1,
+                at_ms: i,
+            });
+        }
+        assert_eq!(p.notices.len(), NOTICES_KEPT);
+        assert_eq!(p.notices.front().map(|n| n.message.as_str()), Some("n2"));
+        assert_eq!(p.notice_counts["fallback"], 5);
+        assert_eq!(p.notice_counts["stale"], 5);
+    }
+}
