@@ -721,3 +721,67 @@ fn line_item(line: Vec<u8>, span: Span) -> StreamData {
     StreamData::List(obj! {"String" => obj! {
     "val" => String::from_utf8_lossy(&line).into_owned(), "span" => span.to_value()}})
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(name: &str) -> Signature {
+        let text = format!(
+            r#"{{"sig":{{"name":"{name}","description":"d","required_positional":[],"optional_positional":[],"rest_positional":null,"named":[]}},"examples":[]}}"#
+        );
+        Signature::from_value(&J::parse(text.as_bytes()).unwrap()).unwrap()
+    }
+
+    fn bridge(names: &[&str]) -> Bridge {
+        Bridge {
+            plugins: Vec::new(),
+            commands: names
+                .iter()
+                .map(|n| Command {
+                    sig: sig(n),
+                    plugin: 0,
+                })
+                .collect(),
+            input: InputMode::Raw,
+            output: OutputMode::Auto,
+            plugin_config: None,
+            max_input: 1 << 20,
+        }
+    }
+
+    fn words(w: &[&str]) -> Vec<String> {
+        w.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn multi_word_commands_resolve_to_the_longest_name() {
+        let b = bridge(&["query", "query json", "from ini", "from eml", "inc"]);
+        assert_eq!(b.first_words(), ["query", "from", "inc"]);
+        let (c, n) = b.resolve(&words(&["query", "json", "a.b"])).unwrap();
+        assert_eq!((c.sig.name.as_str(), n), ("query json", 2));
+        let (c, n) = b.resolve(&words(&["query", "xml"])).unwrap();
+        assert_eq!((c.sig.name.as_str(), n), ("query", 1));
+        assert!(b.resolve(&words(&["from", "csv"])).is_none());
+    }
+
+    #[test]
+    fn bridge_flags_are_taken_out_before_double_dash() {
+        let b = bridge(&["inc"]);
+        let mut rest = words(&[
+            "--nu-input",
+            "json",
+            "v",
+            "--nu-output=nuon",
+            "--",
+            "--nu-input",
+        ]);
+        assert_eq!(
+            b.take_modes(&mut rest),
+            Ok((InputMode::Json, OutputMode::Nuon))
+        );
+        assert_eq!(rest, words(&["v", "--", "--nu-input"]));
+        assert!(b.take_modes(&mut words(&["--nu-input", "xml"])).is_err());
+        assert!(b.take_modes(&mut words(&["--nu-output"])).is_err());
+    }
+}
