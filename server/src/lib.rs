@@ -33,6 +33,7 @@ pub mod registry;
 pub mod security;
 pub mod session_io;
 pub mod stats;
+pub mod sys;
 pub mod transport;
 
 pub use nail::{Context, Nail, Output, Stdin};

@@ -19,9 +19,7 @@ pub const QUIET_AFTER: Duration = Duration::from_secs(1);
 /// Returns whole free pages of every heap arena to the kernel; true if any was returned.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn release_free_memory() -> bool {
-    // SAFETY: a plain glibc call without pointers; glibc locks each arena while it walks
-    // it, so it is safe while other threads allocate.
-    unsafe { libc::malloc_trim(0) == 1 }
+    crate::sys::malloc_trim()
 }
 
 /// Returns whole free pages of every heap arena to the kernel; true if any was returned.

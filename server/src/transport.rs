@@ -108,19 +108,8 @@ impl Stream {
 
     /// Re-arms `TCP_QUICKACK` (no-op for Unix sockets and other systems).
     pub fn quickack(&self) {
-        #[cfg(target_os = "linux")]
         if let Stream::Tcp(s) = self {
-            let one: libc::c_int = 1;
-            // SAFETY: a valid fd and a pointer to a live c_int of the size passed.
-            unsafe {
-                libc::setsockopt(
-                    s.as_raw_fd(),
-                    libc::IPPROTO_TCP,
-                    libc::TCP_QUICKACK,
-                    (&one as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                );
-            }
+            crate::sys::tcp_quickack(s.as_raw_fd());
         }
     }
 

@@ -122,12 +122,7 @@ pub struct HostInit {
 impl PluginHost {
     /// A host for these plugins (workers start on the first [`PluginHost::settle`]).
     pub fn new(init: HostInit) -> Self {
-        // SAFETY: umask(2) has no memory-safety preconditions; it is set back at once.
-        let umask = unsafe {
-            let old = libc::umask(0o022);
-            libc::umask(old);
-            old
-        };
+        let umask = crate::sys::current_umask();
         if init.subreaper {
             worker::become_subreaper();
         }
@@ -137,7 +132,7 @@ impl PluginHost {
             dying: Vec::new(),
             next_serial: 0,
             next_session: 0,
-            umask: umask as u32,
+            umask,
             stopping: false,
             subreaper: init.subreaper,
             bridge_exe: init.bridge_exe,

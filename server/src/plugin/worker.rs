@@ -79,28 +79,9 @@ pub fn spawn(plugin: &PluginConfig, launch: &Launch<'_>) -> io::Result<Spawned> 
         cmd.current_dir(cwd);
     }
     let fd = theirs.as_raw_fd();
-    // SAFETY: only async-signal-safe calls between fork and exec.
+    // SAFETY: `child_setup` makes only async-signal-safe calls between fork and exec.
     unsafe {
-        cmd.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            #[cfg(target_os = "linux")]
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // dup2 clears FD_CLOEXEC on the new descriptor; if the socket already is fd 3,
-            // clear it by hand.
-            if fd == CHANNEL_FD {
-                let flags = libc::fcntl(fd, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            } else if libc::dup2(fd, CHANNEL_FD) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || crate::sys::child_setup(fd, CHANNEL_FD));
     }
     let child = cmd.spawn()?;
     drop(theirs);
@@ -121,36 +102,7 @@ impl PrivateDir for std::fs::DirBuilder {
     }
 }
 
-/// Sends `signal` to the worker's whole process group (it leads its own session).
-pub fn signal_group(pid: u32, signal: i32) {
-    if let Ok(pid) = i32::try_from(pid) {
-        if pid > 0 {
-            // SAFETY: kill(2) with a negative pid addresses a process group; no memory is
-            // involved.
-            unsafe {
-                libc::kill(-pid, signal);
-            }
-        }
-    }
-}
-
-/// Has the worker exited? Checked with `waitid(WNOWAIT)`, which leaves the zombie in
-/// place, so its process group id stays reserved until [`finish`] reaps it: the group can
-/// then be killed without any risk of hitting a reused id.
-pub fn has_exited(pid: u32) -> bool {
-    let pid: libc::id_t = pid;
-    // SAFETY: `info` is a live, zeroed siginfo_t that waitid fills.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let rc = libc::waitid(
-            libc::P_PID,
-            pid,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        );
-        rc == 0 && info.si_pid() != 0
-    }
-}
+pub use crate::sys::{become_subreaper, exited_child, has_exited, rss_bytes, signal_group};
 
 /// Kills what is left of an exited worker's process group, then reaps the worker.
 pub fn finish(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
@@ -158,63 +110,9 @@ pub fn finish(child: &mut std::process::Child) -> Option<std::process::ExitStatu
     child.wait().ok()
 }
 
-/// Makes this process adopt the orphaned descendants of its children (Linux
-/// `PR_SET_CHILD_SUBREAPER`), so that nothing a worker's commands leave behind escapes ngd:
-/// ngd reaps them as they exit and kills those still running when it stops.
-pub fn become_subreaper() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: prctl with integer arguments only.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    }
-}
-
-/// The pid of one exited child of this process, without reaping it (`waitid(WNOWAIT)`).
-pub fn exited_child() -> Option<u32> {
-    // SAFETY: `info` is a live, zeroed siginfo_t that waitid fills.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let rc = libc::waitid(
-            libc::P_ALL,
-            0,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        );
-        (rc == 0 && info.si_pid() > 0).then(|| info.si_pid() as u32)
-    }
-}
-
 /// Reaps one child that is known to have exited.
 pub fn reap(pid: u32) {
-    if let Ok(pid) = i32::try_from(pid) {
-        // SAFETY: waitpid on a specific, exited child; the status is discarded.
-        unsafe {
-            let mut status = 0;
-            libc::waitpid(pid, &mut status, libc::WNOHANG);
-        }
-    }
-}
-
-/// The pids of this process's children, from `/proc` (every thread's children).
-pub fn children() -> Vec<u32> {
-    let me = std::process::id();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Vec::new();
-    };
-    let mut pids = Vec::new();
-    for task in tasks.flatten() {
-        let path = task.path().join("children");
-        if let Ok(text) = std::fs::read_to_string(path) {
-            pids.extend(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
-        }
-    }
-    pids.retain(|p| *p != me);
-    pids.sort_unstable();
-    pids.dedup();
-    pids
+    crate::sys::reap(pid, false);
 }
 
 /// At the very end: kills and reaps every process ngd adopted, until none is left (a
@@ -222,38 +120,18 @@ pub fn children() -> Vec<u32> {
 pub fn kill_orphans() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
     while std::time::Instant::now() < deadline {
-        let children = children();
+        let children = crate::sys::children();
         if children.is_empty() {
             return;
         }
         tracing::info!("killing {} leftover processes", children.len());
         for pid in &children {
-            if let Ok(pid) = i32::try_from(*pid) {
-                // SAFETY: kill(2) on our own child.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-            }
+            crate::sys::signal(*pid, libc::SIGKILL);
         }
         for pid in children {
-            if let Ok(pid) = i32::try_from(pid) {
-                // SAFETY: waitpid on our own child, which was just killed.
-                unsafe {
-                    let mut status = 0;
-                    libc::waitpid(pid, &mut status, 0);
-                }
-            }
+            crate::sys::reap(pid, true);
         }
     }
-}
-
-/// The resident set size of a process, in bytes (`/proc/<pid>/statm`).
-pub fn rss_bytes(pid: u32) -> Option<u64> {
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Some(pages * u64::try_from(page).ok()?)
 }
 
 /// The fields of a worker's hello that ngd uses (`docs/ngw.md` §5).
