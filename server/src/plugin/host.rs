@@ -542,7 +542,16 @@ impl PluginHost {
             timer_at: None,
         });
         self.dirty_workers.push(slot);
-        self.schedule(slot);
+        // The pool may now have a surplus: its idle workers' idle timeouts start to count.
+        let slots: Vec<usize> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.machine.pool == pool)
+            .map(|(k, _)| k)
+            .collect();
+        for slot in slots {
+            self.schedule(slot);
+        }
     }
 
     fn record_failure(&mut self, pool: usize, reason: String, now: Instant) {
