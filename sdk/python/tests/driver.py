@@ -41,8 +41,13 @@ class Result:
             self.code, bytes(self.stdout[:200]), bytes(self.stderr[:2000]))
 
 
+#: Where workers started by the tests keep what they learn (adaptive preloading).
+STATE_DIR = tempfile.mkdtemp(prefix="ngw-test-state-")
+
+
 def worker_env(extra=None):
     env = dict(os.environ)
+    env.setdefault("NGW_STATE_DIR", STATE_DIR)
     env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop("PYTHONUNBUFFERED", None)
     if extra:

@@ -17,7 +17,6 @@ everything), and terminal rows (no pty driver yet).
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
@@ -85,7 +84,7 @@ class Fidelity:
                    "IPYTHONDIR": os.path.join(cls.tmp, "ipython")}
         # ngd started from the same shell: the worker's environment is the client's, plus
         # the SDK on PYTHONPATH.
-        worker_env = dict(cls.env, PYTHONPATH=driver.SRC)
+        worker_env = dict(cls.env, PYTHONPATH=driver.SRC, NGW_STATE_DIR=cls.tmp)
         cls.w = driver.Worker([PY, "-m", "ngw", "console-script", os.path.join(BIN, cls.script)]
                               + cls.extra_args, env=worker_env)
         cls.w.hello(60)

@@ -212,5 +212,47 @@ class Stale(unittest.TestCase):
         self.assertEqual(r.notices, [])
 
 
+class Adaptive(unittest.TestCase):
+    """Modules a session imported are preloaded after it, and by the next worker."""
+
+    def test_learned_between_sessions_and_across_restarts(self):
+        tmp = tempfile.mkdtemp(prefix="ngw-adaptive-")
+        try:
+            with open(os.path.join(tmp, "lazy_ngw.py"), "w") as f:
+                f.write("import sys\n\ndef main():\n    import fractions, statistics\n"
+                        "    print(fractions.Fraction(1, 3), 'fractions' in sys.modules)\n")
+            env = client_env(PYTHONPATH=tmp)
+            wenv = driver.worker_env({"PYTHONPATH": driver.SRC + os.pathsep + tmp,
+                                      "NGW_STATE_DIR": tmp})
+            argv = RUNNER + ["entrypoint", "lazy=lazy_ngw:main"]
+            w = driver.Worker(argv, env=wenv)
+            try:
+                w.hello()
+                first = w.run("lazy", env=env)
+                deadline = time.monotonic() + 10
+                while "preloaded" not in w.log() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertIn("sessions imported (", w.log())
+                second = w.run("lazy", env=env)
+                self.assertEqual((bytes(first.stdout), first.code), (b"1/3 True\n", 0))
+                self.assertEqual((bytes(second.stdout), second.code), (b"1/3 True\n", 0))
+                self.assertEqual(second.notices, [])
+                w.quit()
+            finally:
+                w.close()
+            cache = [n for n in os.listdir(tmp) if n.startswith("preload-test-")]
+            self.assertEqual(len(cache), 1, os.listdir(tmp))
+            w = driver.Worker(argv, env=wenv)
+            try:
+                w.hello()
+                self.assertIn("that earlier sessions imported", w.log())
+                self.assertEqual(bytes(w.run("lazy", env=env).stdout), b"1/3 True\n")
+                w.quit()
+            finally:
+                w.close()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -77,12 +77,14 @@ def _convert(argv, start, how):
 
 
 def scan():
-    """Finds the copies of the zygote's argv (after preloading); returns a description
-    of each, for the log."""
+    """Finds the copies of the zygote's argv (after preloading, and again after each
+    adaptive import: objects already recorded are kept, since gc.freeze() hides them from
+    gc.get_objects()); returns a description of each new one, for the log."""
     if _argv is None:
         return []
-    del _found[:]
-    del _parsers[:]
+    seen = {(f[0], id(f[1]), f[2]) for f in _found}
+    seen_parsers = {id(p) for p in _parsers}
+    before = len(_found), len(_parsers)
     base = os.path.basename(_argv0)
     argparse = sys.modules.get("argparse")
     parser_type = argparse.ArgumentParser if argparse is not None else ()
@@ -97,17 +99,18 @@ def scan():
             if defaults:
                 for i, d in enumerate(defaults):
                     m = _match(d)
-                    if m is not None:
+                    if m is not None and ("defaults", id(obj), i) not in seen:
                         _found.append(("defaults", obj, i) + m)
             kw = obj.__kwdefaults__
             if kw:
                 for k, d in kw.items():
                     m = _match(d)
-                    if m is not None:
+                    if m is not None and ("kwdefaults", id(obj), k) not in seen:
                         _found.append(("kwdefaults", obj, k) + m)
         elif _is_parser(obj):
             prog = obj.prog
-            if isinstance(prog, str) and (prog == base or prog.startswith(base + " ")):
+            if id(obj) not in seen_parsers and isinstance(prog, str) and (
+                    prog == base or prog.startswith(base + " ")):
                 _parsers.append(obj)
     for name, module in list(sys.modules.items()):
         d = getattr(module, "__dict__", None)
@@ -116,15 +119,15 @@ def scan():
             continue
         for key, value in list(d.items()):
             m = _match(value)
-            if m is not None:
+            if m is not None and ("global", id(module), key) not in seen:
                 _found.append(("global", module, key) + m)
             elif isinstance(value, type) and getattr(value, "__module__", None) == name:
                 for ckey, cvalue in list(vars(value).items()):
                     m = _match(cvalue)
-                    if m is not None:
+                    if m is not None and ("class", id(value), ckey) not in seen:
                         _found.append(("class", value, ckey) + m)
-    return [describe(f) for f in _found] + ["argparse parser with prog %r" % p.prog
-                                            for p in _parsers]
+    return [describe(f) for f in _found[before[0]:]] + [
+        "argparse parser with prog %r" % p.prog for p in _parsers[before[1]:]]
 
 
 def describe(found):

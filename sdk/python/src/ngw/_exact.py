@@ -120,9 +120,10 @@ class Recorder:
     (`os.isatty`, and `isatty()` of sys.stdin/stdout/stderr). C code that calls getenv()
     or isatty() directly is not seen."""
 
-    def __init__(self, conditions, start_env):
+    def __init__(self, conditions, start_env, streams=True):
         self.conditions = conditions
         self.start_env = start_env
+        self.wrap_streams = streams
         self.on = False
 
     def start(self):
@@ -150,7 +151,7 @@ class Recorder:
         self._real_isatty = real_isatty
         os.isatty = isatty
         self._streams = []
-        for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        for fd, name in enumerate(("stdin", "stdout", "stderr") if self.wrap_streams else ()):
             stream = getattr(sys, name)
             if stream is None or type(stream) is not _io_TextIOWrapper():
                 continue

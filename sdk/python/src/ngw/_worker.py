@@ -7,10 +7,11 @@ import os
 import platform
 import sys
 import threading
+import time
 import traceback
 import warnings
 
-from . import _argv, _exact, _rules, _stale, _wire
+from . import _adaptive, _argv, _exact, _rules, _stale, _wire
 from ._channel import Channel
 from ._session import HeaderBuilder
 
@@ -79,18 +80,24 @@ class Worker:
         self.command(name, fork=fork, argv0=argv0, cold=cold, check=check)(fn)
 
     def serve(self, preload=(), *, kill_grace=2.0, max_chunk=_wire.DEFAULT_MAX_CHUNK,
-              prefork=True):
+              prefork=True, learn=True):
         """Runs the worker until ngd says quit or goes away; never returns (exits the
         process). `preload`: module names to import (or callables to call) before the
         hello; a failure is reported to ngd and the log. `kill_grace`: seconds
         between SIGHUP and SIGKILL when a fork-mode session is hung up. `prefork`: after
         each fork-mode session, fork the next session's child ahead of time (one idle
-        process per worker; docs/ngw.md section 11.5)."""
+        process per worker; docs/ngw.md section 11.5). `learn`: adaptive preloading of
+        what fork-mode children import (docs/ngw.md 12.5)."""
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("ngw: serve() must run in the main thread (it handles signals)")
         chan = _open_channel(max_chunk)
         env_before = dict(os.environ)
         conditions = _exact.Conditions(env_before)
+        self._learner = None
+        if learn and any(c.fork for c in self.commands.values()):
+            self._learner = _adaptive.Learner(log, _adaptive.cache_path(sys.argv))
+            if self._learner.report_path is None:
+                self._learner = None
         shown = _capture_warnings(conditions.warnings)
         recorder = _exact.Recorder(conditions, env_before)
         recorder.start()
@@ -107,6 +114,20 @@ class Worker:
                     item, "description", repr(item))
                 _refuse(chan, "preload failed: %s: %s" % (what, detail))
         warnings.showwarning = shown
+        if self._learner is not None:
+            for name in self._learner.load():
+                if name in self._learner.excluded:
+                    continue
+                try:
+                    importlib.import_module(name)
+                    self._learner.learned.append(name)
+                except BaseException as e:
+                    log("ngw: learned preload %s failed (%s); left to the children"
+                        % (name, e))
+                    self._learner.excluded.add(name)
+            if self._learner.learned:
+                log("ngw: imported %d modules that earlier sessions imported (%s)"
+                    % (len(self._learner.learned), self._learner.path))
         recorder.stop()
         conditions.exempt = set(_rules.RULES) | set(_env_delta(env_before, os.environ))
         if conditions.env_read or conditions.tty_asked:
@@ -122,6 +143,7 @@ class Worker:
         self.notices = _exact.Notices(chan, log, offered)
         self._conditions = conditions
         self._retiring = None
+        self._idle_since = time.monotonic()
         self._code = _stale.CodeWatch(log)
         self._code.record()
         self._chan = chan
@@ -142,6 +164,10 @@ class Worker:
             self._fork.private_fds.append(chan.fileno())
             if self._code.fileno() >= 0:
                 self._fork.private_fds.append(self._code.fileno())
+            if self._learner is not None:
+                self._fork.private_fds.extend([self._learner.r, self._learner.w])
+                self._fork.learn = (frozenset(sys.modules), self._learner.roots,
+                                    self._learner.report_path)
             # Preloaded objects stay out of the collector: fewer copy-on-write faults.
             if self._inline is not None:
                 self._fork.private_fds.extend(self._inline.private_fds())
@@ -177,16 +203,167 @@ class Worker:
         """The next chunk between sessions (None at end of stream); meanwhile reaps the
         fork runner's children as they exit, so none stays a zombie while idle."""
         runner = self._fork
+        learner = self._learner
         while True:
             c = chan.next_chunk()
             if c is not None or chan.eof:
                 return c
             chan.flush_some()
+            timeout = None
+            if learner is not None:
+                learner.read_reports()
+                if learner.probe is not None:
+                    self._learn_collect()
+                    if self._retiring is not None:
+                        return None  # retired while idle: exit 0 now
+                    timeout = 0.02 if learner.probe is not None else None
+                if learner.queue and self._retiring is None and not chan.out and \
+                        learner.probe is None:
+                    idle = time.monotonic() - self._idle_since
+                    if idle >= _adaptive.IDLE_BEFORE:
+                        self._learn_one()
+                        continue
+                    timeout = _adaptive.IDLE_BEFORE - idle
             if runner is not None and runner.watching():
-                if chan.poll(None, extra=runner.wake_r.fileno()):
+                if chan.poll(timeout, extra=runner.wake_r.fileno()):
                     runner.reap()
             else:
-                chan.poll(None)
+                chan.poll(timeout)
+
+    def _learn_one(self):
+        """Vets what children reported in a forked probe (it imports each module with the
+        checks of _learn_check and writes a verdict per module), so that the zygote never
+        imports a module that misbehaves; `_learn_collect` then imports the good ones."""
+        learner = self._learner
+        batch = [n for n in learner.queue if n not in sys.modules]
+        learner.queue = []
+        if not batch or learner.probe is not None:
+            learner.queue = batch
+            return
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the probe: nothing of the worker's is used but its memory
+            try:
+                os.close(r)
+                os.close(self._chan.fileno())
+                for name in batch:
+                    try:
+                        bad = self._learn_check(name)
+                    except BaseException as e:  # noqa: B902
+                        bad = "its check failed (%s)" % e
+                    os.write(w, ("%s\t%s\n" % (name, bad or "")).encode(
+                        "utf-8", "surrogateescape"))
+                    if bad:
+                        # What it loaded is in this probe now: later modules that need it
+                        # would look innocent. They wait for the next batch (children
+                        # report them again), judged without it.
+                        break
+            finally:
+                os._exit(0)
+        os.close(w)
+        os.set_blocking(r, False)
+        learner.probe = (pid, r, bytearray())
+
+    def _learn_collect(self):
+        """Reads the probe's verdicts; once it is done, imports the modules that behaved
+        (in the zygote, checked again) while nothing arrives from ngd."""
+        learner = self._learner
+        pid, r, buf = learner.probe
+        while True:
+            try:
+                data = os.read(r, 65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not data:
+                break
+            buf += data
+        os.close(r)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+        learner.probe = None
+        started = time.monotonic()
+        done = []
+        for line in bytes(buf).decode("utf-8", "surrogateescape").splitlines():
+            name, _, bad = line.partition("\t")
+            if bad:
+                learner.excluded.add(name)
+                log("ngw: not preloading %s: %s" % (name, bad))
+            elif name not in sys.modules and self._retiring is None:
+                if self._learn_import(name):
+                    done.append(name)
+        learner.save()
+        if done:
+            self._learn_finish(done, started)
+
+    @staticmethod
+    def _learn_check(name):
+        """Imports `name`; None if it behaved as a preload must, else what it did."""
+        conditions = _exact.Conditions(dict(os.environ))
+        env_before = dict(os.environ)
+        threads = threading.active_count()
+        shown = []
+        previous = warnings.showwarning
+        warnings.showwarning = lambda message, *rest, **kw: shown.append(str(message))
+        recorder = _exact.Recorder(conditions, env_before, streams=False)
+        recorder.start()
+        error = None
+        try:
+            importlib.import_module(name)
+        except BaseException as e:  # noqa: B902 - any failure leaves it to the children
+            error = e
+        finally:
+            recorder.stop()
+            warnings.showwarning = previous
+        if error is not None:
+            bad = "its import failed (%s)" % error
+        elif shown:
+            bad = "it printed a warning (%s)" % shown[0]
+        elif dict(os.environ) != env_before:
+            bad = "it changed the environment"
+        elif set(conditions.env_read) - set(_exact.INTERPRETER_ENV):
+            bad = "it read %s" % ", ".join(sorted(conditions.env_read))
+        elif conditions.tty_asked:
+            bad = "it asked whether a stream is a terminal"
+        elif threading.active_count() != threads:
+            bad = "it started a thread"
+        else:
+            bad = None
+        return bad
+
+    def _learn_import(self, name):
+        learner = self._learner
+        bad = self._learn_check(name)
+        if bad is not None:
+            learner.excluded.add(name)
+            learner.save()
+            if name in sys.modules:
+                self._retiring = "adaptive preload of %s misbehaved: %s" % (name, bad)
+                self.notices.send("retire", self._retiring + "; the next worker leaves it out")
+                self._conditions.refuse(self._retiring)
+            else:
+                log("ngw: not preloading %s: %s" % (name, bad))
+            return False
+        learner.learned.append(name)
+        return True
+
+    def _learn_finish(self, done, started):
+        self._learner.save()
+        for line in _argv.scan():
+            log("ngw: a preloaded module copied argv; re-pointed in each session: %s" % line)
+        self._code.record()
+        gc.collect()
+        if hasattr(gc, "freeze"):
+            gc.freeze()
+        runner = self._fork
+        runner.discard_spare()  # a copy of the zygote without the module
+        runner._spare_due = runner.prefork
+        runner.learn = (frozenset(sys.modules),) + runner.learn[1:]
+        runner.reap()  # forks the next spare now
+        log("ngw: preloaded %d modules that sessions imported (%s; %.1f ms)"
+            % (len(done), ", ".join(done[:5]) + (", ..." if len(done) > 5 else ""),
+               (time.monotonic() - started) * 1000))
 
     def _loop(self, chan):
         header = HeaderBuilder()
@@ -201,6 +378,7 @@ class Worker:
                 info = header.finish(payload, self._umask)
                 header = HeaderBuilder()
                 quit_, gone = self._session(chan, info)
+                self._idle_since = time.monotonic()
                 if quit_ or gone:
                     return 0
             elif ty == _wire.PING:

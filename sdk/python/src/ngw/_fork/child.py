@@ -14,7 +14,7 @@ import sys
 import termios
 import threading
 
-from .. import _argv, _exact, _pyexit
+from .. import _adaptive, _argv, _exact, _pyexit
 from .._context import Context
 from .._session import SessionInfo
 from . import stdio
@@ -74,6 +74,7 @@ class Child:
         self._environ_types = runner.environ_types
         self._report_path = runner.report_path
         self._inherited = runner.child_closes()
+        self._learn = runner.learn  # (module names the zygote has, roots, report path)
 
     def run(self, ctl, session, streams):
         status = 126
@@ -262,6 +263,12 @@ class Child:
         """In the child, right before _exit(): closes the standard streams (so the parent
         sees their end now, not after the kernel has freed the child's memory) and tells
         the worker the exit status."""
+        if self._learn is not None:
+            known, roots, path = self._learn
+            try:
+                _adaptive.child_report(known, roots, path)
+            except Exception:
+                pass
         if self._report_path is None:
             return
         try:
