@@ -53,6 +53,7 @@ pub fn exit_spawn_error(e: &Error) -> ! {
 pub struct Hello {
     commands: Vec<String>,
     max_sessions: u32,
+    notices: bool,
     kill_grace_ms: Option<u64>,
     sdk: String,
     runtime: Option<String>,
@@ -69,6 +70,7 @@ impl Hello {
         Self {
             commands: commands.into_iter().map(Into::into).collect(),
             max_sessions: 1,
+            notices: false,
             kill_grace_ms: None,
             sdk: format!("ngw-rust/{}", env!("CARGO_PKG_VERSION")),
             runtime: None,
@@ -115,6 +117,9 @@ impl Hello {
         let mut features = vec!["interrupt"];
         if self.max_sessions > 1 {
             features.push("mux");
+        }
+        if self.notices {
+            features.push("notices");
         }
         let mut v = json!({
             "protocol": PROTOCOL,
@@ -297,6 +302,7 @@ impl Channel {
         if !self.host_supports("mux") {
             hello.max_sessions = 1;
         }
+        hello.notices = self.host_supports("notices");
         let handler = Arc::new(handler);
         let writer = Arc::new(Writer {
             inner: Mutex::new(WriterState {

@@ -66,6 +66,7 @@ fn hello_lists_commands_and_features() {
     assert_eq!(h["commands"][0], "cat");
     assert_eq!(h["max_sessions"], 8);
     assert!(h["features"].as_array().unwrap().iter().any(|f| f == "mux"));
+    assert!(h["features"].as_array().unwrap().iter().any(|f| f == "notices"));
 }
 
 #[test]
