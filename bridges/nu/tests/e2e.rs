@@ -1,0 +1,134 @@
+//! End to end: a real `ngd serve --config` with a `protocol = "nu"` plugin table, and the
+//! real `ng` client reached through `inc` and `from` symlinks, against the real plugins.
+//!
+//! `ngd` and `ng` are found next to the test executable (`target/<profile>/`), or through
+//! `NGD_BIN` / `NG_BIN`; build them first (`cargo build -p ng-server -p ng-client`, or
+//! `cargo build --workspace --bins` as `scripts/test` does).
+
+mod common;
+
+use common::{nu, peer};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn our_binary(name: &str, var: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(var) {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut dir = exe.parent().unwrap().to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "{} not found: build it first (`cargo build -p ng-server -p ng-client`) or set {var}",
+        p.display()
+    );
+    p
+}
+
+struct Server {
+    child: Child,
+    dir: tempfile::TempDir,
+    sock: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(plugins: &[&Path]) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ngd.sock");
+    let config = dir.path().join("ngd.toml");
+    let list: Vec<String> = plugins
+        .iter()
+        .map(|p| format!("{:?}", p.display().to_string()))
+        .collect();
+    std::fs::write(
+        &config,
+        format!(
+            "listen = [\"local:{}\"]\n\n[[plugin]]\nname = \"nu\"\nprotocol = \"nu\"\ncommand = [{}]\nlog = \"{}\"\n",
+            sock.display(),
+            list.join(", "),
+            dir.path().join("nu.log").display()
+        ),
+    )
+    .unwrap();
+    let out = std::fs::File::create(dir.path().join("ngd.out")).unwrap();
+    let child = Command::new(our_binary("ngd", "NGD_BIN"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    let s = Server { child, dir, sock };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(s.dir.path().join("ngd.out"))
+        .unwrap_or_default()
+        .contains("listening on")
+    {
+        assert!(Instant::now() < deadline, "ngd did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s
+}
+
+impl Server {
+    /// Runs `name args` through a symlink `name` -> ng.
+    fn run(&self, name: &str, args: &[&str], stdin: &[u8]) -> (String, String, i32) {
+        let link = self.dir.path().join(name);
+        if !link.exists() {
+            std::os::unix::fs::symlink(our_binary("ng", "NG_BIN"), &link).unwrap();
+        }
+        let mut child = Command::new(&link)
+            .arg("--nailgun-server")
+            .arg(format!("local:{}", self.sock.display()))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let o = child.wait_with_output().unwrap();
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+            o.status.code().unwrap_or(-1),
+        )
+    }
+}
+
+#[test]
+fn inc_and_from_ini_through_ngd_and_ng() {
+    let inc = peer("nu_plugin_inc");
+    let formats = peer("nu_plugin_formats");
+    let s = serve(&[&inc, &formats]);
+    let (out, err, code) = s.run("inc", &["--major"], b"1.2.3");
+    assert_eq!((out.as_str(), code), ("2.0.0\n", 0), "{err}");
+    let (out, err, code) = s.run(
+        "inc",
+        &["v", "--minor", "--nu-input", "json"],
+        br#"{"v":"1.2.3"}"#,
+    );
+    let (want, _, _) = nu(&inc, "{v: '1.2.3'} | inc v --minor | to json", None);
+    assert_eq!((out, code), (want, 0), "{err}");
+    let ini = b"[a]\nk = v\nn = 1\n";
+    let (out, err, code) = s.run("from", &["ini"], ini);
+    let (want, _, _) = nu(&formats, "'[a]\nk = v\nn = 1\n' | from ini | to json", None);
+    assert_eq!((out, code), (want, 0), "{err}");
+    let (_, err, code) = s.run("inc", &["x", "y"], b"");
+    assert_eq!(code, 2);
+    assert!(err.contains("Extra positional argument."), "{err}");
+}
