@@ -17,7 +17,7 @@ pub fn render(e: &LabeledError, source: &str) -> String {
     for (text, span) in &e.labels {
         match span {
             Some(s) if s.start <= s.end && s.end <= source.len() && !source.is_empty() => {
-                let col = |b: usize| source[..b.min(source.len())].chars().count();
+                let col = |b: usize| source.get(..b).map_or(b, |s| s.chars().count());
                 inside.push((col(s.start), col(s.end).max(col(s.start)), text.as_str()));
             }
             _ if !text.is_empty() => outside.push(text),
@@ -143,6 +143,12 @@ mod tests {
             render(&e, "[1 2 3] | inc"),
             "Error: nu::shell::error\n\n  x Unable to extract string\n   ,-[source:1:11]\n 1 | [1 2 3] | inc\n   :           ^|^\n   :            `-- value cannot be converted to string\n   `----\n"
         );
+    }
+
+    #[test]
+    fn a_span_inside_a_character_does_not_panic() {
+        let e = LabeledError::msg("m").label("l", Span::new(1, 2));
+        assert!(render(&e, "é x").contains("-- l"));
     }
 
     #[test]
