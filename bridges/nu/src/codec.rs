@@ -412,6 +412,21 @@ mod tests {
     }
 
     #[test]
+    fn raw_data_is_a_bin_in_msgpack_and_numbers_in_json() {
+        let d = crate::msg::data(0, &crate::msg::StreamData::Raw(b"ab".to_vec()));
+        assert_eq!(
+            Encoding::Json.encode(&d),
+            b"{\"Data\":[0,{\"Raw\":{\"Ok\":[97,98]}}]}\n"
+        );
+        let m = Encoding::MsgPack.encode(&d);
+        assert!(m.ends_with(&[0xc4, 2, b'a', b'b']), "{m:?}");
+        assert_eq!(
+            decode_msgpack(&m),
+            Ok(j(r#"{"Data":[0,{"Raw":{"Ok":[97,98]}}]}"#))
+        );
+    }
+
+    #[test]
     fn msgpack_round_trip_of_a_call() {
         let msg = j(
             r#"{"Call": [2, {"Run": {"name": "from ini", "call": {"head": {"start": 0, "end": 8}, "positional": [], "named": []}, "input": {"ByteStream": {"id": 0, "span": {"start": 0, "end": 0}, "type": "Unknown", "metadata": null}}}}]}"#,

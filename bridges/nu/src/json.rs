@@ -29,6 +29,9 @@ pub enum J {
     Arr(Vec<J>),
     /// An object, in order.
     Obj(Vec<(String, J)>),
+    /// Bytes: a msgpack `bin`, or in JSON an array of numbers (what both encodings of the
+    /// protocol expect for byte buffers). Only built by the bridge, never decoded.
+    Bytes(Vec<u8>),
 }
 
 /// Builds an object: `obj! {"a" => 1, "b" => "x"}`.
@@ -258,6 +261,7 @@ impl Serialize for J {
                 }
                 seq.end()
             }
+            J::Bytes(b) => s.serialize_bytes(b),
             J::Obj(pairs) => {
                 let mut map = s.serialize_map(Some(pairs.len()))?;
                 for (k, v) in pairs {

@@ -266,9 +266,7 @@ impl StreamData {
     pub fn to_value(&self) -> J {
         match self {
             StreamData::List(v) => obj! {"List" => v},
-            StreamData::Raw(b) => {
-                obj! {"Raw" => obj! {"Ok" => b.iter().map(|&x| J::from(x)).collect::<Vec<_>>()}}
-            }
+            StreamData::Raw(b) => obj! {"Raw" => obj! {"Ok" => J::Bytes(b.clone())}},
             StreamData::RawErr(e) => obj! {"Raw" => obj! {"Err" => e.to_value()}},
         }
     }
@@ -288,6 +286,9 @@ impl StreamData {
 
 /// Bytes in either encoding's form (an array of numbers).
 pub fn bytes_of(v: &J) -> Result<Vec<u8>, String> {
+    if let J::Bytes(b) = v {
+        return Ok(b.clone());
+    }
     let Some(items) = v.as_array() else {
         return Err(format!("not a byte array: {}", brief(v)));
     };

@@ -17,6 +17,7 @@ pub fn from_json(v: &J, span: Span) -> J {
         J::UInt(u) => tagged("Float", J::Float(*u as f64)),
         J::Float(f) => tagged("Float", J::Float(*f)),
         J::Str(s) => tagged("String", J::Str(s.clone())),
+        J::Bytes(b) => tagged("Binary", J::Bytes(b.clone())),
         J::Arr(items) => obj! {"List" => obj! {
         "vals" => J::Arr(items.iter().map(|i| from_json(i, span)).collect()),
         "span" => span.to_value()}},
