@@ -13,8 +13,8 @@
 
 use std::time::Duration;
 
+use ng_testkit::{read_chunk, Chunk, Stream};
 use ng_tests::data::MIB;
-use ng_tests::wire::{read_chunk, Chunk, Stream};
 use ng_tests::{both_clients, eqnice, Client, Flavor, NgdServer, Server, Transport};
 
 use crate::stdin::Source;

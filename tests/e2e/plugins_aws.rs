@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use ng_tests::client::symlink;
-use ng_tests::plugins::{python, repo_root, toml_str, Plugin, PluginServer, TAG_VAR};
+use ng_tests::plugins::{python, repo_root, toml_str, JsonExt as _, Plugin, PluginServer, TAG_VAR};
 use ng_tests::{assert_bytes_eq, both_clients, Output};
 
 /// The directory of the interpreter that has awscli (where its `aws` script is).

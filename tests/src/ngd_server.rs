@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use ng_testkit::procfs;
+
 use crate::bins;
 use crate::process::{self, Capture};
 use crate::server::{Address, Nail, Server, Transport};
@@ -296,7 +298,7 @@ impl NgdServer {
 
     /// How many file descriptors the server has open now (`/proc/<pid>/fd`).
     pub fn fd_count(&self) -> usize {
-        fd_count(self.pid)
+        procfs::fd_count(self.pid)
             .unwrap_or_else(|e| panic!("read /proc/{}/fd: {e}\n{}", self.pid, self.log()))
     }
 
@@ -314,7 +316,7 @@ impl NgdServer {
                 panic!(
                     "{}: {now} descriptors open {timeout:?} later, expected {baseline}:\n{}\n{}",
                     self.describe(),
-                    fd_listing(self.pid),
+                    procfs::fd_listing(self.pid),
                     self.log()
                 );
             }
@@ -401,29 +403,6 @@ fn parse_ready_line(line: &str) -> Option<Vec<Address>> {
             None => a.parse::<SocketAddr>().ok().map(Address::Tcp),
         })
         .collect()
-}
-
-/// The number of entries in `/proc/<pid>/fd`.
-pub fn fd_count(pid: u32) -> std::io::Result<usize> {
-    Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
-}
-
-/// `fd -> target` lines for `/proc/<pid>/fd`, for failure messages.
-pub fn fd_listing(pid: u32) -> String {
-    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return format!("(cannot read /proc/{pid}/fd)");
-    };
-    let mut lines: Vec<String> = entries
-        .filter_map(Result::ok)
-        .map(|e| {
-            let target = std::fs::read_link(e.path())
-                .map(|t| t.display().to_string())
-                .unwrap_or_else(|e| format!("? ({e})"));
-            format!("  {} -> {target}", e.file_name().to_string_lossy())
-        })
-        .collect();
-    lines.sort();
-    lines.join("\n")
 }
 
 impl Server for NgdServer {

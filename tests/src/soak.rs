@@ -30,9 +30,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, DEFAULT_ENV};
-use crate::hostile;
 use crate::plugins::{self, Plugin, PluginServer};
 use crate::server::Transport;
+use ng_testkit::procfs;
 
 /// The plugin's `min_workers`: the pool an idle server is back to.
 pub const MIN_WORKERS: usize = 1;
@@ -551,14 +551,7 @@ pub struct Vitals {
 #[track_caller]
 pub fn vitals(server: &PluginServer) -> Vitals {
     let pid = server.pid();
-    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0);
+    let threads = procfs::threads(pid).unwrap_or(0);
     let procs = server.processes();
     let workers: Vec<u32> = procs
         .iter()
@@ -568,9 +561,9 @@ pub fn vitals(server: &PluginServer) -> Vitals {
     let children = procs.iter().filter(|p| workers.contains(&p.ppid)).count();
     Vitals {
         fds: server.ngd().fd_count(),
-        rss_kib: hostile::rss_kib(pid).unwrap_or(0),
+        rss_kib: procfs::rss_kib(pid).unwrap_or(0),
         threads,
-        cpu_ticks: hostile::cpu_ticks(pid).unwrap_or(0),
+        cpu_ticks: procfs::cpu_ticks(pid).unwrap_or(0),
         workers: workers.len(),
         children,
         deeper: procs.len() - workers.len() - children,
