@@ -10,6 +10,8 @@ use std::fmt::Write as _;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -264,6 +266,45 @@ fn proc_net_hex(addr: &SocketAddr) -> String {
         .collect();
     let _ = write!(out, ":{:04X}", addr.port());
     out
+}
+
+/// Samples the RSS of `pid` every 10 ms on a thread until [`RssProbe::stop`].
+#[derive(Debug)]
+pub struct RssProbe {
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<u64>>,
+}
+
+impl RssProbe {
+    /// Starts sampling.
+    pub fn start(pid: u32) -> RssProbe {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = thread::spawn(move || {
+            let mut max = 0;
+            while !flag.load(Ordering::Relaxed) {
+                max = max.max(rss_kib(pid).unwrap_or(0));
+                thread::sleep(Duration::from_millis(10));
+            }
+            max.max(rss_kib(pid).unwrap_or(0))
+        });
+        RssProbe {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops sampling; the largest RSS seen, in KiB.
+    pub fn stop(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
+    }
+}
+
+impl Drop for RssProbe {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Sends `signal` to process `pid`; panics on a pid that would signal a group.

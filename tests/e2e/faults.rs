@@ -1,4 +1,4 @@
-//! Issue #5 part 2: fault injection for plugin workers, and `ngd` killed with SIGKILL.
+//! Fault injection for plugin workers, and `ngd` killed with SIGKILL.
 //!
 //! Every scenario runs the real `ngd` with misbehaving workers from `tests/fixtures/faults/`
 //! (`raw_worker.py` speaks ngw by hand, so it breaks the protocol exactly where told;

@@ -1,4 +1,4 @@
-//! The issue-2 scenarios, unchanged, against `ngd`.
+//! The client scenarios, unchanged, against `ngd`.
 //!
 //! The scenario bodies of the other modules (written against the reference Java server)
 //! run here against `ngd-testbed`, which is the `ng-server` library with the test nails

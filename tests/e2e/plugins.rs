@@ -1,4 +1,4 @@
-//! Issue #4: plugin commands, end to end. The real `ngd` binary runs Python ngw workers
+//! Plugin commands, end to end. The real `ngd` binary runs Python ngw workers
 //! (`tests/fixtures/python/plugin_worker.py`, the SDK from `sdk/python/src`), and our `ng`
 //! and the reference C client run their commands, in-process and in fork mode.
 //!

@@ -1,4 +1,4 @@
-//! Issue #4: the aws CLI 1.x kept warm by `ngd` with the configuration of
+//! The aws CLI 1.x kept warm by `ngd` with the configuration of
 //! `examples/aws.toml` (only its relative `cwd` made absolute, and a log file added), run
 //! with our `ng` and the C client, directly (`ng aws ...`) and through a symlink named
 //! `aws`, and compared byte for byte with a cold run of the `aws` script with the same

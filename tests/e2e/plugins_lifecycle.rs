@@ -1,4 +1,4 @@
-//! Issue #4: the life of plugin workers under `ngd`, with our `ng` and the C client.
+//! The life of plugin workers under `ngd`, with our `ng` and the C client.
 //!
 //! A worker that crashes at import time or refuses to start (the plugin ends disabled, its
 //! reason visible in `ng-stats`, `ngd status` and the clients' 126 message, and ngd keeps

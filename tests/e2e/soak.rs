@@ -1,4 +1,4 @@
-//! The soak (issue #5 part 3), bounded form: `benches/soak`'s mix and checks at CI size.
+//! The soak, bounded form: `benches/soak`'s mix and checks at CI size.
 //!
 //! One `ngd` (this build's, with `shutdown_grace_ms = 1000`) with the soak's Python plugin
 //! (`benches/soak.d/worker.py`: `soak-inline` in-process, `soak-fork` fork mode; one to four

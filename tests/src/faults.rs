@@ -29,7 +29,7 @@ pub use crate::plugins::{disabled_reason, last_failure, state};
 use crate::plugins::{python, repo_root, Plugin, PluginServer, TAG_VAR};
 use crate::server::Address;
 use ng_testkit::procfs::{all_processes, descendants, environ_has, proc_info, send_signal};
-pub use ng_testkit::procfs::{cpu_time, describe, rss_kib, running, Proc};
+pub use ng_testkit::procfs::{cpu_time, describe, rss_kib, running, Proc, RssProbe};
 use ng_testkit::{frame, frames, take_chunk, Stream};
 
 /// A file in `tests/fixtures/faults/`.
@@ -253,45 +253,6 @@ pub fn cpu_share(pid: u32, window: Duration) -> f64 {
     thread::sleep(window);
     let used = cpu_time(pid).expect("the process's CPU time") - before;
     used.as_secs_f64() / start.elapsed().as_secs_f64()
-}
-
-/// Samples the RSS of `pid` every 10 ms on a thread until [`RssProbe::stop`].
-#[derive(Debug)]
-pub struct RssProbe {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<thread::JoinHandle<u64>>,
-}
-
-impl RssProbe {
-    /// Starts sampling.
-    pub fn start(pid: u32) -> RssProbe {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = thread::spawn(move || {
-            let mut max = 0;
-            while !flag.load(Ordering::Relaxed) {
-                max = max.max(rss_kib(pid).unwrap_or(0));
-                thread::sleep(Duration::from_millis(10));
-            }
-            max.max(rss_kib(pid).unwrap_or(0))
-        });
-        RssProbe {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// Stops sampling; the largest RSS seen, in KiB.
-    pub fn stop(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
-    }
-}
-
-impl Drop for RssProbe {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }
 
 /// A bare Nailgun client on a raw socket that reads only when told to, so a test can be

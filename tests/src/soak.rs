@@ -1,4 +1,4 @@
-//! The soak (issue #5 part 3): many invocations of a warm `ngd` with a Python plugin, from
+//! The soak: many invocations of a warm `ngd` with a Python plugin, from
 //! parallel clients of both kinds over both transports, some killed, then a check that
 //! nothing was left behind. The full form is `benches/soak` (release build, 100 000
 //! invocations, `docs/reliability.md`); this is the same mix and the same checks at a size

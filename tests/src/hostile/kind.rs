@@ -102,6 +102,39 @@ pub enum Kind {
     FloodRequests,
 }
 
+/// Every kind, in the order they run: its name on the command line and in the matrix, and
+/// what it sends and what it must get, in a line.
+#[rustfmt::skip]
+const TABLE: [(Kind, &str, &str); 27] = [
+    (Kind::Length2p31, "length-2^31", "a chunk announcing 2^31 bytes (A or Z before C, 0 after C ng-cat): 76 at once"),
+    (Kind::Length2p32m1, "length-2^32-1", "a chunk announcing 2^32-1 bytes (A or Z before C, 0 after C ng-cat): 76 at once"),
+    (Kind::CutMidHeader, "cut-mid-header", "A, then 3 of the next chunk's 5 header bytes, then silence: 76 at the header timeout"),
+    (Kind::CutMidPayload, "cut-mid-payload", "A, then a chunk with 40 of its 100 payload bytes, then silence: 76 at the header timeout"),
+    (Kind::CutMidStdin, "cut-mid-stdin", "C ng-cat, then a 0 chunk with 40 of 100 bytes, then silence: closed at the heartbeat timeout"),
+    (Kind::UnknownBeforeCommand, "unknown-before-C", "Z, NUL, 0xFF, h, q, S, X, 1, 2, 0, . chunks before C ng-true: skipped, served 0"),
+    (Kind::UnknownAfterCommand, "unknown-after-C", "C ng-cat, then Z / NUL / 0xFF / h / S / X / 1 / A / E / D / C / L: 76"),
+    (Kind::StdinBeforeCredit, "stdin-before-S", "C ng-cat, 0 0 . before any S: served 0, the bytes echoed"),
+    (Kind::StdinAfterEof, "stdin-after-eof", "C ng-cat, ., 0: 76"),
+    (Kind::EnvWithoutEquals, "env-without-=", "E NOEQUALS, E =v, E '', E A=B=C, then C ng-true: served 0"),
+    (Kind::NonUtf8Header, "non-utf8-header", "non-UTF-8 A, E name and value, D, then C ng-true: served 0"),
+    (Kind::NonUtf8Command, "non-utf8-command", "C with a non-UTF-8 name: 127 with a message"),
+    (Kind::Args100k, "args-100k", "100 000 A chunks, then C ng-true: served 0"),
+    (Kind::HeaderTooLarge, "header-too-large", "max_header_bytes/16+1 empty A, or three A of max_header_bytes/2 each: 76"),
+    (Kind::Arg64MiB, "arg-64MiB", "one A of 64 MiB (over max_chunk_bytes), all of it sent: 76 at once, RSS flat"),
+    (Kind::NoCommand, "no-command", "A, E, D, then silence: 76 at the header timeout"),
+    (Kind::Slowloris, "slowloris", "connect, then silence: 76 at the header timeout"),
+    (Kind::SlowlorisTrickle, "slowloris-trickle", "a valid header, one byte per 50 ms: 76 at the header timeout"),
+    (Kind::ConnectClose, "connect-close", "connect and close at once (every other one with SO_LINGER 0)"),
+    (Kind::RstMidOutput, "rst-mid-output", "C ng-yes 1G, read 1 MiB, close with SO_LINGER 0: ng-yes cancelled"),
+    (Kind::HeartbeatsOnly, "heartbeats-only", "H every 100 ms, no C: 76 at the header timeout"),
+    (Kind::NeverReads, "never-reads", "C ng-yes 1G (blocks at the output mark), never read or send: closed at the heartbeat timeout"),
+    (Kind::NeverReadsFinished, "never-reads-finished", "C ng-yes just under the output mark (finishes, output still queued in ngd), never read or send: closed at the heartbeat timeout"),
+    (Kind::NeverReadsAlive, "never-reads-alive", "C ng-yes 1G, H every 200 ms, never read; give up after heartbeat+slack: output stays buffered, bounded"),
+    (Kind::JunkAfterExit, "junk-after-exit", "C ng-true, read X, then junk at full speed or H every 100 ms: closed within the 2 s drain"),
+    (Kind::FloodHold, "flood-hold", "max_connections+64+concurrency silent connections at once: 76 / 69 / closed"),
+    (Kind::FloodRequests, "flood-requests", "max_connections+64+concurrency connections at once, then C ng-true: served 0 / 69 / closed"),
+];
+
 /// When an attempt's outcome is due.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Due {
@@ -133,105 +166,36 @@ pub(super) struct Expect {
 
 impl Kind {
     /// Every kind, in the order they run.
-    pub const ALL: &'static [Kind] = &[
-        Kind::Length2p31,
-        Kind::Length2p32m1,
-        Kind::CutMidHeader,
-        Kind::CutMidPayload,
-        Kind::CutMidStdin,
-        Kind::UnknownBeforeCommand,
-        Kind::UnknownAfterCommand,
-        Kind::StdinBeforeCredit,
-        Kind::StdinAfterEof,
-        Kind::EnvWithoutEquals,
-        Kind::NonUtf8Header,
-        Kind::NonUtf8Command,
-        Kind::Args100k,
-        Kind::HeaderTooLarge,
-        Kind::Arg64MiB,
-        Kind::NoCommand,
-        Kind::Slowloris,
-        Kind::SlowlorisTrickle,
-        Kind::ConnectClose,
-        Kind::RstMidOutput,
-        Kind::HeartbeatsOnly,
-        Kind::NeverReads,
-        Kind::NeverReadsFinished,
-        Kind::NeverReadsAlive,
-        Kind::JunkAfterExit,
-        Kind::FloodHold,
-        Kind::FloodRequests,
-    ];
+    pub const ALL: &'static [Kind] = &{
+        let mut all = [Kind::Length2p31; TABLE.len()];
+        let mut i = 0;
+        while i < TABLE.len() {
+            all[i] = TABLE[i].0;
+            i += 1;
+        }
+        all
+    };
+
+    fn entry(self) -> &'static (Kind, &'static str, &'static str) {
+        TABLE
+            .iter()
+            .find(|e| e.0 == self)
+            .expect("every kind is in the table")
+    }
 
     /// The kind's name on the command line and in the matrix.
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::Length2p31 => "length-2^31",
-            Kind::Length2p32m1 => "length-2^32-1",
-            Kind::CutMidHeader => "cut-mid-header",
-            Kind::CutMidPayload => "cut-mid-payload",
-            Kind::CutMidStdin => "cut-mid-stdin",
-            Kind::UnknownBeforeCommand => "unknown-before-C",
-            Kind::UnknownAfterCommand => "unknown-after-C",
-            Kind::StdinBeforeCredit => "stdin-before-S",
-            Kind::StdinAfterEof => "stdin-after-eof",
-            Kind::EnvWithoutEquals => "env-without-=",
-            Kind::NonUtf8Header => "non-utf8-header",
-            Kind::NonUtf8Command => "non-utf8-command",
-            Kind::Args100k => "args-100k",
-            Kind::HeaderTooLarge => "header-too-large",
-            Kind::Arg64MiB => "arg-64MiB",
-            Kind::NoCommand => "no-command",
-            Kind::Slowloris => "slowloris",
-            Kind::SlowlorisTrickle => "slowloris-trickle",
-            Kind::ConnectClose => "connect-close",
-            Kind::RstMidOutput => "rst-mid-output",
-            Kind::HeartbeatsOnly => "heartbeats-only",
-            Kind::NeverReads => "never-reads",
-            Kind::NeverReadsFinished => "never-reads-finished",
-            Kind::NeverReadsAlive => "never-reads-alive",
-            Kind::JunkAfterExit => "junk-after-exit",
-            Kind::FloodHold => "flood-hold",
-            Kind::FloodRequests => "flood-requests",
-        }
+        self.entry().1
     }
 
     /// The kind called `name`.
     pub fn from_name(name: &str) -> Option<Kind> {
-        Kind::ALL.iter().copied().find(|k| k.name() == name)
+        TABLE.iter().find(|e| e.1 == name).map(|e| e.0)
     }
 
     /// What the attack sends, and what it must get, in a line.
     pub fn what(self) -> &'static str {
-        match self {
-            Kind::Length2p31 => "a chunk announcing 2^31 bytes (A or Z before C, 0 after C ng-cat): 76 at once",
-            Kind::Length2p32m1 => "a chunk announcing 2^32-1 bytes (A or Z before C, 0 after C ng-cat): 76 at once",
-            Kind::CutMidHeader => "A, then 3 of the next chunk's 5 header bytes, then silence: 76 at the header timeout",
-            Kind::CutMidPayload => "A, then a chunk with 40 of its 100 payload bytes, then silence: 76 at the header timeout",
-            Kind::CutMidStdin => "C ng-cat, then a 0 chunk with 40 of 100 bytes, then silence: closed at the heartbeat timeout",
-            Kind::UnknownBeforeCommand => "Z, NUL, 0xFF, h, q, S, X, 1, 2, 0, . chunks before C ng-true: skipped, served 0",
-            Kind::UnknownAfterCommand => "C ng-cat, then Z / NUL / 0xFF / h / S / X / 1 / A / E / D / C / L: 76",
-            Kind::StdinBeforeCredit => "C ng-cat, 0 0 . before any S: served 0, the bytes echoed",
-            Kind::StdinAfterEof => "C ng-cat, ., 0: 76",
-            Kind::EnvWithoutEquals => "E NOEQUALS, E =v, E '', E A=B=C, then C ng-true: served 0",
-            Kind::NonUtf8Header => "non-UTF-8 A, E name and value, D, then C ng-true: served 0",
-            Kind::NonUtf8Command => "C with a non-UTF-8 name: 127 with a message",
-            Kind::Args100k => "100 000 A chunks, then C ng-true: served 0",
-            Kind::HeaderTooLarge => "max_header_bytes/16+1 empty A, or three A of max_header_bytes/2 each: 76",
-            Kind::Arg64MiB => "one A of 64 MiB (over max_chunk_bytes), all of it sent: 76 at once, RSS flat",
-            Kind::NoCommand => "A, E, D, then silence: 76 at the header timeout",
-            Kind::Slowloris => "connect, then silence: 76 at the header timeout",
-            Kind::SlowlorisTrickle => "a valid header, one byte per 50 ms: 76 at the header timeout",
-            Kind::ConnectClose => "connect and close at once (every other one with SO_LINGER 0)",
-            Kind::RstMidOutput => "C ng-yes 1G, read 1 MiB, close with SO_LINGER 0: ng-yes cancelled",
-            Kind::HeartbeatsOnly => "H every 100 ms, no C: 76 at the header timeout",
-            Kind::NeverReads => "C ng-yes 1G (blocks at the output mark), never read or send: closed at the heartbeat timeout",
-            Kind::NeverReadsFinished => "C ng-yes just under the output mark (finishes, output still queued in ngd), never read or send: closed at the heartbeat timeout",
-            Kind::NeverReadsAlive => "C ng-yes 1G, H every 200 ms, never read; give up after heartbeat+slack: output stays buffered, bounded",
-            Kind::JunkAfterExit => "C ng-true, read X, then junk at full speed or H every 100 ms: closed within the 2 s drain",
-            Kind::FloodHold => "max_connections+64+concurrency silent connections at once: 76 / 69 / closed",
-            Kind::FloodRequests => "max_connections+64+concurrency connections at once, then C ng-true: served 0 / 69 / closed",
-        }
+        self.entry().2
     }
 
     /// Whether the kind floods the server with connections.

@@ -7,7 +7,8 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ng_testkit::{procfs, Transport};
+use ng_testkit::procfs::{self, RssProbe};
+use ng_testkit::Transport;
 
 use super::attempt::{Attempt, Gate};
 use super::kind::Expect;
@@ -147,9 +148,9 @@ pub fn run_kind(target: &Target, kind: Kind, plan: &Plan, baseline: &Baseline) -
     }
 }
 
-/// Runs the rounds of the attack, `per_round` attempts at once, while one thread samples
-/// the server's RSS and another (except in a flood, which is meant to fill every slot)
-/// probes it with `ng-true`.
+/// Runs the rounds of the attack, `per_round` attempts at once, while an [`RssProbe`]
+/// samples the server's RSS and a thread (except in a flood, which is meant to fill every
+/// slot) probes it with `ng-true`.
 fn attack(
     target: &Target,
     kind: Kind,
@@ -158,21 +159,12 @@ fn attack(
     per_round: usize,
     rss_before: u64,
 ) -> During {
-    let pid = target.pid;
     let stop = AtomicBool::new(false);
-    let peak = Mutex::new(rss_before);
+    let rss = RssProbe::start(target.pid);
     let probes: Mutex<(Option<Duration>, Vec<String>)> = Mutex::new((None, Vec::new()));
     let mut attempts = Vec::new();
+    let mut rss_peak = rss_before;
     thread::scope(|scope| {
-        scope.spawn(|| {
-            while !stop.load(Ordering::Relaxed) {
-                if let Some(r) = procfs::rss_kib(pid) {
-                    let mut p = peak.lock().unwrap();
-                    *p = (*p).max(r);
-                }
-                thread::sleep(Duration::from_millis(10));
-            }
-        });
         if !kind.is_flood() {
             scope.spawn(|| {
                 // At least once, however short the attack.
@@ -197,12 +189,13 @@ fn attack(
         for round in 0..plan.rounds.max(1) {
             attempts.extend(fire_round(target, kind, plan, bound, per_round, round));
         }
+        rss_peak = rss_peak.max(rss.stop());
         stop.store(true, Ordering::Relaxed);
     });
     let (probe, failures) = probes.into_inner().unwrap();
     During {
         attempts,
-        rss_peak: peak.into_inner().unwrap(),
+        rss_peak,
         probe,
         failures,
     }
