@@ -87,6 +87,21 @@ impl Capture {
     }
 }
 
+impl Capture {
+    /// Waits until the pipe has closed (end of file), for at most `timeout`.
+    pub fn wait_closed(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.state.lock().unwrap();
+        loop {
+            let now = Instant::now();
+            if state.closed || now >= deadline {
+                return state.closed;
+            }
+            state = self.changed.wait_timeout(state, deadline - now).unwrap().0;
+        }
+    }
+}
+
 /// Whether `haystack` contains `needle` as a contiguous run of bytes.
 pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
