@@ -21,7 +21,13 @@
 //!   server ([`FakeServer`], for what the Java server cannot show: IPv6, `L` chunks),
 //!   [`RefusingPort`] and `/proc` readings, shared with the other crates' tests.
 //! * [`dump`]: parses the output of the `Dump` nail.
-//! * [`process`]: child processes owned by the test process, and output capture.
+//! * [`process`]: child processes owned by the test process ([`process::OwnedChild`], the
+//!   process behind each server guard), and output capture.
+//! * [`plugins`]: `ngd` with `[[plugin]]` tables ([`plugins::PluginServer`]), its plugin
+//!   reports as JSON, and the check that no plugin process outlives it.
+//! * [`faults`]: misbehaving workers, a process census, and a raw client that reads slowly.
+//! * [`hostile`]: every bad input a client can send, fired at `ngd`, and the matrix.
+//! * [`soak`]: a mixed load of both clients against a warm plugin, and `ngd`'s vital signs.
 //! * [`data`]: deterministic test payloads.
 //! * [`macros`]: [`eqnice!`], [`assert_bytes_eq!`] and [`both_clients!`].
 //!
