@@ -1,10 +1,9 @@
 //! In-process server tests with raw-byte clients: exact bytes on the wire, limits, timeouts,
 //! cancellation and lifecycle, without any client binary.
 
-use bytes::BytesMut;
-use ng_proto::{codec, ChunkType};
 use ng_server::config::ServerConfig as Config;
 use ng_server::{CancelReason, Context, Server, ServerHandle};
+use ng_testkit::wire::{decode_all, frame, read_chunk};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,18 +73,14 @@ impl Drop for TestServer {
     }
 }
 
-fn chunk(ty: u8, payload: &[u8]) -> Vec<u8> {
-    codec::to_bytes(ChunkType(ty), payload).to_vec()
-}
-
 fn header(command: &str, args: &[&[u8]]) -> Vec<u8> {
     let mut out = Vec::new();
     for a in args {
-        out.extend(chunk(b'A', a));
+        out.extend(frame(b'A', a));
     }
-    out.extend(chunk(b'E', b"PATH=/bin"));
-    out.extend(chunk(b'D', b"/tmp"));
-    out.extend(chunk(b'C', command.as_bytes()));
+    out.extend(frame(b'E', b"PATH=/bin"));
+    out.extend(frame(b'D', b"/tmp"));
+    out.extend(frame(b'C', command.as_bytes()));
     out
 }
 
@@ -97,15 +92,11 @@ fn read_all(s: &mut TcpStream) -> Vec<u8> {
 }
 
 /// Decodes a server's output into (type, payload) pairs.
-fn chunks(mut bytes: &[u8]) -> Vec<(char, Vec<u8>)> {
-    let mut out = Vec::new();
-    while bytes.len() >= 5 {
-        let len = u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
-        out.push((bytes[4] as char, bytes[5..5 + len].to_vec()));
-        bytes = &bytes[5 + len..];
-    }
-    assert!(bytes.is_empty(), "trailing partial chunk");
-    out
+fn chunks(bytes: &[u8]) -> Vec<(char, Vec<u8>)> {
+    decode_all(bytes)
+        .into_iter()
+        .map(|c| (c.ty as char, c.payload))
+        .collect()
 }
 
 fn exit_of(out: &[(char, Vec<u8>)]) -> String {
@@ -145,8 +136,8 @@ fn version_is_exact_bytes_then_fin() {
         "NailGun server version {} (ngd)\n",
         env!("CARGO_PKG_VERSION")
     );
-    let mut want = chunk(b'1', line.as_bytes());
-    want.extend(chunk(b'X', b"0\n"));
+    let mut want = frame(b'1', line.as_bytes());
+    want.extend(frame(b'X', b"0\n"));
     assert_eq!(got, want);
 }
 
@@ -164,18 +155,18 @@ fn unknown_command_is_127_with_a_message() {
 fn header_chunks_in_any_order_with_heartbeats_and_long_args() {
     let server = TestServer::start(Config::default(), |_| {});
     let mut bytes = Vec::new();
-    bytes.extend(chunk(b'H', b""));
-    bytes.extend(chunk(b'E', b"NOEQUALS"));
-    bytes.extend(chunk(b'A', b"first"));
-    bytes.extend(chunk(b'D', b"/"));
-    bytes.extend(chunk(b'L', b"long "));
-    bytes.extend(chunk(b'H', b""));
-    bytes.extend(chunk(b'L', b"argument"));
-    bytes.extend(chunk(b'L', b""));
-    bytes.extend(chunk(b'A', b""));
-    bytes.extend(chunk(b'A', "é\u{1F600}".as_bytes()));
-    bytes.extend(chunk(b'Z', b"unknown before C is skipped"));
-    bytes.extend(chunk(b'C', b"args"));
+    bytes.extend(frame(b'H', b""));
+    bytes.extend(frame(b'E', b"NOEQUALS"));
+    bytes.extend(frame(b'A', b"first"));
+    bytes.extend(frame(b'D', b"/"));
+    bytes.extend(frame(b'L', b"long "));
+    bytes.extend(frame(b'H', b""));
+    bytes.extend(frame(b'L', b"argument"));
+    bytes.extend(frame(b'L', b""));
+    bytes.extend(frame(b'A', b""));
+    bytes.extend(frame(b'A', "é\u{1F600}".as_bytes()));
+    bytes.extend(frame(b'Z', b"unknown before C is skipped"));
+    bytes.extend(frame(b'C', b"args"));
     let out = run(&server, &bytes);
     assert_eq!(exit_of(&out), "0\n");
     assert_eq!(
@@ -198,23 +189,16 @@ fn stdin_is_credit_based_one_s_at_a_time() {
     let server = TestServer::start(Config::default(), |_| {});
     let mut s = server.connect();
     s.write_all(&header("ng-cat", &[])).unwrap();
-    let mut buf = BytesMut::new();
-    let mut dec = ng_proto::Decoder::default();
-    let mut next = |s: &mut TcpStream| loop {
-        if let Some(c) = dec.decode(&mut buf).unwrap() {
-            return (c.ty.0 as char, c.payload.to_vec());
-        }
-        let mut tmp = [0u8; 4096];
-        let n = s.read(&mut tmp).unwrap();
-        assert!(n > 0, "server closed early");
-        buf.extend_from_slice(&tmp[..n]);
+    let next = |s: &mut TcpStream| {
+        let c = read_chunk(s).unwrap().expect("server closed early");
+        (c.ty as char, c.payload)
     };
     // The command reads first: one S, and nothing else until we answer it.
     assert_eq!(next(&mut s), ('S', vec![]));
     let mut credits = 0; // S received and not yet answered
     let mut echoed = Vec::new();
     for piece in [&b"hello "[..], b"world"] {
-        s.write_all(&chunk(b'0', piece)).unwrap();
+        s.write_all(&frame(b'0', piece)).unwrap();
         let want = echoed.len() + piece.len();
         // Wait for the echo and the next S, in either order.
         while echoed.len() < want || credits == 0 {
@@ -228,7 +212,7 @@ fn stdin_is_credit_based_one_s_at_a_time() {
         credits -= 1;
     }
     assert_eq!(echoed, b"hello world");
-    s.write_all(&chunk(b'.', b"")).unwrap();
+    s.write_all(&frame(b'.', b"")).unwrap();
     assert_eq!(next(&mut s), ('X', b"0\n".to_vec()));
 }
 
@@ -236,9 +220,9 @@ fn stdin_is_credit_based_one_s_at_a_time() {
 fn eager_stdin_without_credit_is_accepted() {
     let server = TestServer::start(Config::default(), |_| {});
     let mut bytes = header("ng-cat", &[]);
-    bytes.extend(chunk(b'0', b"abc"));
-    bytes.extend(chunk(b'0', b"def"));
-    bytes.extend(chunk(b'.', b""));
+    bytes.extend(frame(b'0', b"abc"));
+    bytes.extend(frame(b'0', b"def"));
+    bytes.extend(frame(b'.', b""));
     let out = run(&server, &bytes);
     assert_eq!(stdout_of(&out), b"abcdef");
     assert_eq!(exit_of(&out), "0\n");
@@ -255,13 +239,13 @@ fn protocol_errors_get_a_message_and_76() {
     assert!(stderr_of(&out).contains("larger than the limit"));
     // Stdin after end of stdin.
     let mut bytes = header("ng-cat", &[]);
-    bytes.extend(chunk(b'.', b""));
-    bytes.extend(chunk(b'0', b"late"));
+    bytes.extend(frame(b'.', b""));
+    bytes.extend(frame(b'0', b"late"));
     let out = run(&server, &bytes);
     assert_eq!(exit_of(&out), "76\n");
     // A header chunk after C.
     let mut bytes = header("ng-cat", &[]);
-    bytes.extend(chunk(b'A', b"late"));
+    bytes.extend(frame(b'A', b"late"));
     let out = run(&server, &bytes);
     assert_eq!(exit_of(&out), "76\n");
     assert!(stderr_of(&out).contains("unexpected chunk"));
@@ -276,7 +260,7 @@ fn header_timeout_refuses_a_silent_client() {
     config.header_timeout_ms = 200;
     let server = TestServer::start(config, |_| {});
     let mut s = server.connect();
-    s.write_all(&chunk(b'A', b"x")).unwrap();
+    s.write_all(&frame(b'A', b"x")).unwrap();
     let t0 = Instant::now();
     let out = chunks(&read_all(&mut s));
     assert!(t0.elapsed() < Duration::from_secs(5));
@@ -386,7 +370,7 @@ fn heartbeats_keep_a_long_command_alive() {
         let mut hb = hb;
         for _ in 0..15 {
             std::thread::sleep(Duration::from_millis(100));
-            if hb.write_all(&chunk(b'H', b"")).is_err() {
+            if hb.write_all(&frame(b'H', b"")).is_err() {
                 break;
             }
         }
@@ -435,7 +419,7 @@ fn connections_over_the_limit_are_refused_cleanly() {
     let server = TestServer::start(config, |_| {});
     let mut held: Vec<TcpStream> = (0..2).map(|_| server.connect()).collect();
     for h in &mut held {
-        h.write_all(&chunk(b'A', b"x")).unwrap();
+        h.write_all(&frame(b'A', b"x")).unwrap();
     }
     std::thread::sleep(Duration::from_millis(100));
     let out = run(&server, &header("ng-true", &[]));
@@ -515,8 +499,8 @@ fn two_hundred_concurrent_clients_all_succeed() {
             std::thread::spawn(move || {
                 let payload = format!("client {i}\n");
                 let mut bytes = header("ng-cat", &[]);
-                bytes.extend(chunk(b'0', payload.as_bytes()));
-                bytes.extend(chunk(b'.', b""));
+                bytes.extend(frame(b'0', payload.as_bytes()));
+                bytes.extend(frame(b'.', b""));
                 let out = run(&server, &bytes);
                 assert_eq!(exit_of(&out), "0\n");
                 assert_eq!(stdout_of(&out), payload.as_bytes());
@@ -557,7 +541,7 @@ fn the_python_clients_wire_habits_are_served() {
     let mut s = server.connect();
     s.set_nodelay(false).unwrap();
     let send = |s: &mut TcpStream, ty: u8, payload: &[u8]| {
-        let c = chunk(ty, payload);
+        let c = frame(ty, payload);
         s.write_all(&c[..5]).unwrap();
         s.write_all(&c[5..]).unwrap();
     };
@@ -577,21 +561,13 @@ fn the_python_clients_wire_habits_are_served() {
     let line = [b'x'; 10_000];
     let mut reader = s.try_clone().unwrap();
     let writer = std::thread::spawn(move || {
-        let mut buf = BytesMut::new();
-        let mut dec = ng_proto::Decoder::default();
         let mut lines_sent = 0;
         let mut echoed = 0usize;
         loop {
-            let c = loop {
-                if let Some(c) = dec.decode(&mut buf).unwrap() {
-                    break c;
-                }
-                let mut tmp = [0u8; 65536];
-                let n = reader.read(&mut tmp).unwrap();
-                assert!(n > 0);
-                buf.extend_from_slice(&tmp[..n]);
-            };
-            match c.ty.0 {
+            let c = read_chunk(&mut reader)
+                .unwrap()
+                .expect("server closed early");
+            match c.ty {
                 b'S' if lines_sent < 3 => {
                     send(&mut s, b'H', b"");
                     send(&mut s, b'0', &line);
@@ -599,7 +575,7 @@ fn the_python_clients_wire_habits_are_served() {
                 }
                 b'S' => send(&mut s, b'.', b""),
                 b'1' => echoed += c.payload.len(),
-                b'X' => return (echoed, c.payload.to_vec()),
+                b'X' => return (echoed, c.payload),
                 other => panic!("unexpected chunk {other}"),
             }
         }
@@ -622,9 +598,9 @@ fn the_client_umask_extension_is_never_seen_by_commands() {
             0
         });
     });
-    let mut bytes = chunk(b'E', b"NGD_CLIENT_UMASK=0027");
-    bytes.extend(chunk(b'E', b"KEEP=1"));
-    bytes.extend(chunk(b'C', b"env-names"));
+    let mut bytes = frame(b'E', b"NGD_CLIENT_UMASK=0027");
+    bytes.extend(frame(b'E', b"KEEP=1"));
+    bytes.extend(frame(b'C', b"env-names"));
     let out = run(&server, &bytes);
     assert_eq!(stdout_of(&out), b"KEEP\n");
 }

@@ -70,8 +70,9 @@ both_clients! {
         ];
         for &(payload, status) in cases {
             let reply = Reply { stdout: b"out\n".to_vec(), stderr: Vec::new(), exit: payload.to_vec() };
-            let fake = FakeServer::tcp(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), reply)
-                .expect("bind a loopback port");
+            let fake = FakeServer::tcp(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+                .expect("bind a loopback port")
+                .record(reply);
             let out = client.cmd().server(fake.address()).arg("cmd").run();
             assert_eq!(
                 out.code(),

@@ -4,7 +4,7 @@
 use std::os::unix::net::UnixListener;
 use std::time::Duration;
 
-use ng_tests::fake::RefusingPort;
+use ng_tests::RefusingPort;
 use ng_tests::{both_clients, eqnice, Address, Client, JavaServer, Nail, Server, Transport};
 
 /// The server dies (SIGKILL) while a nail runs: the client reports a broken connection,

@@ -1,4 +1,4 @@
-//! Issue #5 part 2: fault injection for plugin workers, and `ngd` killed with SIGKILL.
+//! Fault injection for plugin workers, and `ngd` killed with SIGKILL.
 //!
 //! Every scenario runs the real `ngd` with misbehaving workers from `tests/fixtures/faults/`
 //! (`raw_worker.py` speaks ngw by hand, so it breaks the protocol exactly where told;
@@ -28,7 +28,7 @@ use ng_tests::faults::{
     cpu_share, disabled_reason, last_failure, poll, raw_plugin, running, starts, state,
     stop_and_check, wait_log, Census,
 };
-use ng_tests::plugins::{Json, Plugin, PluginServer};
+use ng_tests::plugins::{Json, JsonExt as _, Plugin, PluginServer};
 use ng_tests::{eqnice, Client, Output};
 
 /// Runs `args` with our client over the Unix socket.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use ng_tests::faults::{
     describe, pids, poll, raw_plugin, running, sdk_plugin, stop_and_check, Census, Proc,
 };
-use ng_tests::plugins::{send_signal, PluginServer, TAG_VAR};
+use ng_tests::plugins::{send_signal, JsonExt as _, PluginServer, TAG_VAR};
 use ng_tests::{Client, Flavor, NgdServer};
 
 /// Commands that leave processes behind and end: an in-process command of a raw worker

@@ -8,7 +8,7 @@ use ng_tests::faults::{
     last_failure, pids, poll, raw_plugin, rss_kib, running, sdk_plugin, stop_and_check, wait_log,
     Census, RawClient, RssProbe,
 };
-use ng_tests::plugins::{send_signal, PluginServer};
+use ng_tests::plugins::{send_signal, JsonExt as _, PluginServer};
 use ng_tests::{both_clients, eqnice, Client, Output, Transport};
 
 /// Waits until `pid` has stopped running; fails the test after `timeout`.

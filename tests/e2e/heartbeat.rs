@@ -12,7 +12,8 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use ng_tests::{both_clients, eqnice, wire, Client, JavaServer, Nail, Server, Transport};
+use ng_testkit::net::run_silent;
+use ng_tests::{both_clients, eqnice, Client, JavaServer, Nail, Server, Transport};
 
 /// Twice the C client's usual heartbeat interval, and well under the nail's 3 s.
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(2000);
@@ -62,7 +63,7 @@ both_clients! {
 #[test]
 fn a_silent_client_is_noticed() {
     let server = strict_server(Transport::Tcp);
-    let chunks = wire::run_silent(server.address(), &server.command(Nail::Sleep), &["3000"])
+    let chunks = run_silent(server.address(), &server.command(Nail::Sleep), &["3000"])
         .unwrap_or_else(|e| panic!("{e}\n{}", server.log()));
     let stdout: Vec<u8> = chunks
         .iter()

@@ -1,4 +1,4 @@
-//! Hostile clients against the `ngd` binary (issue #5), the bounded form.
+//! Hostile clients against the `ngd` binary, the bounded form.
 //!
 //! One test per attack kind in `ng_tests::hostile` (the library has the attacks and the
 //! judging; `docs/reliability.md` has the full-form matrix). Each test starts its own `ngd`

@@ -1,4 +1,4 @@
-//! End-to-end tests: real client binaries against real servers (issues #2 and #3).
+//! End-to-end tests: real client binaries against real servers.
 //!
 //! Every scenario runs with our `ng` and with the reference C client `ng-nailgun`, as
 //! `<module>::<scenario>::ours` and `<module>::<scenario>::c_client`, so a difference
@@ -27,21 +27,21 @@ mod failures;
 mod invocation;
 // Our client's options where it fixes the reference client: filearg, -D, IPv6.
 mod options;
-// Against ngd: the issue-2 scenarios above, unchanged, on ngd-testbed and ngd.
+// Against ngd: the client scenarios above, unchanged, on ngd-testbed and ngd.
 mod ngd_compat;
-// Against the ngd binary (issue #3): built-ins, concurrency, killed clients, stopping.
+// Against the ngd binary: built-ins, concurrency, killed clients, stopping.
 mod ngd_builtins;
 // Against ngd: other users are refused.
 mod ngd_security;
 // Against ngd: `ngd serve` with no --listen, and `ng` with no server named.
 mod ngd_defaults;
-// Issue #4: plugins (Python ngw workers) on the ngd binary, with both clients.
+// Plugins (Python ngw workers) on the ngd binary, with both clients.
 mod plugins;
-// Issue #5: plugin fault injection (crashing, lying, hanging, flooding workers) and kill -9 of ngd.
+// Plugin fault injection (crashing, lying, hanging, flooding workers) and kill -9 of ngd.
 mod faults;
-// Issue #5: hostile clients (every bad input, floods, slow and silent clients) against the ngd binary.
+// Hostile clients (every bad input, floods, slow and silent clients) against the ngd binary.
 mod hostile;
-// Issue #5: the soak, bounded: a mixed load with killed clients leaves no descriptor or process behind.
+// The soak, bounded: a mixed load with killed clients leaves no descriptor or process behind.
 mod soak;
 // The plugin host: protocol = "..." tables, bridges, mux and notices on the ngd binary.
 mod plugins_host;

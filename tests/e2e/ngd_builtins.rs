@@ -1,4 +1,4 @@
-//! Issue #3: the real `ngd` binary and its built-ins, with the C client and with our `ng`.
+//! The real `ngd` binary and its built-ins, with the C client and with our `ng`.
 //!
 //! `ng-version`; binary data through `ng-cat` from pipes and files; 64 MiB from `ng-yes`;
 //! unknown commands (127); a symlink named `ng-true`; 200 concurrent clients; a client

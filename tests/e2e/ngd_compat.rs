@@ -1,4 +1,4 @@
-//! The issue-2 scenarios, unchanged, against `ngd`.
+//! The client scenarios, unchanged, against `ngd`.
 //!
 //! The scenario bodies of the other modules (written against the reference Java server)
 //! run here against `ngd-testbed`, which is the `ng-server` library with the test nails
@@ -13,8 +13,8 @@
 
 use std::time::Duration;
 
+use ng_testkit::{read_chunk, Chunk, Stream};
 use ng_tests::data::MIB;
-use ng_tests::wire::{read_chunk, Chunk, Stream};
 use ng_tests::{both_clients, eqnice, Client, Flavor, NgdServer, Server, Transport};
 
 use crate::stdin::Source;
@@ -24,36 +24,36 @@ fn testbed() -> &'static NgdServer {
     NgdServer::shared(Flavor::Testbed)
 }
 
-both_clients! {
-    fn ng_version(client) {
-        for transport in Transport::ALL {
-            version::version_matches_reference(&testbed().at(transport), client);
-        }
-    }
+/// Scenarios written for the Java server, run on the shared test-bed over both transports:
+/// `name => scenario, extra args;` becomes the tests `name::ours` and `name::c_client`,
+/// each calling `scenario(server, client, extra args)` on TCP and then on the Unix socket.
+macro_rules! on_testbed {
+    ($($(#[$meta:meta])* $name:ident => $scenario:path $(, $arg:expr)*;)*) => {
+        $(both_clients! {
+            $(#[$meta])*
+            fn $name(client) {
+                for transport in Transport::ALL {
+                    $scenario(&testbed().at(transport), client $(, $arg)*);
+                }
+            }
+        })*
+    };
 }
 
-both_clients! {
-    fn args_arrive_intact(client) {
-        for transport in Transport::ALL {
-            header::args_arrive_intact(&testbed().at(transport), client);
-        }
-    }
-}
-
-both_clients! {
-    fn env_arrives_intact(client) {
-        for transport in Transport::ALL {
-            header::env_arrives_intact(&testbed().at(transport), client);
-        }
-    }
-}
-
-both_clients! {
-    fn cwd_arrives_intact(client) {
-        for transport in Transport::ALL {
-            header::cwd_arrives_intact(&testbed().at(transport), client);
-        }
-    }
+on_testbed! {
+    ng_version => version::version_matches_reference;
+    args_arrive_intact => header::args_arrive_intact;
+    env_arrives_intact => header::env_arrives_intact;
+    cwd_arrives_intact => header::cwd_arrives_intact;
+    /// 1 MiB through the test-bed's `Echo` from a pipe, over TCP and the Unix socket.
+    stdin_pipe_1mib => mib_round_trips, Source::Pipe;
+    /// 1 MiB through the test-bed's `Echo` from a regular file, over TCP and Unix.
+    stdin_file_1mib => mib_round_trips, Source::File;
+    open_stdin_is_not_waited_for => stdin::open_stdin_is_not_waited_for;
+    exit_codes_wrap_to_8_bits => exit::codes_wrap_to_8_bits;
+    symlink_named_ng_version => invocation::symlink_runs_the_version_nail;
+    symlink_named_after_a_nail => invocation::symlink_forwards_every_argument;
+    server_from_environment => invocation::server_from_environment;
 }
 
 both_clients! {
@@ -144,36 +144,10 @@ pub fn mib_round_trips(server: &dyn Server, client: Client, source: Source) {
 }
 
 both_clients! {
-    /// 1 MiB through the test-bed's `Echo` from a pipe, over TCP and the Unix socket.
-    fn stdin_pipe_1mib(client) {
-        for transport in Transport::ALL {
-            mib_round_trips(&testbed().at(transport), client, Source::Pipe);
-        }
-    }
-}
-
-both_clients! {
-    /// 1 MiB through the test-bed's `Echo` from a regular file, over TCP and Unix.
-    fn stdin_file_1mib(client) {
-        for transport in Transport::ALL {
-            mib_round_trips(&testbed().at(transport), client, Source::File);
-        }
-    }
-}
-
-both_clients! {
     fn stdin_empty(client) {
         for transport in Transport::ALL {
             stdin::echo_round_trips(&testbed().at(transport), client, Source::Pipe, 0);
             stdin::echo_round_trips(&testbed().at(transport), client, Source::File, 0);
-        }
-    }
-}
-
-both_clients! {
-    fn open_stdin_is_not_waited_for(client) {
-        for transport in Transport::ALL {
-            stdin::open_stdin_is_not_waited_for(&testbed().at(transport), client);
         }
     }
 }
@@ -184,38 +158,6 @@ both_clients! {
             for code in [0, 1, 42, 255] {
                 exit::exit_code_passes_through(&testbed().at(transport), client, code);
             }
-        }
-    }
-}
-
-both_clients! {
-    fn exit_codes_wrap_to_8_bits(client) {
-        for transport in Transport::ALL {
-            exit::codes_wrap_to_8_bits(&testbed().at(transport), client);
-        }
-    }
-}
-
-both_clients! {
-    fn symlink_named_ng_version(client) {
-        for transport in Transport::ALL {
-            invocation::symlink_runs_the_version_nail(&testbed().at(transport), client);
-        }
-    }
-}
-
-both_clients! {
-    fn symlink_named_after_a_nail(client) {
-        for transport in Transport::ALL {
-            invocation::symlink_forwards_every_argument(&testbed().at(transport), client);
-        }
-    }
-}
-
-both_clients! {
-    fn server_from_environment(client) {
-        for transport in Transport::ALL {
-            invocation::server_from_environment(&testbed().at(transport), client);
         }
     }
 }

@@ -17,7 +17,7 @@ use ng_tests::client::ClientCmd;
 use ng_tests::{bins, eqnice, Address, Client, Flavor, NgdServer, Server};
 
 /// The default TCP address.
-const DEFAULT_TCP: &str = "127.0.0.1:2113";
+const DEFAULT_TCP: &str = ng_proto::paths::DEFAULT_TCP_ADDR;
 
 #[test]
 fn serve_with_no_listen_uses_the_defaults() {

@@ -17,7 +17,7 @@ use ng_tests::{both_clients, eqnice, Address, Client, Flavor, NgdServer, Server,
 const NOBODY: u32 = 65534;
 
 /// `EX_NOPERM`: the client's user may not use this server.
-const EX_NOPERM: i32 = 77;
+const EX_NOPERM: i32 = ng_server::exit_codes::NOPERM;
 
 /// True if this process can switch users; otherwise says loudly why the test does nothing.
 fn can_switch_users(test: &str) -> bool {

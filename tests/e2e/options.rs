@@ -38,7 +38,9 @@ fn filearg_before_the_command_runs_the_command() {
 /// position where the option stood: before the command's arguments, or between them.
 #[test]
 fn filearg_is_sent_as_l_chunks_in_place() {
-    let fake = FakeServer::tcp("127.0.0.1:0".parse().unwrap(), Reply::stdout("", 0)).unwrap();
+    let fake = FakeServer::tcp("127.0.0.1:0".parse().unwrap())
+        .unwrap()
+        .record(Reply::stdout("", 0));
     let (file, content) = filearg_file();
     for (args, shape_before_env) in [
         (vec!["--nailgun-filearg", "FILE", "cmd", "a", "b"], "L*AA"),
@@ -123,9 +125,11 @@ fn nailgun_d_sets_and_overrides_env() {
 #[test]
 fn ipv6_loopback() {
     let bind = SocketAddr::from((Ipv6Addr::LOCALHOST, 0));
-    let fake = FakeServer::tcp(bind, Reply::stdout("hello over IPv6\n", 7)).unwrap_or_else(|e| {
-        panic!("cannot bind [::1] on this machine ({e}); the IPv6 test needs IPv6 loopback")
-    });
+    let fake = FakeServer::tcp(bind)
+        .unwrap_or_else(|e| {
+            panic!("cannot bind [::1] on this machine ({e}); the IPv6 test needs IPv6 loopback")
+        })
+        .record(Reply::stdout("hello over IPv6\n", 7));
     let port = fake.address().port().unwrap().to_string();
     for host in ["[::1]", "::1"] {
         let out = Client::Ours

@@ -1,4 +1,4 @@
-//! Issue #4: plugin commands, end to end. The real `ngd` binary runs Python ngw workers
+//! Plugin commands, end to end. The real `ngd` binary runs Python ngw workers
 //! (`tests/fixtures/python/plugin_worker.py`, the SDK from `sdk/python/src`), and our `ng`
 //! and the reference C client run their commands, in-process and in fork mode.
 //!
@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use ng_tests::client::ClientCmd;
 use ng_tests::data::{self, MIB};
-use ng_tests::plugins::{unhex, Json, Plugin, PluginServer, TAG_VAR};
+use ng_tests::plugins::{unhex, Json, JsonExt as _, Plugin, PluginServer, TAG_VAR};
 use ng_tests::{assert_bytes_eq, both_clients, eqnice, Client, Output, Transport};
 
 /// A server with the fixture worker as plugin `w` (its commands learned from the hello).
@@ -36,7 +36,8 @@ pub fn worker_server() -> PluginServer {
 /// The one JSON line a fixture command printed.
 #[track_caller]
 pub fn json_line(out: &Output) -> Json {
-    Json::parse(&out.stdout_text()).unwrap_or_else(|e| panic!("not one JSON line: {e}\n{out:?}"))
+    serde_json::from_str(&out.stdout_text())
+        .unwrap_or_else(|e| panic!("not one JSON line: {e}\n{out:?}"))
 }
 
 /// A process's umask, from `/proc/<pid>/status`.

@@ -1,4 +1,4 @@
-//! Issue #4: the aws CLI 1.x kept warm by `ngd` with the configuration of
+//! The aws CLI 1.x kept warm by `ngd` with the configuration of
 //! `examples/aws.toml` (only its relative `cwd` made absolute, and a log file added), run
 //! with our `ng` and the C client, directly (`ng aws ...`) and through a symlink named
 //! `aws`, and compared byte for byte with a cold run of the `aws` script with the same
@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use ng_tests::client::symlink;
-use ng_tests::plugins::{python, repo_root, toml_str, Plugin, PluginServer, TAG_VAR};
+use ng_tests::plugins::{python, repo_root, toml_str, JsonExt as _, Plugin, PluginServer, TAG_VAR};
 use ng_tests::{assert_bytes_eq, both_clients, Output};
 
 /// The directory of the interpreter that has awscli (where its `aws` script is).

@@ -317,7 +317,7 @@ mod mux {
             assert_eq!(out.code(), Some(0), "{out:?}");
         }
         let report = server.wait_plugin("mx", Duration::from_secs(10), |r| {
-            r.get("notices").and_then(Json::as_array).map(<[Json]>::len) == Some(3)
+            r.get("notices").and_then(Json::as_array).map(Vec::len) == Some(3)
         });
         let counts = report.get("notice_counts").expect("counts");
         assert_eq!(

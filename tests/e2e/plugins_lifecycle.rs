@@ -1,4 +1,4 @@
-//! Issue #4: the life of plugin workers under `ngd`, with our `ng` and the C client.
+//! The life of plugin workers under `ngd`, with our `ng` and the C client.
 //!
 //! A worker that crashes at import time or refuses to start (the plugin ends disabled, its
 //! reason visible in `ng-stats`, `ngd status` and the clients' 126 message, and ngd keeps
@@ -11,20 +11,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use ng_testkit::procfs::{exists as alive, proc_info, wait_gone};
 use ng_tests::client::ClientCmd;
 use ng_tests::plugins::{
-    alive, describe, ngd_bin, python, send_signal, wait_gone, Json, Plugin, PluginServer, Proc,
+    describe, ngd_bin, python, send_signal, state, Json, JsonExt as _, Plugin, PluginServer, Proc,
 };
 use ng_tests::{both_clients, eqnice, Client, Output, Running, Transport};
-
-/// `status.state` of a plugin report.
-fn state(report: &Json) -> &str {
-    report
-        .get("status")
-        .and_then(|s| s.get("state"))
-        .and_then(Json::as_str)
-        .unwrap_or("?")
-}
 
 /// `status.reason` of a disabled plugin's report.
 #[track_caller]
@@ -76,7 +68,7 @@ fn assert_gone(server: &PluginServer, pid: u32, what: &str, timeout: Duration) {
     assert!(
         wait_gone(pid, timeout),
         "{what} (pid {pid}) is still there {timeout:?} later: {:?}\n{}",
-        ng_tests::plugins::proc_info(pid),
+        proc_info(pid),
         server.log()
     );
 }
@@ -167,10 +159,11 @@ both_clients! {
         }
         let out = ngd_cli(&["status", "--json", "--server", &addr]);
         out.assert_success();
-        let json = Json::parse(&out.stdout_text()).expect("ngd status --json is JSON");
+        let json: Json = serde_json::from_str(&out.stdout_text()).expect("ngd status --json is JSON");
         let listed: Vec<String> = json
             .get("plugins")
             .and_then(Json::as_array)
+            .map(Vec::as_slice)
             .unwrap_or_default()
             .iter()
             .filter(|p| state(p) == "disabled")

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ng_tests::plugins::{Plugin, PluginServer};
 use ng_tests::server::Address;
-use ng_tests::wire::{read_chunk, Chunk, Stream};
+use ng_testkit::{read_chunk, Chunk, Stream};
 use ng_tests::{assert_bytes_eq, Transport};
 
 /// What a raw session produced: stdout, stderr, exit code.
@@ -46,10 +46,7 @@ fn raw_session(address: &Address, writes: &[Vec<u8>]) -> Outcome {
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    let mut writer = match &stream {
-        Stream::Tcp(s) => Stream::Tcp(s.try_clone().unwrap()),
-        Stream::Unix(s) => Stream::Unix(s.try_clone().unwrap()),
-    };
+    let mut writer = stream.try_clone().unwrap();
     let writes = writes.to_vec();
     let sender = std::thread::spawn(move || {
         for w in writes {

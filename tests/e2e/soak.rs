@@ -1,4 +1,4 @@
-//! The soak (issue #5 part 3), bounded form: `benches/soak`'s mix and checks at CI size.
+//! The soak, bounded form: `benches/soak`'s mix and checks at CI size.
 //!
 //! One `ngd` (this build's, with `shutdown_grace_ms = 1000`) with the soak's Python plugin
 //! (`benches/soak.d/worker.py`: `soak-inline` in-process, `soak-fork` fork mode; one to four
@@ -66,7 +66,7 @@ fn mixed_load_with_killed_clients_leaves_nothing_behind() {
     let outcomes = soak::run(&server, &plan, WARMUP..WARMUP + COUNT, PARALLEL, deadline);
     let took = t0.elapsed();
     let (end, waited_end, idle_end) = soak::settle(&server, Some(base.fds), SETTLE);
-    let fd_listing = ng_tests::ngd_server::fd_listing(server.pid());
+    let fd_listing = ng_testkit::procfs::fd_listing(server.pid());
 
     let killed = outcomes
         .iter()

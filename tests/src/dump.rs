@@ -49,14 +49,7 @@ impl Dump {
 
 /// Decodes lowercase or uppercase hex into a UTF-8 string.
 fn unhex(hex: &str) -> Option<String> {
-    if hex.len() % 2 != 0 {
-        return None;
-    }
-    let bytes = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()?;
-    String::from_utf8(bytes).ok()
+    String::from_utf8(ng_testkit::hex::decode(hex)?).ok()
 }
 
 #[cfg(test)]

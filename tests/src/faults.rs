@@ -25,10 +25,12 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub use crate::plugins::{all_processes, describe, proc_info, Proc};
-use crate::plugins::{python, repo_root, send_signal, Json, Plugin, PluginServer, TAG_VAR};
+pub use crate::plugins::{disabled_reason, last_failure, state};
+use crate::plugins::{python, repo_root, Plugin, PluginServer, TAG_VAR};
 use crate::server::Address;
-use crate::wire::{Chunk, Stream};
+use ng_testkit::procfs::{all_processes, descendants, environ_has, proc_info, send_signal};
+pub use ng_testkit::procfs::{cpu_time, describe, rss_kib, running, Proc, RssProbe};
+use ng_testkit::{frame, frames, take_chunk, Stream};
 
 /// A file in `tests/fixtures/faults/`.
 pub fn fixture(name: &str) -> PathBuf {
@@ -65,38 +67,6 @@ pub fn sdk_plugin(base: &str) -> Plugin {
         fixture("sdk_worker.py").to_string_lossy().into_owned(),
     ];
     Plugin::new(&unique(base), &command)
-}
-
-/// Whether `pid`'s environment holds exactly the entry `entry` (`NAME=value`).
-pub fn environ_has(pid: u32, entry: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .is_ok_and(|env| env.split(|&b| b == 0).any(|e| e == entry.as_bytes()))
-}
-
-/// Whether process `pid` exists and is not a zombie.
-pub fn running(pid: u32) -> bool {
-    proc_info(pid).is_some_and(|p| p.state != 'Z')
-}
-
-/// Every process that `ngd` (pid `ngd`) started and that still exists: workers, session
-/// children, their descendants.
-pub fn descendants(ngd: u32) -> Vec<Proc> {
-    let all = all_processes();
-    let parent = |pid: u32| all.iter().find(|p| p.pid == pid).map(|p| p.ppid);
-    all.iter()
-        .filter(|p| {
-            let mut pid = p.pid;
-            for _ in 0..64 {
-                match parent(pid) {
-                    Some(pp) if pp == ngd => return true,
-                    Some(pp) if pp > 1 => pid = pp,
-                    _ => return false,
-                }
-            }
-            false
-        })
-        .cloned()
-        .collect()
 }
 
 /// What a test knows about the processes of one plugin world. See the module docs.
@@ -264,34 +234,6 @@ pub fn wait_log(server: &PluginServer, needle: &str, timeout: Duration) -> Strin
     })
 }
 
-/// `status.state` of a plugin report (`active`, `disabled`, `retiring`).
-pub fn state(report: &Json) -> &str {
-    report
-        .get("status")
-        .and_then(|s| s.get("state"))
-        .and_then(Json::as_str)
-        .unwrap_or("?")
-}
-
-/// `status.reason` of a disabled plugin's report, or "".
-pub fn disabled_reason(report: &Json) -> String {
-    report
-        .get("status")
-        .and_then(|s| s.get("reason"))
-        .and_then(Json::as_str)
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// `last_failure` of a plugin report, or "".
-pub fn last_failure(report: &Json) -> String {
-    report
-        .get("last_failure")
-        .and_then(Json::as_str)
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// The starts a `raw_worker.py --starts FILE` recorded: `(pid, CLOCK_MONOTONIC ns)`.
 pub fn starts(path: &Path) -> Vec<(u32, u64)> {
     std::fs::read_to_string(path)
@@ -304,25 +246,6 @@ pub fn starts(path: &Path) -> Vec<(u32, u64)> {
         .collect()
 }
 
-/// `VmRSS` of process `pid`, in KiB.
-pub fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-}
-
-/// CPU time process `pid` has used (user + system), from `/proc/<pid>/stat`.
-pub fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-    let ticks: u64 = rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok()?;
-    Some(Duration::from_millis(ticks * 1000 / hz.max(1)))
-}
-
 /// The share of one CPU that process `pid` uses over the next `window` (0.0 to 1.0).
 pub fn cpu_share(pid: u32, window: Duration) -> f64 {
     let before = cpu_time(pid).expect("the process's CPU time");
@@ -330,45 +253,6 @@ pub fn cpu_share(pid: u32, window: Duration) -> f64 {
     thread::sleep(window);
     let used = cpu_time(pid).expect("the process's CPU time") - before;
     used.as_secs_f64() / start.elapsed().as_secs_f64()
-}
-
-/// Samples the RSS of `pid` every 10 ms on a thread until [`RssProbe::stop`].
-#[derive(Debug)]
-pub struct RssProbe {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<thread::JoinHandle<u64>>,
-}
-
-impl RssProbe {
-    /// Starts sampling.
-    pub fn start(pid: u32) -> RssProbe {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = thread::spawn(move || {
-            let mut max = 0;
-            while !flag.load(Ordering::Relaxed) {
-                max = max.max(rss_kib(pid).unwrap_or(0));
-                thread::sleep(Duration::from_millis(10));
-            }
-            max.max(rss_kib(pid).unwrap_or(0))
-        });
-        RssProbe {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// Stops sampling; the largest RSS seen, in KiB.
-    pub fn stop(mut self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
-    }
-}
-
-impl Drop for RssProbe {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }
 
 /// A bare Nailgun client on a raw socket that reads only when told to, so a test can be
@@ -398,13 +282,16 @@ impl RawClient {
         stream
             .set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();
-        let mut header = Vec::new();
-        for a in args {
-            header.extend(Chunk::new(b'A', *a).encode());
-        }
-        header.extend(Chunk::new(b'E', format!("{TAG_VAR}={tag}")).encode());
-        header.extend(Chunk::new(b'D', "/").encode());
-        header.extend(Chunk::new(b'C', command).encode());
+        let mut header: Vec<u8> = args
+            .iter()
+            .flat_map(|a| frame(b'A', a.as_bytes()))
+            .collect();
+        let tag = format!("{TAG_VAR}={tag}");
+        header.extend(frames(&[
+            (b'E', tag.as_bytes()),
+            (b'D', b"/"),
+            (b'C', command.as_bytes()),
+        ]));
         stream.write_all(&header).expect("send the header");
         RawClient {
             stream,
@@ -418,7 +305,7 @@ impl RawClient {
 
     fn heartbeat(&mut self) {
         if self.last_sent.elapsed() >= Duration::from_millis(500) {
-            let _ = self.stream.write_all(&Chunk::new(b'H', "").encode());
+            let _ = self.stream.write_all(&frame(b'H', b""));
             self.last_sent = Instant::now();
         }
     }
@@ -434,39 +321,27 @@ impl RawClient {
 
     /// Takes the whole chunks out of the buffer; `false` once `X` was seen.
     fn decode(&mut self) -> io::Result<bool> {
-        let mut at = 0;
-        let mut more = true;
-        while self.buf.len() - at >= 5 {
-            let len = u32::from_be_bytes(self.buf[at..at + 4].try_into().unwrap()) as usize;
-            if self.buf.len() - at - 5 < len {
-                break;
-            }
-            let ty = self.buf[at + 4];
-            let payload = &self.buf[at + 5..at + 5 + len];
-            match ty {
+        while let Some(chunk) = take_chunk(&mut self.buf) {
+            match chunk.ty {
                 b'1' | b'2' => {
-                    let i = usize::from(ty == b'2');
+                    let i = usize::from(chunk.ty == b'2');
+                    let len = chunk.payload.len();
                     self.received[i] += len as u64;
                     let room = (64usize << 10).saturating_sub(self.heads[i].len());
-                    self.heads[i].extend_from_slice(&payload[..room.min(len)]);
+                    self.heads[i].extend_from_slice(&chunk.payload[..room.min(len)]);
                 }
                 b'S' => {
-                    self.stream.write_all(&Chunk::new(b'.', "").encode())?;
+                    self.stream.write_all(&frame(b'.', b""))?;
                     self.last_sent = Instant::now();
                 }
                 b'X' => {
-                    self.exit = String::from_utf8_lossy(payload).trim().parse().ok();
-                    more = false;
+                    self.exit = String::from_utf8_lossy(&chunk.payload).trim().parse().ok();
+                    return Ok(false);
                 }
                 _ => {}
             }
-            at += 5 + len;
-            if !more {
-                break;
-            }
         }
-        self.buf.drain(..at);
-        Ok(more)
+        Ok(true)
     }
 
     /// Reads at most `max` bytes from the socket and handles the chunks completed;

@@ -14,16 +14,15 @@
 //! server or need other settings start their own.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::JoinHandle;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use tempfile::TempDir;
 
 use crate::bins;
 use crate::java;
-use crate::process::{self, Capture};
+use crate::process::OwnedChild;
 use crate::server::{Address, Nail, Server, Transport};
 
 /// How long a JVM may take to print its banner. Generous: CI machines have two cores and
@@ -33,13 +32,9 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// A running reference server; killed when dropped.
 #[derive(Debug)]
 pub struct JavaServer {
-    /// `None` once killed and reaped.
-    child: Mutex<Option<Child>>,
+    /// The JVM.
+    process: OwnedChild,
     address: Address,
-    stdout: Arc<Capture>,
-    stderr: Arc<Capture>,
-    /// The threads draining the JVM's pipes; joined on drop.
-    readers: Mutex<Vec<JoinHandle<()>>>,
     /// Holds the Unix socket and is the JVM's working directory; removed on drop.
     dir: TempDir,
 }
@@ -105,26 +100,23 @@ impl JavaServer {
         if let Some(timeout) = heartbeat_timeout {
             cmd.arg(timeout.as_millis().to_string());
         }
-        let mut child = process::spawn_owned(cmd).expect("start the Java Nailgun server");
-        let (stdout, out_reader) = Capture::start(child.stdout.take().unwrap());
-        let (stderr, err_reader) = Capture::start(child.stderr.take().unwrap());
-
         let mut server = JavaServer {
-            child: Mutex::new(Some(child)),
+            process: OwnedChild::start(cmd).expect("start the Java Nailgun server"),
             address: Address::Unix(dir.path().join("ng.sock")),
-            stdout,
-            stderr,
-            readers: Mutex::new(vec![out_reader, err_reader]),
             dir,
         };
-        if !server.stdout.wait_for("started on", STARTUP_TIMEOUT) {
+        if !server
+            .process
+            .stdout
+            .wait_for("started on", STARTUP_TIMEOUT)
+        {
             panic!(
                 "the Java server on {listen} did not start within {STARTUP_TIMEOUT:?}\n{}",
                 server.log()
             );
         }
         if transport == Transport::Tcp {
-            let port = banner_port(&server.stdout.text())
+            let port = banner_port(&server.process.stdout.text())
                 .unwrap_or_else(|| panic!("no port in the Java server's banner\n{}", server.log()));
             server.address = Address::Tcp(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
         }
@@ -172,28 +164,11 @@ impl Server for JavaServer {
     }
 
     fn kill(&self) {
-        if let Some(mut child) = self.child.lock().unwrap().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     fn log(&self) -> String {
-        format!(
-            "--- {} stdout ---\n{}\n--- stderr ---\n{}\n--- end of server log ---",
-            self.describe(),
-            self.stdout.text(),
-            self.stderr.text()
-        )
-    }
-}
-
-impl Drop for JavaServer {
-    fn drop(&mut self) {
-        self.kill();
-        for reader in self.readers.lock().unwrap().drain(..) {
-            let _ = reader.join();
-        }
+        self.process.log(&self.describe())
     }
 }
 

@@ -17,12 +17,17 @@
 //! * [`ngd_server`]: [`NgdServer`], `ngd` (or `ngd-testbed`, `ngd` with the test nails
 //!   built in, from `src/bin/`) as a guard, on TCP and/or a Unix socket.
 //! * [`java`]: compiles the Java test nails in `tests/java/` once per run.
-//! * [`fake`]: [`FakeServer`], a scripted in-test server that records what a client sent
-//!   (for what the Java server cannot show: IPv6, `L` chunks), and [`RefusingPort`].
-//! * [`wire`]: a minimal, independent chunk codec and raw client, for the fake server and
-//!   for harness self-checks.
+//! * [`ng_testkit`] (re-exported here in part): the chunk codec, raw sockets, the fake
+//!   server ([`FakeServer`], for what the Java server cannot show: IPv6, `L` chunks),
+//!   [`RefusingPort`] and `/proc` readings, shared with the other crates' tests.
 //! * [`dump`]: parses the output of the `Dump` nail.
-//! * [`process`]: child processes owned by the test process, and output capture.
+//! * [`process`]: child processes owned by the test process ([`process::OwnedChild`], the
+//!   process behind each server guard), and output capture.
+//! * [`plugins`]: `ngd` with `[[plugin]]` tables ([`plugins::PluginServer`]), its plugin
+//!   reports as JSON, and the check that no plugin process outlives it.
+//! * [`faults`]: misbehaving workers, a process census, and a raw client that reads slowly.
+//! * [`hostile`]: every bad input a client can send, fired at `ngd`, and the matrix.
+//! * [`soak`]: a mixed load of both clients against a warm plugin, and `ngd`'s vital signs.
 //! * [`data`]: deterministic test payloads.
 //! * [`macros`]: [`eqnice!`], [`assert_bytes_eq!`] and [`both_clients!`].
 //!
@@ -39,7 +44,6 @@ pub mod bins;
 pub mod client;
 pub mod data;
 pub mod dump;
-pub mod fake;
 pub mod faults;
 pub mod hostile;
 pub mod java;
@@ -50,11 +54,10 @@ pub mod plugins;
 pub mod process;
 pub mod server;
 pub mod soak;
-pub mod wire;
 
 pub use client::{Client, ClientCmd, Input, Output, Running};
 pub use dump::Dump;
-pub use fake::{FakeServer, RefusingPort, Reply, Request};
 pub use java_server::JavaServer;
+pub use ng_testkit::{FakeServer, RefusingPort, Reply, Request};
 pub use ngd_server::{Flavor, NgdServer};
 pub use server::{Address, Nail, Server, Transport};

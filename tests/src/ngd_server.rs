@@ -21,15 +21,17 @@ use std::ffi::OsString;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::{self, JoinHandle};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use ng_testkit::procfs;
+
 use crate::bins;
-use crate::process::{self, Capture};
+use crate::process::OwnedChild;
 use crate::server::{Address, Nail, Server, Transport};
 
 /// How long a server may take to print its ready line (a debug build on a loaded
@@ -174,20 +176,13 @@ impl NgdBuilder {
             cmd.arg("--listen").arg(value);
         }
         let what = format!("{:?}", cmd);
-        let mut child = process::spawn_owned(cmd)
+        let process = OwnedChild::start(cmd)
             .unwrap_or_else(|e| panic!("could not start {}: {e}", bin.display()));
-        let pid = child.id();
-        let (stdout, out_reader) = Capture::start(child.stdout.take().unwrap());
-        let (stderr, err_reader) = Capture::start(child.stderr.take().unwrap());
         let mut server = NgdServer {
             flavor: self.flavor,
-            child: Mutex::new(Some(child)),
-            status: Mutex::new(None),
-            pid,
+            pid: process.pid(),
+            process,
             addresses: Vec::new(),
-            stdout,
-            stderr,
-            readers: Mutex::new(vec![out_reader, err_reader]),
             dir,
         };
         match server.ready_line() {
@@ -213,15 +208,10 @@ impl NgdBuilder {
 #[derive(Debug)]
 pub struct NgdServer {
     flavor: Flavor,
-    /// `None` once reaped.
-    child: Mutex<Option<Child>>,
-    /// How it ended, once reaped.
-    status: Mutex<Option<ExitStatus>>,
+    /// The server's process.
+    process: OwnedChild,
     pid: u32,
     addresses: Vec<Address>,
-    stdout: Arc<Capture>,
-    stderr: Arc<Capture>,
-    readers: Mutex<Vec<JoinHandle<()>>>,
     /// The socket, the config file, `XDG_*` directories, and the server's cwd.
     dir: TempDir,
 }
@@ -296,7 +286,7 @@ impl NgdServer {
 
     /// How many file descriptors the server has open now (`/proc/<pid>/fd`).
     pub fn fd_count(&self) -> usize {
-        fd_count(self.pid)
+        procfs::fd_count(self.pid)
             .unwrap_or_else(|e| panic!("read /proc/{}/fd: {e}\n{}", self.pid, self.log()))
     }
 
@@ -314,7 +304,7 @@ impl NgdServer {
                 panic!(
                     "{}: {now} descriptors open {timeout:?} later, expected {baseline}:\n{}\n{}",
                     self.describe(),
-                    fd_listing(self.pid),
+                    procfs::fd_listing(self.pid),
                     self.log()
                 );
             }
@@ -325,26 +315,7 @@ impl NgdServer {
     /// Waits for the server to exit on its own, for at most `timeout`, and returns how it
     /// ended; `None` if it is still running.
     pub fn wait_exit(&self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            {
-                let mut child = self.child.lock().unwrap();
-                match child.as_mut() {
-                    None => return *self.status.lock().unwrap(),
-                    Some(c) => {
-                        if let Some(status) = c.try_wait().expect("wait for the server") {
-                            *self.status.lock().unwrap() = Some(status);
-                            *child = None;
-                            return Some(status);
-                        }
-                    }
-                }
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            thread::sleep(Duration::from_millis(5));
-        }
+        self.process.wait_exit(timeout)
     }
 
     /// Whether the server's process is still running.
@@ -354,23 +325,23 @@ impl NgdServer {
 
     /// The server's stdout so far.
     pub fn stdout_text(&self) -> String {
-        self.stdout.text()
+        self.process.stdout.text()
     }
 
     /// The server's stderr (its log) so far.
     pub fn stderr_text(&self) -> String {
-        self.stderr.text()
+        self.process.stderr.text()
     }
 
     /// The complete ready line, once it has been printed.
     fn ready_line(&self) -> Option<String> {
         let deadline = Instant::now() + STARTUP_TIMEOUT;
-        if !self.stdout.wait_for(READY, STARTUP_TIMEOUT) {
+        if !self.process.stdout.wait_for(READY, STARTUP_TIMEOUT) {
             return None;
         }
         // The line is printed with one write, but be patient about its end anyway.
         loop {
-            let text = self.stdout.text();
+            let text = self.process.stdout.text();
             let line = text
                 .split_inclusive('\n')
                 .find(|l| l.contains(READY) && l.ends_with('\n'));
@@ -403,29 +374,6 @@ fn parse_ready_line(line: &str) -> Option<Vec<Address>> {
         .collect()
 }
 
-/// The number of entries in `/proc/<pid>/fd`.
-pub fn fd_count(pid: u32) -> std::io::Result<usize> {
-    Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
-}
-
-/// `fd -> target` lines for `/proc/<pid>/fd`, for failure messages.
-pub fn fd_listing(pid: u32) -> String {
-    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return format!("(cannot read /proc/{pid}/fd)");
-    };
-    let mut lines: Vec<String> = entries
-        .filter_map(Result::ok)
-        .map(|e| {
-            let target = std::fs::read_link(e.path())
-                .map(|t| t.display().to_string())
-                .unwrap_or_else(|e| format!("? ({e})"));
-            format!("  {} -> {target}", e.file_name().to_string_lossy())
-        })
-        .collect();
-    lines.sort();
-    lines.join("\n")
-}
-
 impl Server for NgdServer {
     fn describe(&self) -> String {
         let addrs: Vec<String> = self.addresses.iter().map(Address::to_string).collect();
@@ -455,21 +403,11 @@ impl Server for NgdServer {
     }
 
     fn kill(&self) {
-        if let Some(mut child) = self.child.lock().unwrap().take() {
-            let _ = child.kill();
-            if let Ok(status) = child.wait() {
-                *self.status.lock().unwrap() = Some(status);
-            }
-        }
+        self.process.kill();
     }
 
     fn log(&self) -> String {
-        format!(
-            "--- {} stdout ---\n{}\n--- stderr ---\n{}\n--- end of server log ---",
-            self.describe(),
-            self.stdout.text(),
-            self.stderr.text()
-        )
+        self.process.log(&self.describe())
     }
 }
 
@@ -490,15 +428,6 @@ pub fn command(flavor: Flavor, nail: Nail) -> String {
         }
     }
     .to_string()
-}
-
-impl Drop for NgdServer {
-    fn drop(&mut self) {
-        self.kill();
-        for reader in self.readers.lock().unwrap().drain(..) {
-            let _ = reader.join();
-        }
-    }
 }
 
 /// An [`NgdServer`] reached over one of its addresses.

@@ -36,6 +36,9 @@ use crate::client::{Client, ClientCmd, Output, DEFAULT_ENV};
 use crate::ngd_server::{Flavor, NgdServer};
 use crate::server::{Address, Transport};
 
+use ng_testkit::procfs;
+pub use ng_testkit::procfs::{describe, send_signal, Proc};
+
 /// The environment entry that tags every process of one [`PluginServer`].
 pub const TAG_VAR: &str = "NGD_PLUGIN_TEST";
 
@@ -463,7 +466,7 @@ impl PluginServer {
             "ng-stats --json failed\n{out:?}\n{}",
             self.log()
         );
-        Json::parse(&out.stdout_text())
+        serde_json::from_str(&out.stdout_text())
             .unwrap_or_else(|e| panic!("ng-stats --json is not JSON: {e}\n{out:?}"))
     }
 
@@ -522,7 +525,7 @@ impl PluginServer {
     pub fn processes(&self) -> Vec<Proc> {
         let mut seen = self.seen.lock().unwrap();
         let found = scan(self.pid(), &self.tag, &seen);
-        let own_sid = proc_info(std::process::id()).map_or(0, |p| p.sid);
+        let own_sid = procfs::proc_info(std::process::id()).map_or(0, |p| p.sid);
         for p in &found {
             seen.pids.insert((p.pid, p.start));
             if p.sid != own_sid && p.sid != 0 {
@@ -648,144 +651,23 @@ impl Drop for PluginServer {
     }
 }
 
-/// Sends `signal` to process `pid`.
-pub fn send_signal(pid: u32, signal: i32) {
-    let pid = libc::pid_t::try_from(pid).expect("a pid fits pid_t");
-    assert!(pid > 0, "refusing to signal pid {pid}");
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pid, signal);
-    }
-}
-
-/// One process, from `/proc/<pid>/stat`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Proc {
-    /// Process id.
-    pub pid: u32,
-    /// Parent's pid.
-    pub ppid: u32,
-    /// Process group.
-    pub pgrp: u32,
-    /// Session.
-    pub sid: u32,
-    /// `R`, `S`, `Z`...
-    pub state: char,
-    /// Start time in clock ticks since boot.
-    pub start: u64,
-    /// The command line, or `[comm]`.
-    pub cmdline: String,
-}
-
-/// `/proc/<pid>/stat` of one process, if it exists.
-pub fn proc_info(pid: u32) -> Option<Proc> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let comm = &stat[open + 1..close];
-    let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-    let field = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok());
-    let id = |i: usize| field(i).and_then(|v| u32::try_from(v).ok());
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| {
-            String::from_utf8_lossy(&b)
-                .trim_end_matches('\0')
-                .replace('\0', " ")
-        })
-        .unwrap_or_default();
-    Some(Proc {
-        pid,
-        state: rest.first()?.chars().next()?,
-        ppid: id(1)?,
-        pgrp: id(2)?,
-        sid: id(3)?,
-        start: field(19)?,
-        cmdline: if cmdline.is_empty() {
-            format!("[{comm}]")
-        } else {
-            cmdline
-        },
-    })
-}
-
-/// Every process now.
-pub fn all_processes() -> Vec<Proc> {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                .filter_map(proc_info)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Whether process `pid` exists (zombies included).
-pub fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// Waits until process `pid` is gone entirely (reaped), for at most `timeout`.
-pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    while alive(pid) {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    true
-}
-
-fn has_tag(pid: u32, entry: &[u8]) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .is_ok_and(|env| env.split(|&b| b == 0).any(|e| e == entry))
-}
-
 /// The plugin world of the `ngd` with pid `ngd` and tag `tag` (see the module docs).
 fn scan(ngd: u32, tag: &str, seen: &Seen) -> Vec<Proc> {
     let me = std::process::id();
-    let entry = format!("{TAG_VAR}={tag}").into_bytes();
-    let all = all_processes();
+    let entry = format!("{TAG_VAR}={tag}");
+    let all = procfs::all_processes();
     let parents: BTreeMap<u32, u32> = all.iter().map(|p| (p.pid, p.ppid)).collect();
-    let descends_from_ngd = |mut pid: u32| {
-        for _ in 0..64 {
-            match parents.get(&pid) {
-                Some(&parent) if parent == ngd => return true,
-                Some(&parent) if parent > 1 => pid = parent,
-                _ => return false,
-            }
-        }
-        false
-    };
     all.into_iter()
         .filter(|p| p.pid != me && p.pid != ngd)
         // The test's own children are the clients (and ngd): never part of the world.
         .filter(|p| p.ppid != me)
         .filter(|p| {
-            descends_from_ngd(p.pid)
+            procfs::descends_from(&parents, p.pid, ngd)
                 || seen.sids.contains(&p.sid)
                 || seen.pids.contains(&(p.pid, p.start))
-                || has_tag(p.pid, &entry)
+                || procfs::environ_has(p.pid, &entry)
         })
         .collect()
-}
-
-/// One line per process, for messages.
-pub fn describe(procs: &[Proc]) -> String {
-    if procs.is_empty() {
-        return "  (none)".to_string();
-    }
-    procs
-        .iter()
-        .map(|p| {
-            format!(
-                "  pid {} ppid {} pgrp {} sid {} state {} {}",
-                p.pid, p.ppid, p.pgrp, p.sid, p.state, p.cmdline
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// The environment a client run gets from [`ClientCmd`] by default, plus `extra`, as
@@ -803,331 +685,69 @@ pub fn ngd_bin() -> PathBuf {
     bins::ngd()
 }
 
-/// Hex of raw bytes, as the fixture prints them.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The raw bytes of a hex string the fixture printed.
 #[track_caller]
 pub fn unhex(text: &str) -> Vec<u8> {
-    assert!(text.len() % 2 == 0, "odd hex {text:?}");
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap_or_else(|_| panic!("hex {text:?}")))
-        .collect()
+    ng_testkit::hex::decode(text).unwrap_or_else(|| panic!("not hex: {text:?}"))
 }
 
-/// A JSON value: enough of JSON for `ng-stats --json` and the fixture's output.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Json {
-    /// `null`.
-    Null,
-    /// `true`, `false`.
-    Bool(bool),
-    /// Any number.
-    Num(f64),
-    /// A string.
-    Str(String),
-    /// An array.
-    Arr(Vec<Json>),
-    /// An object, in document order.
-    Obj(Vec<(String, Json)>),
+/// A JSON document: what `ng-stats --json`, `ngd status --json` and the fixtures print.
+pub type Json = serde_json::Value;
+
+/// Reads of a [`Json`] object that fail the test, showing the document, when the member is
+/// missing or of another type.
+pub trait JsonExt {
+    /// Member `key` as a string.
+    fn str_at(&self, key: &str) -> &str;
+    /// Member `key` as an unsigned integer.
+    fn u64_at(&self, key: &str) -> u64;
 }
 
-impl Json {
-    /// Parses one JSON document (surrounding whitespace allowed).
-    pub fn parse(text: &str) -> Result<Json, String> {
-        let mut p = JsonParser {
-            s: text.as_bytes(),
-            i: 0,
-        };
-        let v = p.value()?;
-        p.ws();
-        if p.i != p.s.len() {
-            return Err(format!("trailing characters at offset {}", p.i));
-        }
-        Ok(v)
-    }
-
-    /// The member `key` of an object.
-    pub fn get(&self, key: &str) -> Option<&Json> {
-        match self {
-            Json::Obj(members) => members.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-            _ => None,
-        }
-    }
-
-    /// The string, if this is one.
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Json::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// The number, if this is one.
-    pub fn as_f64(&self) -> Option<f64> {
-        match self {
-            Json::Num(n) => Some(*n),
-            _ => None,
-        }
-    }
-
-    /// The number as an integer, if this is a whole number.
-    pub fn as_u64(&self) -> Option<u64> {
-        self.as_f64()
-            .filter(|n| *n >= 0.0 && n.fract() == 0.0)
-            .map(|n| n as u64)
-    }
-
-    /// The elements, if this is an array.
-    pub fn as_array(&self) -> Option<&[Json]> {
-        match self {
-            Json::Arr(items) => Some(items),
-            _ => None,
-        }
-    }
-
-    /// The members, if this is an object.
-    pub fn as_object(&self) -> Option<&[(String, Json)]> {
-        match self {
-            Json::Obj(members) => Some(members),
-            _ => None,
-        }
-    }
-
-    /// `get(key)` as a string; fails the test if it is missing or not a string.
+impl JsonExt for Json {
     #[track_caller]
-    pub fn str_at(&self, key: &str) -> &str {
+    fn str_at(&self, key: &str) -> &str {
         self.get(key)
             .and_then(Json::as_str)
             .unwrap_or_else(|| panic!("no string {key:?} in {self}"))
     }
 
-    /// `get(key)` as an integer; fails the test if it is missing or not one.
     #[track_caller]
-    pub fn u64_at(&self, key: &str) -> u64 {
+    fn u64_at(&self, key: &str) -> u64 {
         self.get(key)
             .and_then(Json::as_u64)
             .unwrap_or_else(|| panic!("no integer {key:?} in {self}"))
     }
 }
 
-impl fmt::Display for Json {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Json::Null => f.write_str("null"),
-            Json::Bool(b) => write!(f, "{b}"),
-            Json::Num(n) => write!(f, "{n}"),
-            Json::Str(s) => write!(f, "{s:?}"),
-            Json::Arr(items) => {
-                f.write_str("[")?;
-                for (i, v) in items.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(",")?;
-                    }
-                    write!(f, "{v}")?;
-                }
-                f.write_str("]")
-            }
-            Json::Obj(members) => {
-                f.write_str("{")?;
-                for (i, (k, v)) in members.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(",")?;
-                    }
-                    write!(f, "{k:?}:{v}")?;
-                }
-                f.write_str("}")
-            }
-        }
-    }
+/// `status.state` of a plugin report (`active`, `disabled`, `retiring`), or `?`.
+pub fn state(report: &Json) -> &str {
+    report
+        .pointer("/status/state")
+        .and_then(Json::as_str)
+        .unwrap_or("?")
 }
 
-struct JsonParser<'a> {
-    s: &'a [u8],
-    i: usize,
+/// `status.reason` of a disabled plugin's report, or "".
+pub fn disabled_reason(report: &Json) -> String {
+    report
+        .pointer("/status/reason")
+        .and_then(Json::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
-impl JsonParser<'_> {
-    fn ws(&mut self) {
-        while self.i < self.s.len() && matches!(self.s[self.i], b' ' | b'\t' | b'\n' | b'\r') {
-            self.i += 1;
-        }
-    }
-
-    fn err<T>(&self, what: &str) -> Result<T, String> {
-        Err(format!("{what} at offset {}", self.i))
-    }
-
-    fn eat(&mut self, lit: &str) -> bool {
-        if self.s[self.i..].starts_with(lit.as_bytes()) {
-            self.i += lit.len();
-            true
-        } else {
-            false
-        }
-    }
-
-    fn value(&mut self) -> Result<Json, String> {
-        self.ws();
-        match self.s.get(self.i) {
-            None => self.err("unexpected end"),
-            Some(b'{') => {
-                self.i += 1;
-                let mut members = Vec::new();
-                self.ws();
-                if self.eat("}") {
-                    return Ok(Json::Obj(members));
-                }
-                loop {
-                    self.ws();
-                    let key = self.string()?;
-                    self.ws();
-                    if !self.eat(":") {
-                        return self.err("expected ':'");
-                    }
-                    members.push((key, self.value()?));
-                    self.ws();
-                    if self.eat(",") {
-                        continue;
-                    }
-                    if self.eat("}") {
-                        return Ok(Json::Obj(members));
-                    }
-                    return self.err("expected ',' or '}'");
-                }
-            }
-            Some(b'[') => {
-                self.i += 1;
-                let mut items = Vec::new();
-                self.ws();
-                if self.eat("]") {
-                    return Ok(Json::Arr(items));
-                }
-                loop {
-                    items.push(self.value()?);
-                    self.ws();
-                    if self.eat(",") {
-                        continue;
-                    }
-                    if self.eat("]") {
-                        return Ok(Json::Arr(items));
-                    }
-                    return self.err("expected ',' or ']'");
-                }
-            }
-            Some(b'"') => self.string().map(Json::Str),
-            Some(_) if self.eat("null") => Ok(Json::Null),
-            Some(_) if self.eat("true") => Ok(Json::Bool(true)),
-            Some(_) if self.eat("false") => Ok(Json::Bool(false)),
-            Some(_) => {
-                let start = self.i;
-                while self.i < self.s.len()
-                    && matches!(
-                        self.s[self.i],
-                        b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
-                    )
-                {
-                    self.i += 1;
-                }
-                let text = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("");
-                match text.parse::<f64>() {
-                    Ok(n) if !text.is_empty() => Ok(Json::Num(n)),
-                    _ => {
-                        self.i = start;
-                        self.err("unexpected character")
-                    }
-                }
-            }
-        }
-    }
-
-    fn hex4(&mut self) -> Result<u32, String> {
-        let digits = self
-            .s
-            .get(self.i..self.i + 4)
-            .and_then(|d| std::str::from_utf8(d).ok())
-            .and_then(|d| u32::from_str_radix(d, 16).ok());
-        match digits {
-            Some(n) => {
-                self.i += 4;
-                Ok(n)
-            }
-            None => self.err("bad \\u escape"),
-        }
-    }
-
-    fn string(&mut self) -> Result<String, String> {
-        if !self.eat("\"") {
-            return self.err("expected a string");
-        }
-        let mut out: Vec<u8> = Vec::new();
-        loop {
-            let Some(&b) = self.s.get(self.i) else {
-                return self.err("unterminated string");
-            };
-            self.i += 1;
-            match b {
-                b'"' => break,
-                b'\\' => {
-                    let Some(&e) = self.s.get(self.i) else {
-                        return self.err("unterminated escape");
-                    };
-                    self.i += 1;
-                    let c = match e {
-                        b'"' => '"',
-                        b'\\' => '\\',
-                        b'/' => '/',
-                        b'b' => '\u{8}',
-                        b'f' => '\u{c}',
-                        b'n' => '\n',
-                        b'r' => '\r',
-                        b't' => '\t',
-                        b'u' => {
-                            let hi = self.hex4()?;
-                            let code = if (0xD800..0xDC00).contains(&hi) && self.eat("\\u") {
-                                let lo = self.hex4()?;
-                                0x10000 + ((hi - 0xD800) << 10) + (lo.wrapping_sub(0xDC00) & 0x3FF)
-                            } else {
-                                hi
-                            };
-                            char::from_u32(code).unwrap_or('\u{FFFD}')
-                        }
-                        _ => return self.err("bad escape"),
-                    };
-                    let mut buf = [0; 4];
-                    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-                }
-                b => out.push(b),
-            }
-        }
-        String::from_utf8(out).or_else(|_| self.err("invalid UTF-8 in a string"))
-    }
+/// `last_failure` of a plugin report, or "".
+pub fn last_failure(report: &Json) -> String {
+    report
+        .get("last_failure")
+        .and_then(Json::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_parses_what_ngd_and_the_fixture_print() {
-        let v = Json::parse(
-            r#" {"a": [1, 2.5, -3e2, true, false, null], "s": "x\"\\\n\u00e9\ud83d\ude00",
-                "o": {}} "#,
-        )
-        .unwrap();
-        assert_eq!(v.get("a").unwrap().as_array().unwrap().len(), 6);
-        assert_eq!(
-            v.get("a").unwrap().as_array().unwrap()[2],
-            Json::Num(-300.0)
-        );
-        assert_eq!(v.str_at("s"), "x\"\\\né😀");
-        assert_eq!(v.get("o"), Some(&Json::Obj(vec![])));
-        assert!(Json::parse("{\"a\": }").is_err());
-        assert!(Json::parse("[1] x").is_err());
-    }
 
     #[test]
     fn toml_strings_are_escaped() {
@@ -1136,7 +756,15 @@ mod tests {
     }
 
     #[test]
-    fn hex_round_trips() {
-        assert_eq!(unhex(&hex(b"\x00\xffab")), b"\x00\xffab");
+    fn plugin_reports_are_read() {
+        let report: Json = serde_json::from_str(
+            r#"{"status": {"state": "disabled", "reason": "crashed"}, "idle": 2}"#,
+        )
+        .unwrap();
+        assert_eq!(state(&report), "disabled");
+        assert_eq!(disabled_reason(&report), "crashed");
+        assert_eq!(last_failure(&report), "");
+        assert_eq!(report.u64_at("idle"), 2);
+        assert_eq!(unhex("00ff"), [0, 255]);
     }
 }

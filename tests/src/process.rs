@@ -12,7 +12,7 @@
 //! spawner thread that lives as long as the process.
 
 use std::io::{self, Read};
-use std::process::{Child, Command};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
@@ -87,6 +87,21 @@ impl Capture {
     }
 }
 
+impl Capture {
+    /// Waits until the pipe has closed (end of file), for at most `timeout`.
+    pub fn wait_closed(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.state.lock().unwrap();
+        loop {
+            let now = Instant::now();
+            if state.closed || now >= deadline {
+                return state.closed;
+            }
+            state = self.changed.wait_timeout(state, deadline - now).unwrap().0;
+        }
+    }
+}
+
 /// Whether `haystack` contains `needle` as a contiguous run of bytes.
 pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
@@ -119,6 +134,99 @@ pub fn spawn_owned(mut cmd: Command) -> io::Result<Child> {
         .send((cmd, reply_tx))
         .expect("the spawner thread is alive");
     reply_rx.recv().expect("the spawner thread replies")
+}
+
+/// A long-lived child (a server under test) started with [`spawn_owned`], both output
+/// streams captured; killed and reaped when dropped.
+#[derive(Debug)]
+pub struct OwnedChild {
+    /// `None` once reaped.
+    child: Mutex<Option<Child>>,
+    /// How it ended, once reaped.
+    status: Mutex<Option<ExitStatus>>,
+    pid: u32,
+    /// What it wrote on stdout so far.
+    pub stdout: Arc<Capture>,
+    /// What it wrote on stderr so far.
+    pub stderr: Arc<Capture>,
+    /// The threads draining its pipes; joined on drop.
+    readers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl OwnedChild {
+    /// Starts `cmd` with its stdout and stderr piped into captures.
+    pub fn start(mut cmd: Command) -> io::Result<OwnedChild> {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = spawn_owned(cmd)?;
+        let (stdout, out_reader) = Capture::start(child.stdout.take().expect("piped stdout"));
+        let (stderr, err_reader) = Capture::start(child.stderr.take().expect("piped stderr"));
+        Ok(OwnedChild {
+            pid: child.id(),
+            child: Mutex::new(Some(child)),
+            status: Mutex::new(None),
+            stdout,
+            stderr,
+            readers: Mutex::new(vec![out_reader, err_reader]),
+        })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Kills it at once (`SIGKILL`) and reaps it, if it is still there.
+    pub fn kill(&self) {
+        if let Some(mut child) = self.child.lock().unwrap().take() {
+            let _ = child.kill();
+            if let Ok(status) = child.wait() {
+                *self.status.lock().unwrap() = Some(status);
+            }
+        }
+    }
+
+    /// Waits for it to exit on its own, for at most `timeout`, and returns how it ended;
+    /// `None` if it is still running.
+    pub fn wait_exit(&self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let mut child = self.child.lock().unwrap();
+                match child.as_mut() {
+                    None => return *self.status.lock().unwrap(),
+                    Some(c) => {
+                        if let Some(status) = c.try_wait().expect("wait for the child") {
+                            *self.status.lock().unwrap() = Some(status);
+                            *child = None;
+                            return Some(status);
+                        }
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Both output streams so far, headed by `what`, for failure messages.
+    pub fn log(&self, what: &str) -> String {
+        format!(
+            "--- {what} stdout ---\n{}\n--- stderr ---\n{}\n--- end of server log ---",
+            self.stdout.text(),
+            self.stderr.text()
+        )
+    }
+}
+
+impl Drop for OwnedChild {
+    fn drop(&mut self) {
+        self.kill();
+        for reader in self.readers.lock().unwrap().drain(..) {
+            let _ = reader.join();
+        }
+    }
 }
 
 #[cfg(target_os = "linux")]

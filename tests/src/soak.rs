@@ -1,4 +1,4 @@
-//! The soak (issue #5 part 3): many invocations of a warm `ngd` with a Python plugin, from
+//! The soak: many invocations of a warm `ngd` with a Python plugin, from
 //! parallel clients of both kinds over both transports, some killed, then a check that
 //! nothing was left behind. The full form is `benches/soak` (release build, 100 000
 //! invocations, `docs/reliability.md`); this is the same mix and the same checks at a size
@@ -18,9 +18,7 @@
 
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{ErrorKind, Read};
 use std::ops::Range;
-use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -30,9 +28,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, DEFAULT_ENV};
-use crate::hostile;
 use crate::plugins::{self, Plugin, PluginServer};
+use crate::process::Capture;
 use crate::server::Transport;
+use ng_testkit::procfs;
 
 /// The plugin's `min_workers`: the pool an idle server is back to.
 pub const MIN_WORKERS: usize = 1;
@@ -456,75 +455,39 @@ fn drain(
     kill_at: Option<Instant>,
     deadline: Instant,
 ) -> (Vec<u8>, Vec<u8>, bool) {
-    let mut pipes = [
-        child.stdout.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
-        child.stderr.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
-    ];
-    let mut bufs = [Vec::new(), Vec::new()];
+    let (stdout, out_reader) = Capture::start(child.stdout.take().expect("piped stdout"));
+    let (stderr, err_reader) = Capture::start(child.stderr.take().expect("piped stderr"));
     let mut kill_at = kill_at;
     let mut timed_out = false;
-    let mut buf = vec![0; 64 * 1024];
-    while pipes.iter().any(Option::is_some) {
+    // Past this, something else holds the pipes open: give up on them.
+    let abandon = deadline + Duration::from_secs(5);
+    loop {
         let now = Instant::now();
         if kill_at.is_some_and(|at| now >= at) {
             let _ = child.kill();
             kill_at = None;
         }
-        if now >= deadline {
-            if !timed_out {
-                timed_out = true;
-                let _ = child.kill();
-            } else if now >= deadline + Duration::from_secs(5) {
-                break; // something else holds the pipes open
-            }
+        if now >= deadline && !timed_out {
+            timed_out = true;
+            let _ = child.kill();
         }
-        let wake = kill_at.map_or(deadline, |at| at.min(deadline));
-        let wait = if timed_out {
-            Duration::from_millis(100)
-        } else {
-            wake.saturating_duration_since(now)
+        let wake = match kill_at {
+            _ if timed_out => abandon,
+            Some(at) => at.min(deadline),
+            None => deadline,
         };
-        let mut fds: Vec<libc::pollfd> = pipes
-            .iter()
-            .map(|p| libc::pollfd {
-                fd: p.as_ref().map_or(-1, |p| p.raw_fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        let timeout = i32::try_from(wait.as_millis().clamp(1, 1000)).unwrap_or(1000);
-        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the call.
-        unsafe {
-            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout);
+        let closed = stdout.wait_closed(wake.saturating_duration_since(now))
+            && stderr.wait_closed(wake.saturating_duration_since(Instant::now()));
+        if closed {
+            let _ = out_reader.join();
+            let _ = err_reader.join();
+            break;
         }
-        for (k, fd) in fds.iter().enumerate() {
-            if fd.revents == 0 {
-                continue;
-            }
-            let Some(pipe) = pipes[k].as_mut() else {
-                continue;
-            };
-            match pipe.read(&mut buf) {
-                Ok(0) => pipes[k] = None,
-                Ok(n) => bufs[k].extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => pipes[k] = None,
-            }
+        if Instant::now() >= abandon {
+            break;
         }
     }
-    let [stdout, stderr] = bufs;
-    (stdout, stderr, timed_out)
-}
-
-/// A pipe from a child.
-trait ReadFd: Read {
-    fn raw_fd(&self) -> i32;
-}
-
-impl<T: Read + AsRawFd> ReadFd for T {
-    fn raw_fd(&self) -> i32 {
-        self.as_raw_fd()
-    }
+    (stdout.bytes(), stderr.bytes(), timed_out)
 }
 
 /// `ngd`'s vital signs.
@@ -551,14 +514,7 @@ pub struct Vitals {
 #[track_caller]
 pub fn vitals(server: &PluginServer) -> Vitals {
     let pid = server.pid();
-    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0);
+    let threads = procfs::threads(pid).unwrap_or(0);
     let procs = server.processes();
     let workers: Vec<u32> = procs
         .iter()
@@ -568,9 +524,9 @@ pub fn vitals(server: &PluginServer) -> Vitals {
     let children = procs.iter().filter(|p| workers.contains(&p.ppid)).count();
     Vitals {
         fds: server.ngd().fd_count(),
-        rss_kib: hostile::rss_kib(pid).unwrap_or(0),
+        rss_kib: procfs::rss_kib(pid).unwrap_or(0),
         threads,
-        cpu_ticks: hostile::cpu_ticks(pid).unwrap_or(0),
+        cpu_ticks: procfs::cpu_ticks(pid).unwrap_or(0),
         workers: workers.len(),
         children,
         deeper: procs.len() - workers.len() - children,

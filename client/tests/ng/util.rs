@@ -1,4 +1,5 @@
-//! Test helpers: a scriptable fake Nailgun server and a way to run the `ng` binary.
+//! Test helpers: a way to run the `ng` binary, and the workspace's fake Nailgun server
+//! ([`ng_testkit::fake`]) with the `ng` options that name it.
 //!
 //! The fake server is a plain listener (TCP on IPv4 or IPv6, or a Unix socket) whose
 //! accepted connection is driven step by step by the test: read the client's chunks,
@@ -6,41 +7,16 @@
 //! timeout, so a misbehaving client fails the test instead of hanging it.
 
 use std::ffi::OsStr;
-use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long any single step may take before the test fails.
-pub const STEP: Duration = Duration::from_secs(10);
-
-/// A chunk as the fake server sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Chunk {
-    pub ty: u8,
-    pub payload: Vec<u8>,
-}
-
-impl Chunk {
-    pub fn new(ty: u8, payload: &[u8]) -> Chunk {
-        Chunk {
-            ty,
-            payload: payload.to_vec(),
-        }
-    }
-}
-
-/// The wire bytes of one chunk.
-pub fn frame(ty: u8, payload: &[u8]) -> Vec<u8> {
-    let mut out = (payload.len() as u32).to_be_bytes().to_vec();
-    out.push(ty);
-    out.extend_from_slice(payload);
-    out
-}
+pub use ng_testkit::fake::{env_of, env_value, Got, Peer, STEP};
+use ng_testkit::FakeServer;
+pub use ng_testkit::{frame, Chunk};
 
 /// The `ng` binary under test, with an empty environment and no stdin.
 pub fn ng() -> Command {
@@ -129,14 +105,9 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     dir.canonicalize().expect("canonicalize temp dir")
 }
 
-enum Listener {
-    Tcp(TcpListener),
-    Unix(UnixListener),
-}
-
-/// A listening fake server.
+/// A listening fake server (see [`ng_testkit::fake`]) and the `ng` options that name it.
 pub struct Server {
-    listener: Listener,
+    fake: FakeServer,
     /// The `ng` arguments that name this server.
     pub args: Vec<String>,
 }
@@ -144,20 +115,20 @@ pub struct Server {
 impl Server {
     /// On 127.0.0.1, a free port.
     pub fn tcp() -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
-        let port = listener.local_addr().unwrap().port();
+        let fake = FakeServer::tcp("127.0.0.1:0".parse().unwrap()).expect("bind 127.0.0.1");
+        let port = fake.address().port().unwrap();
         Server {
-            listener: Listener::Tcp(listener),
+            fake,
             args: vec!["--nailgun-port".into(), port.to_string()],
         }
     }
 
     /// On ::1, a free port; `server` is how `ng` is told the host.
     pub fn tcp6(server: &str) -> Server {
-        let listener = TcpListener::bind("[::1]:0").expect("bind [::1]");
-        let port = listener.local_addr().unwrap().port();
+        let fake = FakeServer::tcp("[::1]:0".parse().unwrap()).expect("bind [::1]");
+        let port = fake.address().port().unwrap();
         Server {
-            listener: Listener::Tcp(listener),
+            fake,
             args: vec![
                 "--nailgun-server".into(),
                 server.into(),
@@ -169,9 +140,8 @@ impl Server {
 
     /// On a Unix socket at `path`; `args` name it as `local:<path>`.
     pub fn unix(path: &Path) -> Server {
-        let listener = UnixListener::bind(path).expect("bind unix socket");
         Server {
-            listener: Listener::Unix(listener),
+            fake: FakeServer::unix(path).expect("bind unix socket"),
             args: vec![
                 "--nailgun-server".into(),
                 format!("local:{}", path.display()),
@@ -181,10 +151,7 @@ impl Server {
 
     /// The TCP port, for servers named through the environment.
     pub fn port(&self) -> u16 {
-        match &self.listener {
-            Listener::Tcp(l) => l.local_addr().unwrap().port(),
-            Listener::Unix(_) => panic!("not a TCP server"),
-        }
+        self.fake.address().port().expect("a TCP server")
     }
 
     /// `ng` pointed at this server.
@@ -195,232 +162,15 @@ impl Server {
     }
 
     /// Accepts the client's connection, waiting at most [`STEP`].
+    #[track_caller]
     pub fn accept(&self) -> Peer {
-        self.try_accept(STEP).expect("ng did not connect")
+        self.fake.accept()
     }
 
     /// Accepts a connection if one arrives within `timeout`.
     pub fn try_accept(&self, timeout: Duration) -> Option<Peer> {
-        let deadline = Instant::now() + timeout;
-        let stream = loop {
-            let accepted = match &self.listener {
-                Listener::Tcp(l) => {
-                    l.set_nonblocking(true).unwrap();
-                    l.accept().map(|(s, _)| Stream::Tcp(s))
-                }
-                Listener::Unix(l) => {
-                    l.set_nonblocking(true).unwrap();
-                    l.accept().map(|(s, _)| Stream::Unix(s))
-                }
-            };
-            match accepted {
-                Ok(s) => break s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        return None;
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(e) => panic!("accept: {e}"),
-            }
-        };
-        stream.set_nonblocking(false);
-        Some(Peer {
-            stream,
-            buf: Vec::new(),
-        })
+        self.fake.try_accept(timeout)
     }
-}
-
-enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    fn set_nonblocking(&self, on: bool) {
-        match self {
-            Stream::Tcp(s) => s.set_nonblocking(on).unwrap(),
-            Stream::Unix(s) => s.set_nonblocking(on).unwrap(),
-        }
-    }
-
-    fn set_read_timeout(&self, t: Duration) {
-        match self {
-            Stream::Tcp(s) => s.set_read_timeout(Some(t)).unwrap(),
-            Stream::Unix(s) => s.set_read_timeout(Some(t)).unwrap(),
-        }
-    }
-
-    fn shutdown_write(&self) {
-        let _ = match self {
-            Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
-            Stream::Unix(s) => s.shutdown(std::net::Shutdown::Write),
-        };
-    }
-
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
-        }
-    }
-
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.write_all(buf),
-            Stream::Unix(s) => s.write_all(buf),
-        }
-    }
-}
-
-/// What a read from the client came to.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Got {
-    Chunk(Chunk),
-    /// The client closed (or reset) the connection.
-    Closed,
-    /// Nothing complete arrived in time.
-    Timeout,
-}
-
-/// The server's end of one accepted connection.
-pub struct Peer {
-    stream: Stream,
-    /// Bytes received but not yet returned as a chunk (survives timeouts).
-    buf: Vec<u8>,
-}
-
-impl Peer {
-    /// The next chunk, waiting at most `timeout`.
-    pub fn next(&mut self, timeout: Duration) -> Got {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if self.buf.len() >= 5 {
-                let len = u32::from_be_bytes(self.buf[..4].try_into().unwrap()) as usize;
-                if self.buf.len() >= 5 + len {
-                    let ty = self.buf[4];
-                    let payload = self.buf[5..5 + len].to_vec();
-                    self.buf.drain(..5 + len);
-                    return Got::Chunk(Chunk { ty, payload });
-                }
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Got::Timeout;
-            }
-            self.stream
-                .set_read_timeout(left.max(Duration::from_millis(1)));
-            let mut tmp = [0u8; 64 * 1024];
-            match self.stream.read(&mut tmp) {
-                Ok(0) => return Got::Closed,
-                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Got::Timeout
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Got::Closed,
-            }
-        }
-    }
-
-    /// The next chunk other than a heartbeat, within `timeout`.
-    pub fn next_data(&mut self, timeout: Duration) -> Got {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.next(left) {
-                Got::Chunk(c) if c.ty == b'H' => continue,
-                other => return other,
-            }
-        }
-    }
-
-    /// The next chunk, which must arrive within [`STEP`].
-    pub fn chunk(&mut self) -> Chunk {
-        match self.next(STEP) {
-            Got::Chunk(c) => c,
-            other => panic!("expected a chunk, got {other:?}"),
-        }
-    }
-
-    /// Every chunk up to and including `C`.
-    pub fn header(&mut self) -> Vec<Chunk> {
-        let mut chunks = Vec::new();
-        loop {
-            let c = self.chunk();
-            let done = c.ty == b'C';
-            chunks.push(c);
-            if done {
-                return chunks;
-            }
-        }
-    }
-
-    /// The raw bytes of the header, up to and including the `C` chunk.
-    pub fn raw_header(&mut self) -> Vec<u8> {
-        self.header()
-            .iter()
-            .flat_map(|c| frame(c.ty, &c.payload))
-            .collect()
-    }
-
-    /// Sends one chunk.
-    pub fn send(&mut self, ty: u8, payload: &[u8]) {
-        self.send_raw(&frame(ty, payload));
-    }
-
-    /// Sends raw bytes.
-    pub fn send_raw(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("send to ng");
-    }
-
-    /// Sends `X` with this payload.
-    pub fn exit(&mut self, payload: &str) {
-        self.send(b'X', payload.as_bytes());
-    }
-
-    /// Closes our sending side (the client reads end of stream), keeping the connection
-    /// open for reading, so nothing we sent is lost to a reset.
-    pub fn shutdown_write(&mut self) {
-        self.stream.shutdown_write();
-    }
-
-    /// Waits until the client closes the connection (skipping whatever it sends).
-    pub fn expect_closed(&mut self) {
-        let deadline = Instant::now() + STEP;
-        loop {
-            match self.next(deadline.saturating_duration_since(Instant::now())) {
-                Got::Chunk(_) => continue,
-                Got::Closed => return,
-                Got::Timeout => panic!("ng did not close the connection"),
-            }
-        }
-    }
-}
-
-/// The environment entries (`E` payloads) of a header, in order.
-pub fn env_of(header: &[Chunk]) -> Vec<Vec<u8>> {
-    header
-        .iter()
-        .filter(|c| c.ty == b'E')
-        .map(|c| c.payload.clone())
-        .collect()
-}
-
-/// The value of `name` in a header's environment (the last one, as the server keeps).
-pub fn env_value(header: &[Chunk], name: &str) -> Option<Vec<u8>> {
-    let prefix = format!("{name}=");
-    env_of(header)
-        .into_iter()
-        .rev()
-        .find(|e| e.starts_with(prefix.as_bytes()))
-        .map(|e| e[prefix.len()..].to_vec())
 }
 
 /// Runs `ng` with `args` against a fresh TCP fake server that answers the header with

@@ -28,23 +28,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Parses hex bytes, ignoring whitespace and `#` comments. Panics on anything else.
+#[track_caller]
 pub fn hex(text: &str) -> Vec<u8> {
-    let mut digits = String::new();
-    for line in text.lines() {
-        let line = line.split('#').next().unwrap_or("");
-        digits.extend(line.chars().filter(|c| !c.is_whitespace()));
-    }
-    assert!(
-        digits.len() % 2 == 0,
-        "odd number of hex digits in {text:?}"
-    );
-    (0..digits.len())
-        .step_by(2)
-        .map(|i| {
-            u8::from_str_radix(&digits[i..i + 2], 16)
-                .unwrap_or_else(|_| panic!("bad hex {:?}", &digits[i..i + 2]))
-        })
-        .collect()
+    ng_testkit::hex::decode_text(text)
 }
 
 /// The path of a file in `proto/tests/data/`.

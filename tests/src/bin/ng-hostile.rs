@@ -139,7 +139,7 @@ fn run() -> Result<bool, String> {
             plan.concurrency, limits.max_connections
         ));
     }
-    if !hostile::alive(pid) {
+    if !ng_testkit::procfs::running(pid) {
         return Err(format!("no process {pid}"));
     }
     if !hostile::allocator_pinned(pid) {
@@ -196,7 +196,7 @@ fn run() -> Result<bool, String> {
             if report.passed() { "ok" } else { "FAIL" }
         );
         reports.push(report);
-        if !hostile::alive(pid) {
+        if !ng_testkit::procfs::running(pid) {
             eprintln!("ng-hostile: the server died; stopping");
             break;
         }

@@ -1,6 +1,6 @@
 //! `ngd-testbed`: an `ngd` with the end-to-end test nails built in.
 //!
-//! The issue-2 scenarios in `tests/e2e/` run the logical test nails (`Echo`, `Dump`,
+//! The client scenarios in `tests/e2e/` run the logical test nails (`Echo`, `Dump`,
 //! `Exit`, `Sleep`) whose reference implementations are the Java classes in
 //! `tests/java/ngtest/`. This binary is the `ng-server` library with the same nails as
 //! embedded Rust commands, honouring exactly the output contract of the Java ones, so the
