@@ -530,7 +530,9 @@ impl Reader {
                     let _ = session.stderr().write_all(b"ngw: the command panicked\n");
                     1
                 });
+                let shared = session.shared.clone();
                 drop(session);
+                shared.end();
                 let code = code.clamp(0, 255);
                 lock(&running.sessions).remove(&id);
                 let _ = writer.send(id, ChunkType::EXIT, format!("{code}\n").as_bytes());

@@ -86,6 +86,15 @@ impl Shared {
         let _ = self.interrupts.send(Interrupt::Hangup);
     }
 
+    /// The session has ended: a stdin still read (say, by a thread the handler left
+    /// behind) reads end of file and never asks for more.
+    pub(crate) fn end(&self) {
+        let mut st = lock(&self.stdin);
+        st.eof = true;
+        st.queue.clear();
+        self.stdin_ready.notify_all();
+    }
+
     pub(crate) fn is_hung_up(&self) -> bool {
         self.hung_up.load(std::sync::atomic::Ordering::SeqCst)
     }
@@ -315,8 +324,9 @@ impl Read for Stdin {
                 return Ok(0);
             }
             if !st.credit {
+                // Sent under the stdin lock: the session's end sets `eof` under the same
+                // lock before its `X` goes out, so no `S` can follow the `X`.
                 st.credit = true;
-                drop(st);
                 if self
                     .writer
                     .send(self.session, ChunkType::SEND_INPUT, &[])
@@ -324,6 +334,7 @@ impl Read for Stdin {
                 {
                     return Ok(0);
                 }
+                drop(st);
                 continue;
             }
             let _unused = self

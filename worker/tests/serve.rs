@@ -39,16 +39,31 @@ fn handler(s: &mut Session) -> i32 {
             s.notice("fallback", "ran cold");
             0
         }
+        "leave" => {
+            // A reader left behind after the session ends must see end of file.
+            let mut stdin = s.take_stdin();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let _ = stdin.read_to_end(&mut buf);
+                let _ = tx.send(buf.len());
+            });
+            LEFT.lock().unwrap().replace(rx);
+            0
+        }
         "panic" => panic!("boom"),
         _ => 127,
     }
 }
 
+static LEFT: std::sync::Mutex<Option<std::sync::mpsc::Receiver<usize>>> =
+    std::sync::Mutex::new(None);
+
 fn start(max_sessions: u32, host: &str) -> (Driver, JoinHandle<()>) {
     let (a, b) = UnixStream::pair().unwrap();
     let host = host.to_owned();
     let t = std::thread::spawn(move || {
-        let hello = Hello::new(["cat", "echo", "sleep", "wait", "notice", "panic"])
+        let hello = Hello::new(["cat", "echo", "sleep", "wait", "notice", "panic", "leave"])
             .max_sessions(max_sessions);
         Channel::from_stream(b)
             .host_features(&host)
@@ -66,7 +81,11 @@ fn hello_lists_commands_and_features() {
     assert_eq!(h["commands"][0], "cat");
     assert_eq!(h["max_sessions"], 8);
     assert!(h["features"].as_array().unwrap().iter().any(|f| f == "mux"));
-    assert!(h["features"].as_array().unwrap().iter().any(|f| f == "notices"));
+    assert!(h["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == "notices"));
 }
 
 #[test]
@@ -165,4 +184,19 @@ fn quit_ends_the_worker() {
     let (d, t) = start(1, "");
     d.quit().unwrap();
     t.join().unwrap();
+}
+
+#[test]
+fn a_stdin_left_behind_reads_end_of_file_when_the_session_ends() {
+    let (mut d, _t) = start(1, "");
+    let mut req = Request::new("leave", [""; 0]);
+    req.hold_stdin = true;
+    assert_eq!(d.run(&req).unwrap().code, 0);
+    let rx = LEFT.lock().unwrap().take().unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), 0);
+    // The channel is still in step: the next session runs.
+    assert_eq!(
+        d.run(&Request::new("echo", ["ok"])).unwrap().stdout_str(),
+        "ok\n"
+    );
 }

@@ -305,10 +305,7 @@ impl Bridge {
             self.options.fledge_version.clone(),
             r.capabilities.clone(),
         );
-        let code = std::thread::scope(|scope| {
-            scope.spawn(|| self.start_spare(next, r.command.clone(), r.dir.clone()));
-            Run::new(s, r, colour, &self.options).drive(&mut child, &init)
-        });
+        let code = Run::new(s, r, colour, &self.options).drive(&mut child, &init);
         if code != 0 {
             let _ = s.stderr().write_all(
                 format!(
@@ -319,6 +316,9 @@ impl Bridge {
                 .as_bytes(),
             );
         }
+        // The next process starts once this run is over, so its start-up does not compete
+        // with the run for the CPU.
+        self.start_spare(next, r.command.clone(), r.dir.clone());
         code
     }
 
@@ -453,6 +453,69 @@ fn read_lines(out: impl Read, tx: Sender<Event>) {
     let _ = tx.send(Event::Eof);
 }
 
+/// The plugin's stderr pipe, non-blocking, read under a lock by the copying thread and by
+/// the run's loop.
+#[derive(Debug)]
+struct PluginStderr {
+    pipe: Mutex<std::process::ChildStderr>,
+}
+
+impl PluginStderr {
+    fn new(pipe: std::process::ChildStderr) -> Self {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe {
+            let fd = pipe.as_raw_fd();
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+        Self {
+            pipe: Mutex::new(pipe),
+        }
+    }
+
+    /// Copies what is available now; `false` at end of file or on an error.
+    fn drain(&self, to: &mut ngw::Output) -> bool {
+        let mut pipe = self.pipe.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    let _ = to.write_all(&buf[..n]);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    fn copy_until_eof(&self, to: &mut ngw::Output) {
+        use std::os::fd::AsRawFd;
+        let fd = self
+            .pipe
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_raw_fd();
+        loop {
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: polling one descriptor that stays open while `self` lives.
+            let rc = unsafe { libc::poll(&mut pfd, 1, -1) };
+            if rc < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                return;
+            }
+            if rc > 0 && !self.drain(to) {
+                return;
+            }
+        }
+    }
+}
+
 /// One protocol run.
 struct Run<'a> {
     session: &'a mut ngw::Session,
@@ -503,11 +566,14 @@ impl<'a> Run<'a> {
         } else {
             let _ = line_tx.send(Event::Eof);
         }
-        let err_copy = child.stderr.take().map(|mut e| {
+        // The plugin's stderr is copied by a thread, and drained by this loop too before it
+        // writes a line of its own, so that what the plugin wrote to stderr before a
+        // message comes out before what the host prints for that message (as on a shared
+        // terminal).
+        let plugin_err = child.stderr.take().map(|e| Arc::new(PluginStderr::new(e)));
+        let err_copy = plugin_err.clone().map(|p| {
             let mut to = self.session.stderr();
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut e, &mut to);
-            })
+            std::thread::spawn(move || p.copy_until_eof(&mut to))
         });
         // The waiter reaps the child by pid; the `Child` handle is never waited on.
         let pid = child.id();
@@ -613,7 +679,7 @@ impl<'a> Run<'a> {
                 },
                 default(timeout) => {
                     let effects = host.tick(Instant::now());
-                    self.perform(effects, &mut stdin, &write, &mut out, &mut err, &mut progress, &ask_tx, &abort_ui, &stop_work, pgid, &done_tx, &client_env, &client_cwd, &plugin_dir);
+                    self.perform(effects, &mut stdin, &write, &mut out, &mut err, &mut progress, &ask_tx, &abort_ui, &stop_work, pgid, &done_tx, &client_env, &client_cwd, &plugin_dir, &plugin_err);
                     continue;
                 }
             };
@@ -633,6 +699,7 @@ impl<'a> Run<'a> {
                 &client_env,
                 &client_cwd,
                 &plugin_dir,
+                &plugin_err,
             );
         }
     }
@@ -654,6 +721,7 @@ impl<'a> Run<'a> {
         env: &[(OsString, OsString)],
         cwd: &Path,
         plugin_dir: &Path,
+        plugin_err: &Option<Arc<PluginStderr>>,
     ) {
         for e in effects {
             match e {
@@ -662,6 +730,9 @@ impl<'a> Run<'a> {
                     let _ = out.write_all(text.as_bytes());
                 }
                 Effect::Stderr(text) => {
+                    if let Some(p) = plugin_err {
+                        p.drain(err);
+                    }
                     let _ = err.write_all(text.as_bytes());
                 }
                 Effect::Progress(p) => progress.show(&p),
