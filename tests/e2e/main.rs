@@ -43,3 +43,5 @@ mod faults;
 mod hostile;
 // Issue #5: the soak, bounded: a mixed load with killed clients leaves no descriptor or process behind.
 mod soak;
+// Zero-setup operation: auto-start, idle exit, socket activation, ngd bench/check, completions.
+mod ops;
