@@ -65,10 +65,12 @@ Options, recognised anywhere on the command line and never passed on:
                                command
    --nailgun-version           print the client version and exit
    --nailgun-showversion       print the client version and continue
+   --nailgun-no-autostart      never start ngd (also: NG_NO_AUTOSTART=1)
    --nailgun-help              print this message and exit
 
 With no server and no port given, ng tries ngd's own socket
-($XDG_RUNTIME_DIR/ngd/ngd.sock, else /tmp/ngd-$UID/ngd.sock), then 127.0.0.1:2113.
+($XDG_RUNTIME_DIR/ngd/ngd.sock, else /tmp/ngd-$UID/ngd.sock), then 127.0.0.1:2113;
+when neither answers, it starts ngd (next to ng, else on PATH) in the background.
 "
 );
 
@@ -96,6 +98,8 @@ pub struct Invocation {
     pub env_overrides: Vec<(OsString, OsString)>,
     /// `--nailgun-showversion` was given: print the version line, then run.
     pub show_version: bool,
+    /// `--nailgun-no-autostart` was given: never start a server ([`crate::autostart`]).
+    pub no_autostart: bool,
 }
 
 /// What the command line asks for.
@@ -139,6 +143,7 @@ where
     let mut port = None;
     let mut env_overrides = Vec::new();
     let mut show_version = false;
+    let mut no_autostart = false;
 
     while let Some(arg) = rest.next() {
         match arg.as_bytes() {
@@ -147,6 +152,7 @@ where
             b"--nailgun-filearg" => args.push(Arg::File(value(&mut rest, "--nailgun-filearg")?)),
             b"--nailgun-version" => return Ok(Parsed::Version),
             b"--nailgun-showversion" => show_version = true,
+            b"--nailgun-no-autostart" => no_autostart = true,
             b"--nailgun-help" => return Ok(Parsed::Help),
             [b'-', b'-', b'n', b'a', b'i', b'l', b'g', b'u', b'n', b'-', b'D', define @ ..] => {
                 env_overrides.push(definition(define)?);
@@ -165,6 +171,7 @@ where
         port,
         env_overrides,
         show_version,
+        no_autostart,
     }))
 }
 
@@ -246,6 +253,14 @@ mod tests {
         assert_eq!(inv.server, None);
         assert_eq!(inv.port, None);
         assert!(!inv.show_version);
+        assert!(!inv.no_autostart);
+    }
+
+    #[test]
+    fn no_autostart_is_an_option_anywhere() {
+        let inv = run(&["ng", "cmd", "a", "--nailgun-no-autostart", "b"]);
+        assert!(inv.no_autostart);
+        assert_eq!(inv.args, plain(&["a", "b"]));
     }
 
     #[test]
@@ -450,6 +465,7 @@ mod tests {
             "--nailgun-D",
             "--nailgun-version",
             "--nailgun-showversion",
+            "--nailgun-no-autostart",
             "--nailgun-help",
         ] {
             assert!(USAGE.contains(option), "{option}");

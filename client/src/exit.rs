@@ -27,6 +27,8 @@ pub const UNEXPECTED_CHUNK: u8 = 229;
 pub const CONNECT_FAILED: u8 = 230;
 /// A socket could not be created, or a `local:` path does not fit in `sun_path`.
 pub const SOCKET_FAILED: u8 = 231;
+/// No server was running and auto-start could not start one (`EX_UNAVAILABLE`).
+pub const UNAVAILABLE: u8 = 69;
 /// Our stdout (or stderr) was a pipe whose reader went away: the status a shell reports
 /// for the C client, which SIGPIPE kills (128 + 13).
 pub const BROKEN_PIPE: u8 = 141;
@@ -46,6 +48,8 @@ pub enum ClientError {
     Socket(String),
     /// Our stdout or stderr pipe was closed by its reader. Ends quietly.
     BrokenPipe,
+    /// Auto-start could not start a server; the message says why, with the log's end.
+    Unavailable(String),
 }
 
 impl ClientError {
@@ -58,6 +62,7 @@ impl ClientError {
             ClientError::Connect(_) => CONNECT_FAILED,
             ClientError::Socket(_) => SOCKET_FAILED,
             ClientError::BrokenPipe => BROKEN_PIPE,
+            ClientError::Unavailable(_) => UNAVAILABLE,
         }
     }
 
@@ -67,7 +72,8 @@ impl ClientError {
             ClientError::BadArguments(m)
             | ClientError::ConnectionBroken(m)
             | ClientError::Connect(m)
-            | ClientError::Socket(m) => Some(m.clone()),
+            | ClientError::Socket(m)
+            | ClientError::Unavailable(m) => Some(m.clone()),
             ClientError::UnexpectedChunk(ty) => Some(format!(
                 "Unexpected chunk type {ty} ('{}')",
                 std::ascii::escape_default(*ty)
@@ -139,6 +145,7 @@ mod tests {
             (ClientError::Connect("x".into()), 230),
             (ClientError::Socket("x".into()), 231),
             (ClientError::BrokenPipe, 141),
+            (ClientError::Unavailable("x".into()), 69),
         ];
         for (err, code) in cases {
             assert_eq!(err.code(), code, "{err:?}");

@@ -12,7 +12,10 @@
 //! * [`request`]: the header sent before the command runs: arguments, environment, cwd.
 //! * [`session`]: the I/O loop around `ng_proto::ClientSession`: output, stdin credit,
 //!   heartbeats; also how signals and a broken stdout pipe end the client.
-//! * [`exit`]: every client failure and its exit code (226–231, 141).
+//! * [`exit`]: every client failure and its exit code (226–231, 141, 69).
+//! * [`autostart`]: starting `ngd` when no server answers at the default address (runs only
+//!   after connecting failed).
+//! * [`help`]: `ng --help` lists the server's commands after the usage.
 //!
 //! Start-up does nothing the exchange does not need: parse argv, connect, then gather the
 //! environment and cwd and send the header in one write.
@@ -33,7 +36,9 @@
 #![cfg_attr(not(test), no_main)]
 
 mod args;
+mod autostart;
 mod exit;
+mod help;
 mod request;
 mod session;
 mod transport;
@@ -80,6 +85,7 @@ fn run() -> Result<u8, ClientError> {
         Parsed::Run(invocation) => invocation,
         Parsed::Help => {
             let _ = std::io::stderr().write_all(args::USAGE.as_bytes());
+            let _ = std::io::stderr().write_all(help::server_commands().as_bytes());
             return Ok(0);
         }
         Parsed::Version => {
@@ -94,6 +100,7 @@ fn run() -> Result<u8, ClientError> {
         port,
         env_overrides,
         show_version,
+        no_autostart,
     } = invocation;
     if show_version {
         print_version()?;
@@ -106,9 +113,31 @@ fn run() -> Result<u8, ClientError> {
         transport::default_socket_path,
     )?;
     let args = request::load_args(args)?;
-    let socket = transport::connect(&target)?;
+    let socket = match transport::connect(&target) {
+        Ok(socket) => socket,
+        Err(e) => autostart_and_connect(&target, e, no_autostart)?,
+    };
     let header = request::header(command, args, &env_overrides, request::Context::current());
     session::run(socket, &header)
+}
+
+/// After a failed connection to `target`: starts a server and connects to it, when that
+/// applies (the default address, a connection failure, no opt-out); else returns `error`.
+fn autostart_and_connect(
+    target: &transport::Target,
+    error: ClientError,
+    no_autostart: bool,
+) -> Result<transport::Socket, ClientError> {
+    let transport::Target::Default { socket } = target else {
+        return Err(error);
+    };
+    let opted_out =
+        no_autostart || autostart::opted_out(std::env::var_os(autostart::OPT_OUT_VAR).as_deref());
+    if opted_out || error.code() != exit::CONNECT_FAILED {
+        return Err(error);
+    }
+    autostart::start(socket)?;
+    transport::connect(&transport::Target::Unix(socket.clone()))
 }
 
 /// An environment variable, if set and not empty.

@@ -298,6 +298,14 @@ pub struct ServerConfig {
     /// `log_level` (default unset): a `tracing` filter such as `"info"` or
     /// `"ng_server=debug"`. Unset: `RUST_LOG` if set, else `info`.
     pub log_level: Option<String>,
+    /// `log_file` (default unset: stderr): append the log to this file instead.
+    pub log_file: Option<PathBuf>,
+    /// `log_format` (default `"text"`): `"text"` lines, or `"json"`, one object per line.
+    pub log_format: crate::logging::LogFormat,
+    /// `idle_exit_ms` (default unset): stop after this long without any connection; 0
+    /// never. Unset: a server started by `ng`'s auto-start stops after
+    /// [`ServerConfig::DEFAULT_AUTOSTART_IDLE_EXIT_MS`], one started by hand never does.
+    pub idle_exit_ms: Option<u64>,
     /// `[aliases]`: alias name → command name, as `ng-alias` would add. An alias must name
     /// a command, not another alias.
     pub aliases: BTreeMap<String, String>,
@@ -319,6 +327,8 @@ impl ServerConfig {
     pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
     /// Default `shutdown_grace_ms`.
     pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 5_000;
+    /// `idle_exit_ms` of an auto-started server when the file does not set it: 15 minutes.
+    pub const DEFAULT_AUTOSTART_IDLE_EXIT_MS: u64 = 15 * 60 * 1000;
 
     /// The default `nail_threads`: 512.
     pub fn default_nail_threads() -> usize {
@@ -506,6 +516,9 @@ impl Default for ServerConfig {
             nail_threads: Self::default_nail_threads(),
             shutdown_grace_ms: Self::DEFAULT_SHUTDOWN_GRACE_MS,
             log_level: None,
+            log_file: None,
+            log_format: crate::logging::LogFormat::Text,
+            idle_exit_ms: None,
             aliases: BTreeMap::new(),
             plugins: Vec::new(),
         }

@@ -148,6 +148,8 @@ pub struct EventLoop {
     /// Called once the server is ready: listening, and every plugin that learns its
     /// commands from its worker's hello has heard it (or failed).
     pub(crate) on_ready: Option<crate::ReadyCallback>,
+    /// Idle exit ([`crate::idle`]), when configured.
+    idle: Option<crate::idle::IdleExit>,
 }
 
 impl std::fmt::Debug for EventLoop {
@@ -185,6 +187,9 @@ impl EventLoop {
             None
         };
         let pool = Pool::new(settings.min_threads, settings.max_threads);
+        let idle = settings
+            .idle_exit
+            .map(|after| crate::idle::IdleExit::new(after, Instant::now()));
         let host = PluginHost::new(HostInit {
             plugins,
             handle: handle.clone(),
@@ -217,6 +222,7 @@ impl EventLoop {
             reload,
             release_memory_at: None,
             on_ready: None,
+            idle,
         };
         Ok(event_loop)
     }
@@ -305,6 +311,7 @@ impl EventLoop {
                     self.accept_all(i, now);
                 }
             }
+            self.idle_tick(now);
             if self.core.handle.take_reload() && self.stopping.is_none() {
                 self.reload(now);
                 self.settle(now);
@@ -384,6 +391,7 @@ impl EventLoop {
         };
         consider(self.accept_paused_until);
         consider(self.release_memory_at);
+        consider(self.idle.as_ref().and_then(crate::idle::IdleExit::deadline));
         if let Some(s) = &self.stopping {
             consider(Some(s.cancel_at));
             consider(s.plugin_deadline);
@@ -391,6 +399,30 @@ impl EventLoop {
             consider(s.give_up_at.map(|t| t + self.host.max_stop_time()));
         }
         next.map(|t| t.saturating_duration_since(now))
+    }
+
+    /// Advances the idle exit: removes the socket files, then stops, once nobody has been
+    /// connected for the configured period.
+    fn idle_tick(&mut self, now: Instant) {
+        let Some(idle) = self.idle.as_mut().filter(|_| self.stopping.is_none()) else {
+            return;
+        };
+        match idle.update(self.conns.len(), now) {
+            crate::idle::IdleAction::None => {}
+            crate::idle::IdleAction::Retire => {
+                tracing::info!(
+                    "idle for {:.1}s: no longer accepting new clients",
+                    idle.after().as_secs_f64()
+                );
+                for l in &self.listeners {
+                    l.unlink_socket_file();
+                }
+            }
+            crate::idle::IdleAction::Stop => {
+                tracing::info!("idle: stopping");
+                self.core.handle.request_stop();
+            }
+        }
     }
 
     fn on_signals(&mut self) {

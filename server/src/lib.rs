@@ -18,13 +18,24 @@
 //! * [`transport`]: TCP and Unix listeners and streams.
 //! * [`security`]: the private runtime directory, socket files, peer credentials.
 //! * [`config`]: the TOML configuration.
+//! * [`logging`]: where the log goes (stderr or a file), text or JSON, colour on terminals.
+//! * [`idle`]: the idle exit of servers started on demand.
+//! * [`activation`]: systemd socket activation and readiness notification.
+//! * [`bench`], [`check`]: `ngd bench` and `ngd check`, cold against warm runs.
+//! * [`cli_docs`]: completions and man pages.
 //!
 //! The protocol itself (framing, session rules) is `ng-proto`'s; nothing here parses bytes.
 
+pub mod activation;
+pub mod bench;
 pub mod builtins;
+pub mod check;
+pub mod cli_docs;
 pub mod config;
 pub mod conn;
 pub mod event_loop;
+pub mod idle;
+pub mod logging;
 pub mod memory;
 pub mod nail;
 pub mod plugin;
@@ -51,19 +62,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Logs to stderr as `ngd` does: `level` (a level or a `tracing` filter), else `RUST_LOG`,
-/// else `info`. For server binaries built on this library.
+/// else `info`; colour only on a terminal. For server binaries built on this library
+/// ([`logging::init`] for a file or JSON).
 pub fn init_logging(level: Option<&str>) {
-    use tracing_subscriber::EnvFilter;
-    let filter = match level {
-        Some(l) => EnvFilter::new(l),
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    let options = logging::LogOptions {
+        level: level.map(str::to_owned),
+        ..Default::default()
     };
-    // A second call (an embedder that set up its own) is not an error.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+    // Without a file there is nothing to open, so nothing can fail.
+    let _ = logging::init(&options);
 }
 
 /// The exit codes `ngd` itself sends (commands choose their own).
@@ -102,6 +109,8 @@ pub struct Settings {
     pub max_threads: usize,
     /// Who may connect.
     pub peer_check: security::PeerCheck,
+    /// Stop after this long without a connection ([`idle`]); `None`: never.
+    pub idle_exit: Option<Duration>,
 }
 
 /// Called once with the bound addresses when the server is ready to serve.
@@ -135,6 +144,7 @@ impl Settings {
             min_threads: 2,
             max_threads: config.nail_threads.max(1),
             peer_check: security::PeerCheck::for_current_user().allow_remote(config.allow_remote),
+            idle_exit: config.idle_exit_ms.and_then(millis),
         }
     }
 }
@@ -326,6 +336,30 @@ impl ServerBuilder {
             })?;
         self.prebound
             .push(Listener::Unix(mio::net::UnixListener::from_std(l), guard));
+        Ok(self)
+    }
+
+    /// Serves on listening sockets passed by a service manager ([`activation`]), in
+    /// addition to any other pre-bound listener; with any, the configured addresses are not
+    /// bound.
+    pub fn activated_listeners(
+        &mut self,
+        listeners: Vec<activation::Activated>,
+    ) -> std::io::Result<&mut Self> {
+        for l in listeners {
+            match l {
+                activation::Activated::Tcp(l) => {
+                    self.tcp_listener(l)?;
+                }
+                activation::Activated::Unix(l, path) => {
+                    l.set_nonblocking(true)?;
+                    self.prebound.push(Listener::UnixInherited(
+                        mio::net::UnixListener::from_std(l),
+                        path,
+                    ));
+                }
+            }
+        }
         Ok(self)
     }
 

@@ -1,4 +1,5 @@
-//! The `ngd` binary: `ngd serve`, `ngd status`, `ngd reload`, `ngd stop`.
+//! The `ngd` binary: `ngd serve`, `ngd status`, `ngd reload`, `ngd stop`, and the tools
+//! around them: `ngd bench`, `ngd check`, `ngd completions`, `ngd man`.
 //!
 //! `ngd bridge <protocol> -- <command...>` (hidden) is how ngd runs a plugin that speaks
 //! another protocol than ngw (`docs/ngw.md` §15.2): the bridge is an ngw worker that owns
@@ -6,14 +7,16 @@
 //! nothing of the server (logging, signals, sockets) is set up in that process.
 //!
 //! `serve` runs the server in the foreground and prints one line saying where it listens
-//! once it accepts connections. `status`, `reload` and `stop` talk to a running server over
+//! once it accepts connections (and notifies `NOTIFY_SOCKET`, when set, with `READY=1`);
+//! it serves on sockets passed by systemd socket activation when there are any. `status`, `reload` and `stop` talk to a running server over
 //! the Nailgun protocol (they run its `ng-stats`, `ng-reload` and `ng-stop` commands), on `--server ADDR` or
 //! the default Unix socket, then `127.0.0.1:2113`.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use ng_proto::{ClientConfig, ClientEvent, ClientSession, Header};
 use ng_server::config::{ListenAddr, ServerConfig};
 use ng_server::plugin::config::Protocol;
+use ng_server::logging::LogFormat;
 use ng_server::Server;
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -49,6 +52,19 @@ enum Command {
         /// Allow listening on non-loopback addresses.
         #[arg(long)]
         allow_remote: bool,
+        /// Append the log to FILE instead of writing it to stderr.
+        #[arg(long, value_name = "FILE")]
+        log_file: Option<PathBuf>,
+        /// Log line format: text, or json (one object per line).
+        #[arg(long, value_name = "FORMAT")]
+        log_format: Option<LogFormat>,
+        /// Stop after MS milliseconds without any connection (0: never; default: never,
+        /// or 15 minutes for a server started by ng's auto-start).
+        #[arg(long, value_name = "MS")]
+        idle_exit: Option<u64>,
+        /// Started on demand by ng: the idle exit defaults to 15 minutes.
+        #[arg(long, hide = true)]
+        autostarted: bool,
     },
     /// Show a running server's statistics.
     Status {
@@ -80,6 +96,20 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
     },
+    /// Measure a command's start-up: cold (exec) against warm (through ngd).
+    Bench(ng_server::bench::BenchArgs),
+    /// Run a configured command cold and warm and report any difference.
+    Check(ng_server::check::CheckArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages of ng and ngd (ng.1, ngd.1, ngd-serve.1, ...) into DIR.
+    Man {
+        /// The directory (created if missing).
+        dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -90,7 +120,20 @@ fn main() -> ExitCode {
             config,
             log_level,
             allow_remote,
-        } => serve(listen, config, log_level, allow_remote),
+            log_file,
+            log_format,
+            idle_exit,
+            autostarted,
+        } => serve(ServeOptions {
+            listen,
+            config_path: config,
+            log_level,
+            allow_remote,
+            log_file,
+            log_format,
+            idle_exit,
+            autostarted,
+        }),
         Command::Status { json, server } => {
             let args: &[&str] = if json { &["--json"] } else { &[] };
             remote(server, "ng-stats", args)
@@ -98,6 +141,24 @@ fn main() -> ExitCode {
         Command::Reload { server } => remote(server, "ng-reload", &[]),
         Command::Stop { server } => remote(server, "ng-stop", &[]),
         Command::Bridge { protocol, command } => bridge(&protocol, command),
+        Command::Bench(args) => ExitCode::from(ng_server::bench::run(&args)),
+        Command::Check(args) => ExitCode::from(ng_server::check::run(&args)),
+        Command::Completions { shell } => {
+            ng_server::cli_docs::completions(shell, Cli::command(), &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { dir } => match ng_server::cli_docs::write_man_pages(&dir, Cli::command()) {
+            Ok(files) => {
+                for f in files {
+                    println!("{}", f.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("ngd: {e}");
+                ExitCode::from(73) // EX_CANTCREAT
+            }
+        },
     }
 }
 
@@ -123,12 +184,32 @@ fn bridge(protocol: &str, command: Vec<OsString>) -> ExitCode {
     ExitCode::from(u8::try_from(status & 0xff).unwrap_or(1))
 }
 
-fn serve(
+/// `ngd serve`'s command line.
+struct ServeOptions {
     listen: Vec<ListenAddr>,
     config_path: Option<PathBuf>,
     log_level: Option<String>,
     allow_remote: bool,
-) -> ExitCode {
+    log_file: Option<PathBuf>,
+    log_format: Option<LogFormat>,
+    idle_exit: Option<u64>,
+    autostarted: bool,
+}
+
+fn serve(options: ServeOptions) -> ExitCode {
+    // Both change the environment: before any thread starts.
+    let notifier = std::sync::Arc::new(ng_server::activation::Notifier::from_env());
+    let activated = ng_server::activation::take_listeners();
+    let ServeOptions {
+        listen,
+        config_path,
+        log_level,
+        allow_remote,
+        log_file,
+        log_format,
+        idle_exit,
+        autostarted,
+    } = options;
     let (mut config, loaded_from) = match ServerConfig::load(config_path.as_deref()) {
         Ok(loaded) => (loaded.config, loaded.path),
         Err(e) => {
@@ -136,16 +217,53 @@ fn serve(
             return ExitCode::from(78); // EX_CONFIG
         }
     };
-    ng_server::init_logging(log_level.as_deref().or(config.log_level.as_deref()));
+    let log = ng_server::logging::LogOptions {
+        level: log_level.or_else(|| config.log_level.clone()),
+        format: log_format.unwrap_or(config.log_format),
+        file: log_file.or_else(|| config.log_file.clone()),
+    };
+    if let Err(e) = ng_server::logging::init(&log) {
+        eprintln!("ngd: {e}");
+        return ExitCode::from(73); // EX_CANTCREAT
+    }
+    let activated = match activated {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("ngd: {e}");
+            return ExitCode::from(71); // EX_OSERR
+        }
+    };
     if !listen.is_empty() {
         config.listen = listen;
     }
     config.allow_remote |= allow_remote;
+    config.idle_exit_ms = match (idle_exit, config.idle_exit_ms) {
+        (Some(ms), _) => Some(ms),
+        (None, Some(ms)) => Some(ms),
+        (None, None) if autostarted => Some(ServerConfig::DEFAULT_AUTOSTART_IDLE_EXIT_MS),
+        (None, None) => None,
+    };
+    if let Some(ms) = config.idle_exit_ms.filter(|&ms| ms > 0) {
+        tracing::info!(
+            "will stop after {:.1}s without a connection",
+            ms as f64 / 1000.0
+        );
+    }
     let mut builder = Server::builder();
     builder
         .config(config)
         .config_path(loaded_from.or(config_path))
         .handle_signals(true);
+    if !activated.is_empty() {
+        tracing::info!(
+            "socket activation: {} listening sockets passed",
+            activated.len()
+        );
+        if let Err(e) = builder.activated_listeners(activated) {
+            eprintln!("ngd: socket activation: {e}");
+            return ExitCode::from(71); // EX_OSERR
+        }
+    }
     let server = match builder.build() {
         Ok(s) => s,
         Err(e) => {
@@ -158,15 +276,19 @@ fn serve(
             return ExitCode::from(if config_problem { 78 } else { 1 });
         }
     };
-    let ready = |addrs: Vec<String>| {
-        println!(
-            "ngd {} listening on {}",
-            env!("CARGO_PKG_VERSION"),
-            addrs.join(", ")
-        );
+    let ready_notifier = notifier.clone();
+    let ready = move |addrs: Vec<String>| {
+        let addrs = addrs.join(", ");
+        println!("ngd {} listening on {addrs}", env!("CARGO_PKG_VERSION"));
         let _ = std::io::stdout().flush();
+        ready_notifier.notify(&format!(
+            "READY=1\nMAINPID={}\nSTATUS=listening on {addrs}",
+            std::process::id()
+        ));
     };
-    match server.run_with_ready(ready) {
+    let result = server.run_with_ready(ready);
+    notifier.notify("STOPPING=1");
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ngd: {e}");

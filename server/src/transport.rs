@@ -18,6 +18,9 @@ pub enum Listener {
     Tcp(TcpListener),
     /// A Unix socket; the guard removes the socket file when the listener goes.
     Unix(UnixListener, crate::security::SocketFileGuard),
+    /// A Unix socket bound by someone else (a service manager's socket activation), and
+    /// its path: the socket file is theirs and stays.
+    UnixInherited(UnixListener, std::path::PathBuf),
 }
 
 /// Where an accepted stream came from, for the peer check and logs.
@@ -53,7 +56,7 @@ impl Listener {
                 s.set_nodelay(true)?;
                 Ok((Stream::Tcp(s), PeerAddr::Tcp { peer, local }))
             }
-            Listener::Unix(l, _) => {
+            Listener::Unix(l, _) | Listener::UnixInherited(l, _) => {
                 let (s, _) = l.accept()?;
                 Ok((Stream::Unix(s), PeerAddr::Unix))
             }
@@ -64,7 +67,9 @@ impl Listener {
     pub fn register(&mut self, registry: &Registry, token: Token) -> io::Result<()> {
         match self {
             Listener::Tcp(l) => registry.register(l, token, Interest::READABLE),
-            Listener::Unix(l, _) => registry.register(l, token, Interest::READABLE),
+            Listener::Unix(l, _) | Listener::UnixInherited(l, _) => {
+                registry.register(l, token, Interest::READABLE)
+            }
         }
     }
 
@@ -72,7 +77,7 @@ impl Listener {
     pub fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
         match self {
             Listener::Tcp(l) => registry.deregister(l),
-            Listener::Unix(l, _) => registry.deregister(l),
+            Listener::Unix(l, _) | Listener::UnixInherited(l, _) => registry.deregister(l),
         }
     }
 
@@ -84,6 +89,20 @@ impl Listener {
                 .map(|a| a.to_string())
                 .unwrap_or_else(|_| "tcp:?".into()),
             Listener::Unix(_, guard) => format!("local:{}", guard.path().display()),
+            Listener::UnixInherited(_, path) => format!("local:{}", path.display()),
+        }
+    }
+
+    /// Removes the socket file of a Unix listener this server bound (if it is still ours),
+    /// so new clients no longer find this server; the listener itself keeps accepting
+    /// connections already on their way. Used by the idle exit ([`crate::idle`]).
+    pub fn unlink_socket_file(&self) {
+        if let Listener::Unix(_, guard) = self {
+            if guard.is_intact() {
+                if let Err(e) = std::fs::remove_file(guard.path()) {
+                    tracing::debug!(path = %guard.path().display(), error = %e, "could not remove socket file");
+                }
+            }
         }
     }
 }

@@ -47,3 +47,5 @@ mod soak;
 mod plugins_host;
 // Plugin commands: stdin sent before the worker asks for it (eager clients) arrives intact.
 mod plugins_stdin;
+// Zero-setup operation: auto-start, idle exit, socket activation, ngd bench/check, completions.
+mod ops;

@@ -21,6 +21,9 @@ const DEFAULT_TCP: &str = ng_proto::paths::DEFAULT_TCP_ADDR;
 
 #[test]
 fn serve_with_no_listen_uses_the_defaults() {
+    let _default_tcp = ng_tests::DEFAULT_TCP_ADDR_LOCK
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     let xdg = tempfile::Builder::new()
         .prefix("ngd-xdg-")
         .tempdir()

@@ -61,3 +61,7 @@ pub use java_server::JavaServer;
 pub use ng_testkit::{FakeServer, RefusingPort, Reply, Request};
 pub use ngd_server::{Flavor, NgdServer};
 pub use server::{Address, Nail, Server, Transport};
+
+/// Held by tests that listen on the default TCP address `127.0.0.1:2113`, or that need
+/// nothing to answer there (`ng`'s auto-start only happens when nothing does).
+pub static DEFAULT_TCP_ADDR_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
