@@ -43,3 +43,5 @@ mod faults;
 mod hostile;
 // Issue #5: the soak, bounded: a mixed load with killed clients leaves no descriptor or process behind.
 mod soak;
+// Terminal scenarios in a pseudo-terminal: cold runs, and ng in a terminal against ngd.
+mod terminal;

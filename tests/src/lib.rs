@@ -23,6 +23,8 @@
 //!   for harness self-checks.
 //! * [`dump`]: parses the output of the `Dump` nail.
 //! * [`process`]: child processes owned by the test process, and output capture.
+//! * [`pty`]: a pseudo-terminal driver ([`pty::Pty`]) and the terminal scenarios that
+//!   compare a warm command with a cold one ([`pty::SCENARIOS`]).
 //! * [`data`]: deterministic test payloads.
 //! * [`macros`]: [`eqnice!`], [`assert_bytes_eq!`] and [`both_clients!`].
 //!
@@ -48,6 +50,7 @@ pub mod macros;
 pub mod ngd_server;
 pub mod plugins;
 pub mod process;
+pub mod pty;
 pub mod server;
 pub mod soak;
 pub mod wire;
