@@ -43,5 +43,7 @@ mod faults;
 mod hostile;
 // Issue #5: the soak, bounded: a mixed load with killed clients leaves no descriptor or process behind.
 mod soak;
+// Our ng's negotiated extensions against the Java server: announced harmlessly, classic.
+mod extensions;
 // Terminal scenarios in a pseudo-terminal: cold runs, and ng in a terminal against ngd.
 mod terminal;
