@@ -83,9 +83,11 @@ fn list(target: &Target) -> Result<String, ClientError> {
                         .map_err(|e| ClientError::broken("send", &e))?;
                 }
                 ClientEvent::Exit(0) => return Ok(String::from_utf8_lossy(&out).into_owned()),
-                ClientEvent::Exit(code) => {
+                ClientEvent::Exit(code) | ClientEvent::ExitBySignal { code, .. } => {
                     return Err(ClientError::ConnectionBroken(format!("exit {code}")))
                 }
+                // The listing announces no extensions, so none come.
+                ClientEvent::Extensions(_) | ClientEvent::Stopped(_) => {}
             }
         }
     }

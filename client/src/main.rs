@@ -11,11 +11,20 @@
 //!   default socket) and the connected socket.
 //! * [`request`]: the header sent before the command runs: arguments, environment, cwd.
 //! * [`session`]: the I/O loop around `ng_proto::ClientSession`: output, stdin credit,
-//!   heartbeats; also how signals and a broken stdout pipe end the client.
+//!   heartbeats, forwarded signals; also how a broken stdout pipe ends the client.
+//! * [`signals`]: the forwarded signals, and stopping or dying by a signal like the command.
 //! * [`exit`]: every client failure and its exit code (226–231, 141, 69).
 //! * [`autostart`]: starting `ngd` when no server answers at the default address (runs only
 //!   after connecting failed).
 //! * [`help`]: `ng --help` lists the server's commands after the usage.
+//!
+//! # Extensions
+//!
+//! After connecting, `ng` announces what it can do (docs/protocol.md, "Negotiated
+//! extensions"): `signals`, `winsize` and `stdin-window` always, and `fds` on a Unix
+//! socket, where fds 0, 1, 2 ride with the header (a descriptor that was closed when `ng`
+//! started is left out, so the command's stays closed too). A stock server passes the
+//! announcement on as environment entries and nothing else changes.
 //!
 //! Start-up does nothing the exchange does not need: parse argv, connect, then gather the
 //! environment and cwd and send the header in one write.
@@ -28,8 +37,10 @@
 //! overflow messages: about twenty system calls and a tenth of a millisecond, which is a
 //! tenth of a whole `ng` run. Of what it does, `ng` needs two things, and [`init`] does
 //! them: stdin, stdout and stderr are reopened on `/dev/null` if they are closed (otherwise
-//! the socket could become fd 1 and output would be written into the protocol), and
-//! SIGPIPE is ignored (so a closed stdout is an `EPIPE` that `ng` turns into a quiet 141).
+//! the socket could become fd 1 and output would be written into the protocol; which ones
+//! were closed is remembered, for `NGD_CLIENT_FDS`), and SIGPIPE is ignored (so a closed
+//! stdout is an `EPIPE` that `ng` answers by dying of SIGPIPE after all, quietly; whether
+//! it was ignored before is remembered, for `NGD_CLIENT_SIGIGN`).
 //! `std::env::args_os` keeps working: on Linux the standard library takes argv from the C
 //! runtime itself.
 
@@ -41,18 +52,41 @@ mod exit;
 mod help;
 mod request;
 mod session;
+mod signals;
 mod transport;
 
 use args::{Invocation, Parsed};
 use exit::ClientError;
+use ng_proto::{FdMap, Features};
+use session::Ending;
 use std::ffi::OsString;
 use std::io::Write as _;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Bits 0–2: fds 0–2 were closed when `ng` started; bit 3: SIGPIPE was ignored.
+static STARTUP: AtomicU8 = AtomicU8::new(0);
 
 /// The process entry point, called by the C runtime (see "Entry point" above).
 #[cfg_attr(not(test), no_mangle)]
 pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     init();
-    let status = run().unwrap_or_else(|e| e.report());
+    let status = match run() {
+        Ok(Ending::Status(status)) => status,
+        Ok(Ending::Signal {
+            signo,
+            core,
+            status,
+        }) => {
+            signals::die_by(signo, core);
+            status
+        }
+        Err(ClientError::BrokenPipe) => {
+            // The C client is killed by SIGPIPE here; so is `ng`, quietly.
+            signals::die_by(libc::SIGPIPE, false);
+            exit::BROKEN_PIPE
+        }
+        Err(e) => e.report(),
+    };
     std::process::exit(i32::from(status));
 }
 
@@ -64,8 +98,10 @@ fn init() {
         revents: 0,
     });
     // SAFETY: three valid pollfds; a zero timeout only reports descriptors that are closed.
+    let mut startup = 0;
     if unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } > 0 {
         for pfd in fds.iter().filter(|p| p.revents & libc::POLLNVAL != 0) {
+            startup |= 1 << pfd.fd;
             // SAFETY: open returns the lowest free descriptor, which is the closed one:
             // the lower ones are open or were reopened by earlier iterations.
             let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
@@ -76,21 +112,24 @@ fn init() {
         }
     }
     // SAFETY: setting a signal's disposition to "ignore" has no preconditions.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) } == libc::SIG_IGN {
+        startup |= 8;
+    }
+    STARTUP.store(startup, Ordering::Relaxed);
 }
 
-/// Runs the client and returns the process exit status.
-fn run() -> Result<u8, ClientError> {
+/// Runs the client and returns how it ends.
+fn run() -> Result<Ending, ClientError> {
     let invocation = match args::parse(std::env::args_os())? {
         Parsed::Run(invocation) => invocation,
         Parsed::Help => {
             let _ = std::io::stderr().write_all(args::USAGE.as_bytes());
             let _ = std::io::stderr().write_all(help::server_commands().as_bytes());
-            return Ok(0);
+            return Ok(Ending::Status(0));
         }
         Parsed::Version => {
             print_version()?;
-            return Ok(0);
+            return Ok(Ending::Status(0));
         }
     };
     let Invocation {
@@ -117,8 +156,35 @@ fn run() -> Result<u8, ClientError> {
         Ok(socket) => socket,
         Err(e) => autostart_and_connect(&target, e, no_autostart)?,
     };
-    let header = request::header(command, args, &env_overrides, request::Context::current());
-    session::run(socket, &header)
+    let context = request::Context::current();
+    let startup = STARTUP.load(Ordering::Relaxed);
+    let catcher = signals::Catcher::install(startup & 8 != 0).ok();
+    let mut features = Features::SIGNALS | Features::WINSIZE | Features::STDIN_WINDOW;
+    let mut fds = None;
+    if socket.is_unix() {
+        features = features | Features::FDS;
+        fds = Some(FdMap::new([0, 1, 2].map(|fd| startup & (1 << fd) == 0)));
+    }
+    let extensions = request::Extensions {
+        features,
+        fds,
+        winsize: if context.ttys.contains(&true) {
+            signals::window_size()
+        } else {
+            None
+        },
+        ignored: catcher
+            .as_ref()
+            .map(signals::Catcher::ignored)
+            .unwrap_or_default(),
+    };
+    let header = request::header(command, args, &env_overrides, context, &extensions);
+    let options = session::Options {
+        announced: features,
+        fds: fds.map_or_else(Vec::new, |map| map.fds().map(|fd| fd as i32).collect()),
+        catcher,
+    };
+    session::run(socket, &header, options)
 }
 
 /// After a failed connection to `target`: starts a server and connects to it, when that

@@ -13,7 +13,12 @@
 //! 6. `NGD_CLIENT_UMASK=<octal>`, the client's umask: an ngd extension (a stock server just
 //!    passes it on as one more variable; ngd strips it and gives a plugin command the
 //!    client's umask, as a cold run would have);
-//! 7. `D <cwd>` (empty if the working directory is gone) and `C <command>`.
+//! 7. the extension entries ([`Extensions`]; docs/protocol.md, "Negotiated extensions"):
+//!    `NGD_CLIENT_SIGIGN` (signals the parent left ignored, if any), `NGD_CLIENT_WINSIZE`
+//!    (if a stdio fd is a terminal), `NGD_CLIENT_FDS` (on a Unix socket: which of fds 0, 1,
+//!    2 ride with the header; a closed one is left out) and, last of all `E`s,
+//!    `NGD_CLIENT_FEATURES`. A stock server passes them on as variables; ngd strips them;
+//! 8. `D <cwd>` (empty if the working directory is gone) and `C <command>`.
 //!
 //! Nothing is ever converted to UTF-8: the server gets the OS's bytes.
 //!
@@ -79,12 +84,29 @@ impl Context {
 /// The environment entry carrying the client's umask to ngd.
 pub const UMASK_VAR: &str = "NGD_CLIENT_UMASK";
 
+/// The environment entry naming the signals the client's parent left ignored.
+pub const SIGIGN_VAR: &str = "NGD_CLIENT_SIGIGN";
+
+/// What the client announces after its environment.
+#[derive(Debug, Default)]
+pub struct Extensions {
+    /// The features announced.
+    pub features: ng_proto::Features,
+    /// With `fds`: which of fds 0, 1, 2 are passed.
+    pub fds: Option<ng_proto::FdMap>,
+    /// The terminal's size, if a stdio fd is a terminal.
+    pub winsize: Option<ng_proto::WinSize>,
+    /// Signals the parent left ignored.
+    pub ignored: Vec<ng_proto::SignalName>,
+}
+
 /// Builds the header for `command`.
 pub fn header(
     command: OsString,
     args: Vec<HeaderArg>,
     overrides: &[(OsString, OsString)],
     context: Context,
+    extensions: &Extensions,
 ) -> Header {
     let mut env = Vec::with_capacity(6 + context.env.len() + overrides.len());
     env.push(b"NAILGUN_FILESEPARATOR=/".to_vec());
@@ -102,6 +124,19 @@ pub fn header(
         env.push(entry(name, value));
     }
     env.push(format!("{UMASK_VAR}={:04o}", context.umask & 0o7777).into_bytes());
+    if !extensions.features.is_empty() {
+        if !extensions.ignored.is_empty() {
+            let names: Vec<&str> = extensions.ignored.iter().map(|s| s.as_str()).collect();
+            env.push(format!("{SIGIGN_VAR}={}", names.join(",")).into_bytes());
+        }
+        if let Some(size) = extensions.winsize {
+            env.push(format!("NGD_CLIENT_WINSIZE={}", size.to_value()).into_bytes());
+        }
+        if let Some(fds) = extensions.fds {
+            env.push(format!("NGD_CLIENT_FDS={}", fds.to_value()).into_bytes());
+        }
+        env.push(format!("NGD_CLIENT_FEATURES={}", extensions.features.to_list()).into_bytes());
+    }
     Header {
         command: command.into_vec(),
         args,
@@ -147,6 +182,7 @@ mod tests {
             vec![HeaderArg::Plain(b"a".to_vec())],
             &[],
             context(&[(b"ZED", b"1"), (b"ALPHA", b"x=y"), (b"NAILGUN_TTY_0", b"0")]),
+            &Extensions::default(),
         );
         assert_eq!(h.command, b"cmd");
         assert_eq!(h.args, vec![HeaderArg::Plain(b"a".to_vec())]);
@@ -182,6 +218,7 @@ mod tests {
                 (b"PATH", b"/bin"),
                 (b"HOME", b"/dup"),
             ]),
+            &Extensions::default(),
         );
         assert_eq!(
             strings(&h.env[5..]),
@@ -195,8 +232,47 @@ mod tests {
     }
 
     #[test]
+    fn extension_entries_follow_the_umask_and_features_come_last() {
+        let extensions = Extensions {
+            features: ng_proto::Features::ALL,
+            fds: Some(ng_proto::FdMap::new([false, true, true])),
+            winsize: Some(ng_proto::WinSize {
+                cols: 120,
+                rows: 40,
+                xpixel: 0,
+                ypixel: 0,
+            }),
+            ignored: vec![ng_proto::SignalName::new(b"SIGHUP").unwrap()],
+        };
+        let h = header(
+            "cmd".into(),
+            vec![],
+            &[],
+            context(&[(b"A", b"1")]),
+            &extensions,
+        );
+        assert_eq!(
+            strings(&h.env[5..]),
+            vec![
+                &b"A=1"[..],
+                b"NGD_CLIENT_UMASK=0027",
+                b"NGD_CLIENT_SIGIGN=SIGHUP",
+                b"NGD_CLIENT_WINSIZE=120 40 0 0",
+                b"NGD_CLIENT_FDS=1,2",
+                b"NGD_CLIENT_FEATURES=fds,signals,winsize,stdin-window",
+            ]
+        );
+    }
+
+    #[test]
     fn environment_bytes_are_not_utf8_checked() {
-        let h = header("cmd".into(), vec![], &[], context(&[(b"RAW", b"\xff\xfe")]));
+        let h = header(
+            "cmd".into(),
+            vec![],
+            &[],
+            context(&[(b"RAW", b"\xff\xfe")]),
+            &Extensions::default(),
+        );
         assert_eq!(h.env[5], b"RAW=\xff\xfe");
     }
 

@@ -15,14 +15,22 @@
 //! `write_all` before letting go of the lock. Chunks therefore leave whole and in order. A
 //! condition variable wakes the stdin thread when an `S` grants credit.
 //!
-//! # Heartbeats
+//! # The main loop and heartbeats
 //!
-//! `H` goes out when nothing was sent for 500 ms ([`ClientSession::poll_timeout`]). The
-//! main thread blocks in `read(2)` with the socket's receive timeout set to the time left
-//! until that deadline, and checks the deadline after every read, so heartbeats also flow
-//! while output streams in. The timeout is only re-armed when it is off by more than
-//! [`TIMEOUT_SLACK`], which keeps `setsockopt` out of the streaming path. A heartbeat that
-//! fails with `EPIPE`/`ECONNRESET` is ignored (the server may have just sent `X`).
+//! The main thread `poll`s the socket and the signal descriptor ([`Catcher`]) with a
+//! timeout at the next heartbeat deadline: `H` goes out when nothing was sent for 500 ms
+//! ([`ClientSession::poll_timeout`]), checked after every read, so heartbeats also flow
+//! while output streams in. A heartbeat that fails with `EPIPE`/`ECONNRESET` is ignored
+//! (the server may have just sent `X`).
+//!
+//! # Extensions
+//!
+//! The header announces features ([`crate::request::Extensions`]); on a Unix socket it
+//! carries fds 0, 1, 2 (`SCM_RIGHTS`, attached to its first byte). What the server honours
+//! arrives as [`ClientEvent::Extensions`] before anything else. If it took the descriptors,
+//! the command reads and writes them itself: no `S` and no output chunks come, and this
+//! loop only forwards signals and waits for `X`. With `stdin-window`, `S` grants bytes and
+//! the stdin thread reads up to [`WINDOW_READ_LEN`] at a time.
 //!
 //! # How the session ends
 //!
@@ -31,24 +39,39 @@
 //! * The server closes or resets the connection before `X`: `recv: <reason>`, 227.
 //! * A chunk type a server may not send: `Unexpected chunk type N ('c')`, 229, after the
 //!   output that came before it.
-//! * Our stdout (or stderr) is a pipe whose reader is gone (`EPIPE`; Rust ignores SIGPIPE):
-//!   no message, exit 141, the status the C client gets when SIGPIPE kills it. Exiting
-//!   closes the socket, so the server sees the disconnect.
+//! * Our stdout (or stderr) is a pipe whose reader is gone (`EPIPE`; `ng` ignores SIGPIPE
+//!   while it runs): no message; `main` then dies by SIGPIPE, as the C client does (status
+//!   141 in a shell). Dying closes the socket, so the server sees the disconnect.
 //! * Reading stdin fails: the stdin thread records `read: <reason>` and shuts the socket
 //!   down, which wakes the main thread to report it (227).
 //!
 //! # Signals
 //!
-//! SIGINT and SIGTERM keep their default disposition: the client dies by the signal (so
-//! the shell sees 130/143 and a `^C` in a pipeline behaves as usual), the kernel closes the
-//! socket, and the server sees the disconnect and cancels the command. Nothing is forwarded
-//! to the server; the reference client does the same.
+//! The forwarded signals ([`crate::signals::FORWARDED`]) are caught through a `signalfd`.
+//! What happens to one depends on the server's answer:
+//!
+//! * `signals` accepted: `K <SIGNAME>` to the server. `SIGWINCH` becomes `W` with the new
+//!   size when `winsize` is accepted. `SIGTSTP` is forwarded, then the client stops itself
+//!   the same way; once continued it sends `K SIGCONT` (exactly one, whether or not the
+//!   shell's `SIGCONT` is still pending) and the current window size. `Z` from the server
+//!   (the command stopped itself) stops the client the same way.
+//! * Anything else (a stock server, or no `signals`): the signal's default action, so
+//!   `^C` kills the client as it always did, the kernel closes the socket and the server
+//!   cancels the command.
+//! * Before the server's first chunk it is not known yet: signals wait for it, at most
+//!   [`DECIDE_WITHIN`] (ngd answers at once; a stock server may stay silent until its
+//!   command exits), then get their default action.
+//!
+//! A death by signal reported in `X` ([`ClientEvent::ExitBySignal`]) ends the session with
+//! [`Ending::Signal`]: `main` re-raises it ([`crate::signals::die_by`]).
 
 use crate::exit::ClientError;
+use crate::signals::{self, Catcher};
 use crate::transport::Socket;
 use ng_proto::bytes::BytesMut;
-use ng_proto::{exit, ClientConfig, ClientEvent, ClientSession, Header, ProtocolError};
+use ng_proto::{exit, ClientConfig, ClientEvent, ClientSession, Features, Header, ProtocolError};
 use std::io;
+use std::os::fd::RawFd;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -58,12 +81,39 @@ const READ_LEN: usize = 64 * 1024;
 /// Below this much free space the read buffer is grown (or compacted) before a read.
 const MIN_SPARE: usize = 4096;
 
-/// How far the socket's receive timeout may be from the heartbeat deadline before it is set
-/// again. Bounds how late a heartbeat can be.
-const TIMEOUT_SLACK: Duration = Duration::from_millis(20);
+/// With `stdin-window`, the most the stdin thread reads at once.
+pub const WINDOW_READ_LEN: usize = 128 * 1024;
 
-/// The shortest receive timeout set (a zero `SO_RCVTIMEO` would mean "wait forever").
-const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+/// How long a signal waits for the server's first chunk before it gets its default
+/// action (see "Signals" above).
+pub const DECIDE_WITHIN: Duration = Duration::from_millis(250);
+
+/// How a session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Exit with this status.
+    Status(u8),
+    /// The command died of signal `signo`: die the same way (`status` if that fails).
+    Signal {
+        /// The signal's number here.
+        signo: libc::c_int,
+        /// The command dumped core.
+        core: bool,
+        /// The classic status.
+        status: u8,
+    },
+}
+
+/// What the session needs besides the header.
+#[derive(Debug)]
+pub struct Options {
+    /// The features the header announces.
+    pub announced: Features,
+    /// The descriptors to attach to the header (`SCM_RIGHTS`), in `NGD_CLIENT_FDS` order.
+    pub fds: Vec<RawFd>,
+    /// The forwarded signals' descriptor, if it could be set up.
+    pub catcher: Option<Catcher>,
+}
 
 /// What the main thread and the stdin thread share.
 #[derive(Debug)]
@@ -101,14 +151,20 @@ impl Shared {
     }
 }
 
-/// Runs one session on a connected socket and returns the process exit status.
-pub fn run(socket: Socket, header: &Header) -> Result<u8, ClientError> {
+/// Runs one session on a connected socket and returns how it ended.
+pub fn run(socket: Socket, header: &Header, options: Options) -> Result<Ending, ClientError> {
     let now = Instant::now();
-    let mut session = ClientSession::new(ClientConfig::default(), now);
+    let config = ClientConfig {
+        announced: options.announced,
+        ..ClientConfig::default()
+    };
+    let mut session = ClientSession::new(config, now);
     session.send_header(header, now);
     // A failed header write is not fatal yet: the server may have answered (say, refused
     // us with a message and an exit code) before closing. It is reported if no `X` comes.
-    let header_error = socket.write_all(&session.take_transmit()).err();
+    let header_error = socket
+        .write_all_with_fds(&session.take_transmit(), &options.fds)
+        .err();
     let shared = Arc::new(Shared {
         socket,
         state: Mutex::new(State {
@@ -120,9 +176,11 @@ pub fn run(socket: Socket, header: &Header) -> Result<u8, ClientError> {
     MainLoop {
         shared,
         rbuf: BytesMut::with_capacity(READ_LEN),
-        armed: None,
         stdin_started: false,
         header_error,
+        catcher: options.catcher,
+        pending: Vec::new(),
+        decide_by: None,
     }
     .run()
 }
@@ -134,18 +192,39 @@ struct MainLoop {
     /// Bytes read but not yet consumed by the session (at most a partial chunk header or
     /// exit payload between reads; output payloads are passed on as they arrive).
     rbuf: BytesMut,
-    /// The receive timeout currently set on the socket.
-    armed: Option<Duration>,
     stdin_started: bool,
     header_error: Option<io::Error>,
+    catcher: Option<Catcher>,
+    /// Signals caught before the server's first chunk.
+    pending: Vec<libc::c_int>,
+    /// When pending signals get their default action if the server is still silent.
+    decide_by: Option<Instant>,
 }
 
 impl MainLoop {
-    fn run(mut self) -> Result<u8, ClientError> {
+    fn run(mut self) -> Result<Ending, ClientError> {
         let mut events = Vec::new();
         loop {
-            let deadline = self.heartbeat()?;
-            self.arm(deadline)?;
+            let heartbeat = self.heartbeat()?;
+            let deadline = match (heartbeat, self.decide_by) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let (socket_ready, signal_ready) = self.wait(deadline)?;
+            if self.decide_by.is_some_and(|d| Instant::now() >= d) {
+                self.decide_by = None;
+                for signo in std::mem::take(&mut self.pending) {
+                    default_action(signo);
+                }
+            }
+            if signal_ready {
+                while let Some(signo) = self.catcher.as_ref().and_then(Catcher::next) {
+                    self.on_signal(signo)?;
+                }
+            }
+            if !socket_ready {
+                continue;
+            }
             if self.rbuf.capacity() - self.rbuf.len() < MIN_SPARE {
                 self.rbuf.reserve(READ_LEN);
             }
@@ -176,13 +255,145 @@ impl MainLoop {
                     ClientEvent::Stdout(data) => write_out(libc::STDOUT_FILENO, &data)?,
                     ClientEvent::Stderr(data) => write_out(libc::STDERR_FILENO, &data)?,
                     ClientEvent::StdinRequested => self.stdin_requested()?,
-                    ClientEvent::Exit(code) => return Ok(exit::status(code)),
+                    ClientEvent::Exit(code) => return Ok(Ending::Status(exit::status(code))),
+                    ClientEvent::ExitBySignal { code, signal, core } => {
+                        let status = exit::status(code);
+                        return Ok(match signals::number_of(&signal) {
+                            Some(signo) => Ending::Signal {
+                                signo,
+                                core,
+                                status,
+                            },
+                            None => Ending::Status(status),
+                        });
+                    }
+                    ClientEvent::Extensions(_) => {
+                        self.decide_by = None;
+                        for signo in std::mem::take(&mut self.pending) {
+                            self.on_signal(signo)?;
+                        }
+                    }
+                    ClientEvent::Stopped(signal) => {
+                        if let Some(signo) = signals::number_of(&signal) {
+                            self.stop_and_resume(signo)?;
+                        }
+                    }
                 }
             }
             if let Err(e) = result {
                 return Err(protocol_error(e));
             }
         }
+    }
+
+    /// Waits until the socket or the signal descriptor is readable, or `deadline`.
+    fn wait(&self, deadline: Option<Instant>) -> Result<(bool, bool), ClientError> {
+        let timeout = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                // Round up, so the deadline has passed when poll returns.
+                left.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int
+            }
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd: self.shared.socket.as_raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.catcher.as_ref().map_or(-1, Catcher::fd),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds (a negative fd is skipped by poll).
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                return Ok((false, false));
+            }
+            return Err(ClientError::broken("poll", &err));
+        }
+        Ok((fds[0].revents != 0, fds[1].revents != 0))
+    }
+
+    /// Acts on one caught signal.
+    fn on_signal(&mut self, signo: libc::c_int) -> Result<(), ClientError> {
+        let accepted = self.shared.lock().session.extensions();
+        match accepted {
+            None => {
+                self.pending.push(signo);
+                self.decide_by
+                    .get_or_insert_with(|| Instant::now() + DECIDE_WITHIN);
+                Ok(())
+            }
+            Some(f) if f.contains(Features::SIGNALS) => self.forward(signo, f),
+            Some(_) => {
+                default_action(signo);
+                Ok(())
+            }
+        }
+    }
+
+    /// Forwards a signal to a server that accepted `signals`.
+    fn forward(&mut self, signo: libc::c_int, accepted: Features) -> Result<(), ClientError> {
+        if signo == libc::SIGTSTP {
+            self.send_signal(libc::SIGTSTP)?;
+            return self.stop_and_resume(libc::SIGTSTP);
+        }
+        if signo == libc::SIGWINCH && accepted.contains(Features::WINSIZE) {
+            return self.send_window_size();
+        }
+        self.send_signal(signo)
+    }
+
+    /// Stops the client with `signo`; once continued, tells the server to continue the
+    /// command (one `K SIGCONT`, taking the shell's pending `SIGCONT` if there is one) and
+    /// sends the window size, which may have changed meanwhile.
+    fn stop_and_resume(&mut self, signo: libc::c_int) -> Result<(), ClientError> {
+        signals::stop_by(signo);
+        if let Some(catcher) = &self.catcher {
+            catcher.take_cont();
+        }
+        self.send_signal(libc::SIGCONT)?;
+        let accepted = self.shared.lock().session.extensions().unwrap_or_default();
+        if accepted.contains(Features::WINSIZE) {
+            self.send_window_size()?;
+        }
+        Ok(())
+    }
+
+    fn send_signal(&mut self, signo: libc::c_int) -> Result<(), ClientError> {
+        let Some(name) = signals::name_of(signo) else {
+            return Ok(());
+        };
+        self.send(|session, now| session.send_signal(&name, now))
+    }
+
+    fn send_window_size(&mut self) -> Result<(), ClientError> {
+        match signals::window_size() {
+            Some(size) => self.send(|session, now| session.send_window_size(size, now)),
+            None => self.send_signal(libc::SIGWINCH),
+        }
+    }
+
+    /// Queues an extension chunk with `queue` and writes it.
+    fn send(
+        &self,
+        queue: impl FnOnce(&mut ClientSession, Instant) -> bool,
+    ) -> Result<(), ClientError> {
+        let mut state = self.shared.lock();
+        if queue(&mut state.session, Instant::now()) {
+            if let Err(e) = self.shared.flush(&mut state) {
+                if !is_disconnect(&e) {
+                    return Err(ClientError::broken("send", &e));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Sends `H` if it is due and returns the next heartbeat deadline.
@@ -198,27 +409,6 @@ impl MainLoop {
             }
         }
         Ok(state.session.poll_timeout())
-    }
-
-    /// Sets the socket's receive timeout to the time left until `deadline`, unless the one
-    /// already set is close enough.
-    fn arm(&mut self, deadline: Option<Instant>) -> Result<(), ClientError> {
-        let Some(deadline) = deadline else {
-            return Ok(());
-        };
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .max(MIN_TIMEOUT);
-        let close_enough = self
-            .armed
-            .is_some_and(|armed| armed.abs_diff(left) <= TIMEOUT_SLACK);
-        if !close_enough {
-            self.shared.socket.set_read_timeout(left).map_err(|e| {
-                ClientError::Socket(format!("setsockopt: {}", crate::exit::strerror(&e)))
-            })?;
-            self.armed = Some(left);
-        }
-        Ok(())
     }
 
     /// An `S` granted credit: start the stdin thread, or wake it.
@@ -260,6 +450,19 @@ impl MainLoop {
     }
 }
 
+/// A signal's default action, for a server that does not take signals: stop for
+/// `SIGTSTP`, nothing for `SIGWINCH` and `SIGCONT`, death for the rest.
+fn default_action(signo: libc::c_int) {
+    match signo {
+        libc::SIGWINCH | libc::SIGCONT => {}
+        libc::SIGTSTP => signals::stop_by(signo),
+        _ => {
+            signals::die_by(signo, true);
+            std::process::exit(128 + signo);
+        }
+    }
+}
+
 /// The client error for a protocol violation by the server.
 fn protocol_error(e: ProtocolError) -> ClientError {
     match e {
@@ -273,17 +476,31 @@ fn is_disconnect(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET))
 }
 
-/// The stdin thread: one read and one `0` (or `.`) per credit.
+/// The stdin thread: reads as much as the credit allows and sends it as one `0` (or `.`
+/// at end of file): one chunk per `S`, or with `stdin-window` up to [`WINDOW_READ_LEN`]
+/// at a time while the window lasts.
 fn stdin_loop(shared: &Shared) {
-    let mut buf = [0u8; ng_proto::STDIN_CHUNK_LEN];
+    let windowed = shared
+        .lock()
+        .session
+        .extensions()
+        .is_some_and(|f| f.contains(Features::STDIN_WINDOW));
+    let len = if windowed {
+        WINDOW_READ_LEN
+    } else {
+        ng_proto::STDIN_CHUNK_LEN
+    };
+    let mut buf = vec![0u8; len];
     loop {
-        {
+        let budget = {
             let mut state = shared.lock();
             while !state.session.has_stdin_credit() {
                 state = shared.credit.wait(state).unwrap_or_else(|e| e.into_inner());
             }
-        }
-        let read = read_stdin(&mut buf);
+            state.session.stdin_budget()
+        };
+        let want = budget.min(buf.len());
+        let read = read_stdin(&mut buf[..want]);
         let mut state = shared.lock();
         let now = Instant::now();
         let eof = match read {

@@ -28,7 +28,6 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// The TCP port used when none is given.
 const DEFAULT_PORT: u16 = ng_proto::DEFAULT_PORT;
@@ -319,8 +318,9 @@ impl Socket {
     }
 
     /// Makes [`Socket::read_into`] give up with `WouldBlock` after `timeout` (which must
-    /// not be zero: a zero `SO_RCVTIMEO` means "never").
-    pub fn set_read_timeout(&self, timeout: Duration) -> io::Result<()> {
+    /// not be zero: a zero `SO_RCVTIMEO` means "never"). Only `ng --help`'s short listing
+    /// uses it; a session waits with `poll`.
+    pub fn set_read_timeout(&self, timeout: std::time::Duration) -> io::Result<()> {
         debug_assert!(!timeout.is_zero());
         let tv = libc::timeval {
             tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
@@ -329,11 +329,11 @@ impl Socket {
         // SAFETY: the option value is a timeval of the given size.
         let rc = unsafe {
             libc::setsockopt(
-                self.raw(),
+                self.as_raw(),
                 libc::SOL_SOCKET,
                 libc::SO_RCVTIMEO,
                 (&tv as *const libc::timeval).cast(),
-                mem::size_of::<libc::timeval>() as libc::socklen_t,
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
             )
         };
         if rc < 0 {
@@ -394,6 +394,68 @@ impl Socket {
             // Only a latency hint: nothing to do if it fails.
             let _ = self.set_int_option(libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
         }
+    }
+
+    /// True for a Unix socket, which can carry descriptors.
+    pub fn is_unix(&self) -> bool {
+        !self.tcp
+    }
+
+    /// The descriptor, for `poll`.
+    pub fn as_raw(&self) -> RawFd {
+        self.raw()
+    }
+
+    /// Writes all of `data`, with `fds` attached (`SCM_RIGHTS`) to its first byte; an empty
+    /// `fds` is a plain [`Socket::write_all`]. The kernel delivers the descriptors with the
+    /// first read that returns that byte, to a reader that asks for them; a reader that
+    /// does not (`read(2)`, any stock server) never sees them, and they are closed.
+    pub fn write_all_with_fds(&self, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+        if fds.is_empty() || data.is_empty() {
+            return self.write_all(data);
+        }
+        const MAX_FDS: usize = 3;
+        let fds = &fds[..fds.len().min(MAX_FDS)];
+        // Room for one control message of up to three descriptors, aligned for cmsghdr.
+        let mut control = [0u64; 8];
+        // SAFETY: CMSG_SPACE is a pure size computation.
+        let space = unsafe { libc::CMSG_SPACE(mem::size_of_val(fds) as u32) } as usize;
+        debug_assert!(space <= mem::size_of_val(&control));
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        // SAFETY: an all-zero msghdr is a valid value.
+        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: the control buffer holds `space` bytes, enough for one header and the
+        // descriptors (CMSG_FIRSTHDR is non-null for a buffer that large).
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of_val(fds) as u32) as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+                fds.len(),
+            );
+        }
+        let sent = loop {
+            // SAFETY: `msg` points at live buffers for the duration of the call.
+            let n = unsafe { libc::sendmsg(self.raw(), &msg, libc::MSG_NOSIGNAL) };
+            if n >= 0 {
+                break n as usize;
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        };
+        self.write_all(&data[sent..])
     }
 
     /// Shuts both directions down, which wakes a thread blocked reading the socket.

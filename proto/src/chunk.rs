@@ -39,6 +39,18 @@ impl ChunkType {
     /// `X`: exit code as ASCII decimal (server to client); the first one ends the session.
     pub const EXIT: Self = Self(b'X');
 
+    /// `F`: the features the server honours in this session (server to client, only to a
+    /// client that announced `NGD_CLIENT_FEATURES`; the first chunk of the session).
+    pub const FEATURES: Self = Self(b'F');
+    /// `K`: a signal name for the command (client to server, after `F` named `signals`).
+    pub const SIGNAL: Self = Self(b'K');
+    /// `W`: the client's terminal changed size (client to server, after `F` named
+    /// `winsize`).
+    pub const WINDOW_SIZE: Self = Self(b'W');
+    /// `Z`: the command stopped itself with this signal; the client stops too (server to
+    /// client, after `F` named `signals`).
+    pub const STOPPED: Self = Self(b'Z');
+
     /// `h`: ngw worker hello (worker to ngd), sent once before any session.
     pub const WORKER_HELLO: Self = Self(b'h');
     /// `i`: ngw interrupt (ngd to worker): the client is gone, or a signal name.
@@ -90,6 +102,10 @@ impl ChunkType {
             Self::STDERR => "stderr",
             Self::SEND_INPUT => "send-input",
             Self::EXIT => "exit",
+            Self::FEATURES => "features",
+            Self::SIGNAL => "signal",
+            Self::WINDOW_SIZE => "window-size",
+            Self::STOPPED => "stopped",
             Self::WORKER_HELLO => "worker-hello",
             Self::WORKER_INTERRUPT => "worker-interrupt",
             Self::WORKER_PING => "worker-ping",

@@ -15,8 +15,27 @@
 //!
 //! Only `1 2 S X` may come from a server; any other type is a protocol error (the reference
 //! client exits 229).
+//!
+//! # Negotiated extensions
+//!
+//! A client that announces features ([`ClientConfig::announced`]; the caller puts the
+//! matching `NGD_CLIENT_FEATURES` entry last in [`Header::env`]) also accepts `F` as the
+//! server's first chunk. [`ClientEvent::Extensions`] then says what the server honours:
+//! the features `F` names, or none at all when the first chunk is anything else (a stock
+//! server). From then on, depending on what was accepted:
+//!
+//! * `signals`: [`ClientSession::send_signal`] queues `K`; the server may send `Z`
+//!   ([`ClientEvent::Stopped`]) and report a death by signal in `X`
+//!   ([`ClientEvent::ExitBySignal`]).
+//! * `winsize`: [`ClientSession::send_window_size`] queues `W`.
+//! * `stdin-window`: each `S` carries a byte count that adds to the stdin credit, and any
+//!   number of `0` chunks may be sent while credit lasts ([`ClientSession::stdin_budget`]).
+//!
+//! `F` from a server the client did not announce to, or anywhere but first, is a protocol
+//! error like any unknown type; so are `Z` and the extension payloads without their feature.
 
 use crate::codec::{encode, encode_stream, ChunkHeader};
+use crate::ext::{self, ExitReport, Features, SignalName, WinSize};
 use crate::{exit, ChunkType, ProtocolError, HEADER_LEN, STDIN_CHUNK_LEN};
 use bytes::{Buf, Bytes, BytesMut};
 use std::collections::VecDeque;
@@ -25,6 +44,9 @@ use std::time::{Duration, Instant};
 /// How much of an `X` payload is parsed; the reference client reads at most this much.
 const MAX_EXIT_PARSE: usize = 2047;
 
+/// The longest `F` payload accepted.
+const MAX_FEATURES_LEN: u32 = 1024;
+
 /// Client-side settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientConfig {
@@ -32,6 +54,9 @@ pub struct ClientConfig {
     pub heartbeat_interval: Duration,
     /// The largest `L` piece sent for a file argument.
     pub long_arg_piece: usize,
+    /// The features announced in the header's `NGD_CLIENT_FEATURES` entry; empty for a
+    /// classic client, which then never accepts `F`.
+    pub announced: Features,
 }
 
 impl Default for ClientConfig {
@@ -39,6 +64,7 @@ impl Default for ClientConfig {
         Self {
             heartbeat_interval: Duration::from_millis(500),
             long_arg_piece: STDIN_CHUNK_LEN,
+            announced: Features::NONE,
         }
     }
 }
@@ -78,6 +104,22 @@ pub enum ClientEvent {
     /// The command finished with this code (as parsed; the process status is
     /// [`exit::status`] of it).
     Exit(i32),
+    /// For an announcing client, before anything else: what the server honours in this
+    /// session (`F`), or [`Features::NONE`] when the server's first chunk was not `F`.
+    Extensions(Features),
+    /// The command stopped itself with this signal (`Z`, with `signals`): stop the client
+    /// the same way.
+    Stopped(SignalName),
+    /// The command was killed by a signal (`X "<code> <SIGNAME>[ core]"`, with `signals`);
+    /// `code` is the classic code a stock client would exit with.
+    ExitBySignal {
+        /// The classic code (128 + the signal's number on the server).
+        code: i32,
+        /// The signal.
+        signal: SignalName,
+        /// The kernel dumped core.
+        core: bool,
+    },
 }
 
 /// Whether stdin could be sent.
@@ -113,6 +155,8 @@ enum Rx {
     Skip { remaining: u32 },
     /// Collecting an `X` payload.
     Exit { len: u32 },
+    /// Collecting a short extension payload (`F`, `Z`, a windowed `S`).
+    Collect { ty: ChunkType, len: u32 },
 }
 
 /// The client's side of one Nailgun session. See the module docs.
@@ -123,6 +167,10 @@ pub struct ClientSession {
     rx: Rx,
     credit: bool,
     stdin_closed: bool,
+    /// What the server honours: `None` until its first chunk.
+    accepted: Option<Features>,
+    /// With `stdin-window`: bytes of stdin credit.
+    window: u64,
     last_send: Instant,
     tx: BytesMut,
     events: VecDeque<ClientEvent>,
@@ -137,6 +185,8 @@ impl ClientSession {
             rx: Rx::Header,
             credit: false,
             stdin_closed: false,
+            accepted: None,
+            window: 0,
             last_send: now,
             tx: BytesMut::new(),
             events: VecDeque::new(),
@@ -184,15 +234,47 @@ impl ClientSession {
                         return Ok(());
                     };
                     buf.advance(HEADER_LEN);
+                    if self.accepted.is_none() {
+                        if h.ty == ChunkType::FEATURES && !self.config.announced.is_empty() {
+                            if h.len > MAX_FEATURES_LEN {
+                                return Err(self.bad_payload(h.ty));
+                            }
+                            self.rx = Rx::Collect {
+                                ty: h.ty,
+                                len: h.len,
+                            };
+                            continue;
+                        }
+                        self.settle(Features::NONE);
+                    }
+                    let accepted = self.accepted.unwrap_or_default();
                     self.rx = match h.ty {
                         ChunkType::STDOUT | ChunkType::STDERR if h.len == 0 => Rx::Header,
                         ChunkType::STDOUT | ChunkType::STDERR => Rx::Data {
                             ty: h.ty,
                             remaining: h.len,
                         },
+                        ChunkType::SEND_INPUT if accepted.contains(Features::STDIN_WINDOW) => {
+                            if h.len > 10 {
+                                return Err(self.bad_payload(h.ty));
+                            }
+                            Rx::Collect {
+                                ty: h.ty,
+                                len: h.len,
+                            }
+                        }
                         ChunkType::SEND_INPUT => {
                             self.grant_credit();
                             Rx::Skip { remaining: h.len }
+                        }
+                        ChunkType::STOPPED if accepted.contains(Features::SIGNALS) => {
+                            if h.len as usize > SignalName::MAX_LEN {
+                                return Err(self.bad_payload(h.ty));
+                            }
+                            Rx::Collect {
+                                ty: h.ty,
+                                len: h.len,
+                            }
                         }
                         ChunkType::EXIT => Rx::Exit { len: h.len },
                         ty => {
@@ -237,9 +319,41 @@ impl ClientSession {
                     if buf.len() < wanted {
                         return Ok(());
                     }
-                    let code = exit::parse(&buf[..wanted]);
-                    self.phase = Phase::Exited(code);
-                    self.events.push_back(ClientEvent::Exit(code));
+                    let accepted = self.accepted.unwrap_or_default();
+                    let event = match ExitReport::parse(&buf[..wanted]) {
+                        ExitReport::Signal { code, signal, core }
+                            if accepted.contains(Features::SIGNALS) =>
+                        {
+                            ClientEvent::ExitBySignal { code, signal, core }
+                        }
+                        report => ClientEvent::Exit(report.code()),
+                    };
+                    self.phase = Phase::Exited(exit::parse(&buf[..wanted]));
+                    self.events.push_back(event);
+                }
+                Rx::Collect { ty, len } => {
+                    let len = len as usize;
+                    if buf.len() < len {
+                        return Ok(());
+                    }
+                    let payload = buf.split_to(len);
+                    self.rx = Rx::Header;
+                    match ty {
+                        ChunkType::FEATURES => {
+                            let offered = Features::parse(&payload);
+                            self.settle(offered.intersect(self.config.announced));
+                        }
+                        ChunkType::STOPPED => {
+                            let signal =
+                                SignalName::new(&payload).ok_or_else(|| self.bad_payload(ty))?;
+                            self.events.push_back(ClientEvent::Stopped(signal));
+                        }
+                        _ => {
+                            let grant =
+                                ext::parse_grant(&payload).ok_or_else(|| self.bad_payload(ty))?;
+                            self.grant_window(grant);
+                        }
+                    }
                 }
             }
         }
@@ -256,6 +370,69 @@ impl ClientSession {
         }
     }
 
+    fn bad_payload(&mut self, ty: ChunkType) -> ProtocolError {
+        self.phase = Phase::Failed;
+        ProtocolError::BadExtensionPayload { ty }
+    }
+
+    /// Fixes what the server honours and, for an announcing client, says so.
+    fn settle(&mut self, accepted: Features) {
+        self.accepted = Some(accepted);
+        if !self.config.announced.is_empty() {
+            self.events.push_back(ClientEvent::Extensions(accepted));
+        }
+    }
+
+    fn grant_window(&mut self, grant: u32) {
+        if self.stdin_closed {
+            return;
+        }
+        let before = self.window;
+        self.window = (self.window + u64::from(grant)).min(u64::from(ext::MAX_STDIN_GRANT));
+        if before == 0 && self.window > 0 {
+            self.events.push_back(ClientEvent::StdinRequested);
+        }
+    }
+
+    /// What the server honours in this session: `None` until its first chunk arrives.
+    pub fn extensions(&self) -> Option<Features> {
+        self.accepted
+    }
+
+    /// Queues `K` with a signal for the command, if the server accepted `signals`.
+    /// Returns whether it was queued.
+    pub fn send_signal(&mut self, signal: &SignalName, now: Instant) -> bool {
+        self.send_extension(Features::SIGNALS, ChunkType::SIGNAL, signal.as_bytes(), now)
+    }
+
+    /// Queues `W` with the terminal's new size, if the server accepted `winsize`.
+    /// Returns whether it was queued.
+    pub fn send_window_size(&mut self, size: WinSize, now: Instant) -> bool {
+        let value = size.to_value();
+        self.send_extension(
+            Features::WINSIZE,
+            ChunkType::WINDOW_SIZE,
+            value.as_bytes(),
+            now,
+        )
+    }
+
+    fn send_extension(
+        &mut self,
+        feature: Features,
+        ty: ChunkType,
+        payload: &[u8],
+        now: Instant,
+    ) -> bool {
+        let accepted = self.accepted.is_some_and(|a| a.contains(feature));
+        if !accepted || self.phase != Phase::Running {
+            return false;
+        }
+        encode(ty, payload, &mut self.tx);
+        self.last_send = now;
+        true
+    }
+
     fn grant_credit(&mut self) {
         if !self.stdin_closed && !self.credit {
             self.credit = true;
@@ -265,17 +442,44 @@ impl ClientSession {
 
     /// True while one stdin chunk may be sent.
     pub fn has_stdin_credit(&self) -> bool {
-        self.credit && !self.stdin_closed && self.phase == Phase::Running
+        self.stdin_budget() > 0
     }
 
-    /// Queues one `0` chunk with `data` (which should be non-empty), spending the credit.
+    fn windowed(&self) -> bool {
+        self.accepted
+            .is_some_and(|a| a.contains(Features::STDIN_WINDOW))
+    }
+
+    /// How many stdin bytes may be sent now: with `stdin-window`, the credit left;
+    /// otherwise one chunk of [`STDIN_CHUNK_LEN`] per `S`.
+    pub fn stdin_budget(&self) -> usize {
+        if self.stdin_closed || self.phase != Phase::Running {
+            0
+        } else if self.windowed() {
+            usize::try_from(self.window).unwrap_or(usize::MAX)
+        } else if self.credit {
+            STDIN_CHUNK_LEN
+        } else {
+            0
+        }
+    }
+
+    /// Queues one `0` chunk with `data` (which should be non-empty), spending the credit
+    /// (with `stdin-window`, `data.len()` bytes of it; more than the budget is refused).
     pub fn send_stdin(&mut self, data: &[u8], now: Instant) -> StdinSend {
         let state = self.stdin_state();
-        if state == StdinSend::Sent {
-            encode(ChunkType::STDIN, data, &mut self.tx);
-            self.credit = false;
-            self.last_send = now;
+        if state != StdinSend::Sent {
+            return state;
         }
+        if self.windowed() {
+            if data.len() as u64 > self.window {
+                return StdinSend::NoCredit;
+            }
+            self.window -= data.len() as u64;
+        }
+        encode(ChunkType::STDIN, data, &mut self.tx);
+        self.credit = false;
+        self.last_send = now;
         state
     }
 
@@ -285,6 +489,7 @@ impl ClientSession {
         if state == StdinSend::Sent {
             encode(ChunkType::STDIN_EOF, b"", &mut self.tx);
             self.credit = false;
+            self.window = 0;
             self.stdin_closed = true;
             self.last_send = now;
         }
@@ -294,7 +499,7 @@ impl ClientSession {
     fn stdin_state(&self) -> StdinSend {
         if self.stdin_closed || self.phase != Phase::Running {
             StdinSend::Closed
-        } else if !self.credit {
+        } else if self.stdin_budget() == 0 {
             StdinSend::NoCredit
         } else {
             StdinSend::Sent

@@ -61,6 +61,11 @@ pub enum ProtocolError {
     HeaderTimeout,
     /// The server closed the connection before sending `X`.
     EofBeforeExit,
+    /// An extension chunk (`F K W Z`, or a windowed `S`) whose payload is malformed.
+    BadExtensionPayload {
+        /// The chunk's type.
+        ty: ChunkType,
+    },
 }
 
 impl fmt::Display for ProtocolError {
@@ -78,6 +83,9 @@ impl fmt::Display for ProtocolError {
             ProtocolError::EofBeforeCommand => write!(f, "connection closed before the command"),
             ProtocolError::HeaderTimeout => write!(f, "no command received in time"),
             ProtocolError::EofBeforeExit => write!(f, "connection closed before the exit code"),
+            ProtocolError::BadExtensionPayload { ty } => {
+                write!(f, "malformed {} chunk ({ty:?})", ty.name())
+            }
         }
     }
 }

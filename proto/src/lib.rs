@@ -12,6 +12,8 @@
 //!   and the lowercase control types of the ngw worker channel) and [`Chunk`].
 //! * [`codec`]: the incremental [`Decoder`] with [`Limits`], checked before anything is
 //!   allocated, and the one-buffer encoder.
+//! * [`ext`]: the negotiated extensions of our `ng` and `ngd`: features, passed
+//!   descriptors, window sizes, signal names, the end-of-session report.
 //! * [`exit`]: the `X` payload: formatting (`"<n>\n"`) and `atoi`-style parsing.
 //! * [`client_session`]: [`ClientSession`], the client's side of one session.
 //! * [`server_session`]: [`ServerSession`], the server's side of one session.
@@ -46,6 +48,7 @@ pub mod client_session;
 pub mod codec;
 pub mod error;
 pub mod exit;
+pub mod ext;
 pub mod paths;
 pub mod server_session;
 
@@ -56,7 +59,11 @@ pub use chunk::{Chunk, ChunkType};
 pub use client_session::{ClientConfig, ClientEvent, ClientSession, Header, HeaderArg};
 pub use codec::{Decoder, Limits, HEADER_LEN, MAX_PAYLOAD_LEN};
 pub use error::{DecodeError, ProtocolError};
-pub use server_session::{DisconnectReason, Request, ServerConfig, ServerEvent, ServerSession};
+pub use ext::{ExitReport, FdMap, Features, SignalName, SignalTarget, WinSize};
+pub use server_session::{
+    ClientExtensions, DisconnectReason, ExtensionEvent, Request, ServerConfig, ServerEvent,
+    ServerSession,
+};
 
 /// The TCP port Nailgun servers and clients use when none is given.
 pub const DEFAULT_PORT: u16 = 2113;

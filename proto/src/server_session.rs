@@ -23,8 +23,23 @@
 //!   [`ServerEvent::ClientGone`].
 //! * **Exited**: exactly one `X "<n>\n"` is queued; later output is dropped, and everything
 //!   the client still sends is read and ignored, so the caller can drain before closing.
+//!
+//! # Negotiated extensions
+//!
+//! A client that announces features (`E NGD_CLIENT_FEATURES=...` as the last `E` of its
+//! header, see [`crate::ext`]) gets [`Request::client`] filled in; the extension entries
+//! themselves never reach [`Request::env`]. Descriptors that arrived with the header
+//! (`SCM_RIGHTS`, read by the caller) are reported with [`ServerSession::handle_passed_fds`]
+//! and validated at `C` against the client's `NGD_CLIENT_FDS` map. After `Launch` the
+//! caller says what it will honour with [`ServerSession::accept_extensions`], which queues
+//! the `F` chunk as the session's first output. Only then are `K` and `W` from the client
+//! accepted ([`ServerSession::poll_extension`]), `S` grants a byte
+//! window instead of one chunk ([`ServerSession::set_stdin_window`]), and
+//! [`ServerSession::exit_with`] and [`ServerSession::stopped`] may use the signal forms.
+//! A client that announced nothing gets exactly the classic exchange.
 
 use crate::codec::{encode, encode_stream};
+use crate::ext::{self, ExitReport, FdMap, Features, SignalName, WinSize};
 use crate::{exit, ChunkType, Decoder, Limits, ProtocolError};
 use bytes::{Buf, Bytes, BytesMut};
 use std::collections::VecDeque;
@@ -46,6 +61,10 @@ pub struct ServerConfig {
     /// The largest output chunk written; larger writes are split.
     pub max_output_chunk: usize,
 }
+
+/// With `stdin-window`, the stdin credit a client is kept topped up to unless
+/// [`ServerSession::set_stdin_window`] says otherwise: 256 KiB.
+pub const DEFAULT_STDIN_WINDOW: u32 = 256 << 10;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -76,6 +95,26 @@ pub struct Request {
     pub cwd: Option<Bytes>,
     /// How many `E` entries were skipped as malformed.
     pub skipped_env: usize,
+    /// What the client announced (empty for every stock client).
+    pub client: ClientExtensions,
+}
+
+/// What a client announced in its header (docs/protocol.md, "Negotiated extensions").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientExtensions {
+    /// The features of `NGD_CLIENT_FEATURES`, when it was the header's last `E`.
+    pub features: Features,
+    /// The passed descriptors' map, when the client announced `fds`, its `NGD_CLIENT_FDS`
+    /// is well-formed and exactly that many descriptors arrived with the header. `None`
+    /// otherwise: the caller then closes whatever descriptors it received.
+    pub fds: Option<FdMap>,
+    /// How many descriptors arrived with the header.
+    pub fds_received: usize,
+    /// The terminal's size at start (`NGD_CLIENT_WINSIZE`).
+    pub winsize: Option<WinSize>,
+    /// Signals the client's parent left ignored (`NGD_CLIENT_SIGIGN`): the command should
+    /// start with them ignored, as it would have inherited them.
+    pub ignored_signals: Vec<SignalName>,
 }
 
 impl Request {
@@ -111,6 +150,16 @@ pub enum ServerEvent {
     ClientGone(DisconnectReason),
 }
 
+/// What an extension chunk from the client asks for ([`ServerSession::poll_extension`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExtensionEvent {
+    /// The client forwards a signal for the command (`K`, after `signals` was accepted);
+    /// deliver it as [`ext::SignalTarget::of`] says.
+    Signal(SignalName),
+    /// The client's terminal changed size (`W`, after `winsize` was accepted).
+    WindowSize(WinSize),
+}
+
 #[derive(Debug)]
 enum Phase {
     Header(HeaderState),
@@ -134,6 +183,12 @@ struct HeaderState {
     /// An `L` run in progress.
     long_arg: Option<BytesMut>,
     used: usize,
+    /// The features of the last `E`, if it was `NGD_CLIENT_FEATURES`.
+    announced: Option<Features>,
+    /// The last `NGD_CLIENT_FDS` value, parsed (`Some(None)`: present but malformed).
+    fd_map: Option<Option<FdMap>>,
+    /// Descriptors reported by the caller so far.
+    fds_received: usize,
 }
 
 #[derive(Debug)]
@@ -146,6 +201,36 @@ struct Running {
     gone: bool,
     /// Input was broken by a protocol error; ignore what follows.
     broken: bool,
+    /// What the client announced.
+    announced: Features,
+    /// The client's descriptors arrived and are valid.
+    fds_valid: bool,
+    /// What [`ServerSession::accept_extensions`] settled on.
+    accepted: Features,
+    /// Something other than `F` was queued for the client.
+    output_started: bool,
+    /// With `stdin-window`: bytes granted and not yet received.
+    window_out: u64,
+    /// The client is stopped (it forwarded `SIGTSTP`, or was sent `Z`): no heartbeats
+    /// are expected until it sends something again.
+    suspended: bool,
+}
+
+impl Running {
+    fn new(announced: Features, fds_valid: bool) -> Self {
+        Running {
+            credit_out: false,
+            stdin_eof: false,
+            gone: false,
+            broken: false,
+            announced,
+            fds_valid,
+            accepted: Features::NONE,
+            output_started: false,
+            window_out: 0,
+            suspended: false,
+        }
+    }
 }
 
 /// The server's side of one Nailgun session. See the module docs.
@@ -158,6 +243,8 @@ pub struct ServerSession {
     last_rx: Instant,
     tx: BytesMut,
     events: VecDeque<ServerEvent>,
+    extension_events: VecDeque<ExtensionEvent>,
+    stdin_window: u32,
 }
 
 impl ServerSession {
@@ -171,6 +258,8 @@ impl ServerSession {
             last_rx: now,
             tx: BytesMut::new(),
             events: VecDeque::new(),
+            extension_events: VecDeque::new(),
+            stdin_window: DEFAULT_STDIN_WINDOW,
         }
     }
 
@@ -222,10 +311,10 @@ impl ServerSession {
             // `gone` keeps a later end of file from reporting `ClientGone`.
             Phase::Header(_) => {
                 self.phase = Phase::Running(Running {
-                    credit_out: false,
                     stdin_eof: true,
                     gone: true,
                     broken: true,
+                    ..Running::new(Features::NONE, false)
                 })
             }
             Phase::Exited => {}
@@ -250,14 +339,21 @@ impl ServerSession {
                 }
                 match ty {
                     ChunkType::ARGUMENT => h.request.args.push(payload),
-                    ChunkType::ENVIRONMENT => match payload.iter().position(|&b| b == b'=') {
-                        Some(eq) if eq > 0 => {
-                            let name = payload.slice(..eq);
-                            let value = payload.slice(eq + 1..);
-                            h.request.env.push((name, value));
+                    ChunkType::ENVIRONMENT => {
+                        h.announced = None;
+                        match payload.iter().position(|&b| b == b'=') {
+                            Some(eq) if eq > 0 => {
+                                let name = payload.slice(..eq);
+                                let value = payload.slice(eq + 1..);
+                                if ext::is_extension_var(&name) {
+                                    h.extension_entry(&name, &value);
+                                } else {
+                                    h.request.env.push((name, value));
+                                }
+                            }
+                            _ => h.request.skipped_env += 1,
                         }
-                        _ => h.request.skipped_env += 1,
-                    },
+                    }
                     ChunkType::WORKING_DIR => h.request.cwd = Some(payload),
                     ChunkType::LONG_ARG if payload.is_empty() => {
                         let long = h.long_arg.take().unwrap_or_default();
@@ -268,14 +364,13 @@ impl ServerSession {
                         .get_or_insert_with(BytesMut::new)
                         .extend_from_slice(&payload),
                     ChunkType::COMMAND => {
+                        let client = h.extensions();
                         let mut request = std::mem::take(&mut h.request);
                         request.command = payload;
-                        self.phase = Phase::Running(Running {
-                            credit_out: false,
-                            stdin_eof: false,
-                            gone: false,
-                            broken: false,
-                        });
+                        request.client = client;
+                        let fds_valid = request.client.fds.is_some();
+                        self.phase =
+                            Phase::Running(Running::new(request.client.features, fds_valid));
                         self.events.push_back(ServerEvent::Launch(request));
                     }
                     // H, and whatever else a client sends before C, as the reference does.
@@ -283,33 +378,67 @@ impl ServerSession {
                 }
                 Ok(())
             }
-            Phase::Running(r) => match ty {
-                ChunkType::HEARTBEAT => Ok(()),
-                ChunkType::STDIN | ChunkType::STDIN_EOF if r.stdin_eof => {
-                    Err(ProtocolError::StdinAfterEof)
-                }
-                ChunkType::STDIN => {
-                    r.credit_out = false;
-                    if !payload.is_empty() {
-                        self.events.push_back(ServerEvent::Stdin(payload));
-                    }
-                    Ok(())
-                }
-                ChunkType::STDIN_EOF => {
-                    r.credit_out = false;
-                    r.stdin_eof = true;
-                    self.events.push_back(ServerEvent::StdinEof);
-                    Ok(())
-                }
-                ty => Err(ProtocolError::UnexpectedChunk {
-                    state: "running",
-                    ty,
-                }),
-            },
+            Phase::Running(r) => {
+                // Anything from the client shows it is running again.
+                r.suspended = false;
+                r.apply(ty, payload, &mut self.events, &mut self.extension_events)
+            }
             Phase::Exited => Ok(()),
         }
     }
+}
 
+impl Running {
+    fn apply(
+        &mut self,
+        ty: ChunkType,
+        payload: Bytes,
+        events: &mut VecDeque<ServerEvent>,
+        extension_events: &mut VecDeque<ExtensionEvent>,
+    ) -> Result<(), ProtocolError> {
+        let r = self;
+        match ty {
+            ChunkType::HEARTBEAT => Ok(()),
+            ChunkType::STDIN | ChunkType::STDIN_EOF if r.stdin_eof => {
+                Err(ProtocolError::StdinAfterEof)
+            }
+            ChunkType::STDIN => {
+                r.credit_out = false;
+                r.window_out = r.window_out.saturating_sub(payload.len() as u64);
+                if !payload.is_empty() {
+                    events.push_back(ServerEvent::Stdin(payload));
+                }
+                Ok(())
+            }
+            ChunkType::STDIN_EOF => {
+                r.credit_out = false;
+                r.stdin_eof = true;
+                r.window_out = 0;
+                events.push_back(ServerEvent::StdinEof);
+                Ok(())
+            }
+            ChunkType::SIGNAL if r.accepted.contains(Features::SIGNALS) => {
+                let name =
+                    SignalName::new(&payload).ok_or(ProtocolError::BadExtensionPayload { ty })?;
+                r.suspended = name.as_bytes() == b"SIGTSTP";
+                extension_events.push_back(ExtensionEvent::Signal(name));
+                Ok(())
+            }
+            ChunkType::WINDOW_SIZE if r.accepted.contains(Features::WINSIZE) => {
+                let size =
+                    WinSize::parse(&payload).ok_or(ProtocolError::BadExtensionPayload { ty })?;
+                extension_events.push_back(ExtensionEvent::WindowSize(size));
+                Ok(())
+            }
+            ty => Err(ProtocolError::UnexpectedChunk {
+                state: "running",
+                ty,
+            }),
+        }
+    }
+}
+
+impl ServerSession {
     /// The client closed its side of the connection.
     pub fn handle_eof(&mut self) -> Result<(), ProtocolError> {
         match &mut self.phase {
@@ -330,7 +459,7 @@ impl ServerSession {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.phase {
             Phase::Header(_) => self.config.header_timeout.map(|t| self.opened + t),
-            Phase::Running(r) if !r.gone && !r.broken => {
+            Phase::Running(r) if !r.gone && !r.broken && !r.suspended => {
                 self.config.heartbeat_timeout.map(|t| self.last_rx + t)
             }
             _ => None,
@@ -363,14 +492,98 @@ impl ServerSession {
         self.events.pop_front()
     }
 
+    /// The next extension event (`K`, `W`) to act on. Drain it after
+    /// [`ServerSession::poll_event`] after each [`ServerSession::handle_bytes`]: stdin that
+    /// arrived in the same read is then handed to the command before a signal is delivered.
+    pub fn poll_extension(&mut self) -> Option<ExtensionEvent> {
+        self.extension_events.pop_front()
+    }
+
+    /// Sets the stdin credit a `stdin-window` client is kept topped up to (bytes, at least
+    /// 1, at most [`ext::MAX_STDIN_GRANT`]). The caller's bound on buffered stdin should
+    /// be at least this large, or the client will block on a full window.
+    pub fn set_stdin_window(&mut self, bytes: u32) {
+        self.stdin_window = bytes.clamp(1, ext::MAX_STDIN_GRANT);
+    }
+
     /// The command wants input: queues `S` unless one is outstanding or stdin has ended.
     /// Returns true if an `S` was queued.
+    ///
+    /// With `stdin-window` accepted, `S` instead tops the client's byte credit up to
+    /// the stdin window ([`ServerSession::set_stdin_window`]), once at least half of it has
+    /// been used: call this
+    /// whenever the command has taken stdin, and the window keeps moving.
     pub fn request_stdin(&mut self) -> bool {
+        let window = u64::from(self.stdin_window);
         match &mut self.phase {
-            Phase::Running(r) if !r.credit_out && !r.stdin_eof && !r.gone && !r.broken => {
+            Phase::Running(r) if r.stdin_eof || r.gone || r.broken => false,
+            Phase::Running(r) if r.accepted.contains(Features::STDIN_WINDOW) => {
+                if r.window_out > window / 2 {
+                    return false;
+                }
+                let grant = window - r.window_out;
+                r.window_out = window;
+                r.output_started = true;
+                encode(
+                    ChunkType::SEND_INPUT,
+                    grant.to_string().as_bytes(),
+                    &mut self.tx,
+                );
+                true
+            }
+            Phase::Running(r) if !r.credit_out => {
                 r.credit_out = true;
+                r.output_started = true;
                 encode(ChunkType::SEND_INPUT, b"", &mut self.tx);
                 true
+            }
+            _ => false,
+        }
+    }
+
+    /// Settles the session's extensions after `Launch`: the features of `server` that the
+    /// client announced (`fds` only if its descriptors arrived valid) are honoured from now
+    /// on, and an `F` chunk naming them is queued. Does nothing, and returns
+    /// [`Features::NONE`], for a client that announced nothing, or once anything else has
+    /// been queued for the client (`F` must be its first chunk) or extensions were settled.
+    pub fn accept_extensions(&mut self, server: Features) -> Features {
+        let Phase::Running(r) = &mut self.phase else {
+            return Features::NONE;
+        };
+        if r.announced.is_empty() || r.output_started || r.broken {
+            return Features::NONE;
+        }
+        let mut accepted = r.announced.intersect(server);
+        if !r.fds_valid {
+            accepted = accepted.without(Features::FDS);
+        }
+        r.accepted = accepted;
+        r.output_started = true;
+        encode(
+            ChunkType::FEATURES,
+            accepted.to_list().as_bytes(),
+            &mut self.tx,
+        );
+        accepted
+    }
+
+    /// The features in force for this session (empty until
+    /// [`ServerSession::accept_extensions`]).
+    pub fn extensions(&self) -> Features {
+        match &self.phase {
+            Phase::Running(r) => r.accepted,
+            _ => Features::NONE,
+        }
+    }
+
+    /// The caller read `count` descriptors (`SCM_RIGHTS`) from the connection. Returns
+    /// true while they may still be used (they came with the header; the `C` decides),
+    /// false if the caller must close them now.
+    pub fn handle_passed_fds(&mut self, count: usize) -> bool {
+        match &mut self.phase {
+            Phase::Header(h) => {
+                h.fds_received = h.fds_received.saturating_add(count);
+                h.fds_received <= 3
             }
             _ => false,
         }
@@ -395,17 +608,55 @@ impl ServerSession {
     }
 
     fn write(&mut self, ty: ChunkType, data: &[u8]) {
+        self.mark_output();
         if !matches!(self.phase, Phase::Exited) {
             encode_stream(ty, data, self.config.max_output_chunk, &mut self.tx);
         }
     }
 
+    fn mark_output(&mut self) {
+        if let Phase::Running(r) = &mut self.phase {
+            r.output_started = true;
+        }
+    }
+
     /// Queues the one `X` chunk, `"<code>\n"`. Later calls are ignored: the first exit wins.
     pub fn exit(&mut self, code: i32) {
-        if !matches!(self.phase, Phase::Exited) {
-            encode(ChunkType::EXIT, &exit::format(code), &mut self.tx);
-            self.phase = Phase::Exited;
+        self.exit_with(&ExitReport::Code(code));
+    }
+
+    /// Queues the one `X` chunk for `report`: a death by signal is told as such
+    /// (`"<code> <SIGNAME>[ core]\n"`) only to a client that accepted `signals`; any other
+    /// client gets `"<code>\n"`. Later calls are ignored.
+    pub fn exit_with(&mut self, report: &ExitReport) {
+        if matches!(self.phase, Phase::Exited) {
+            return;
         }
+        let payload = match report {
+            ExitReport::Signal { .. } if self.extensions().contains(Features::SIGNALS) => {
+                report.to_payload()
+            }
+            _ => exit::format(report.code()),
+        };
+        encode(ChunkType::EXIT, &payload, &mut self.tx);
+        self.phase = Phase::Exited;
+    }
+
+    /// The command stopped itself with `signal` (say, a full-screen program suspending on
+    /// its own `^Z`): queues `Z` so the client stops as well. Only for a client that
+    /// accepted `signals`; returns whether it was queued.
+    ///
+    /// Until the client sends anything again (its `K SIGCONT` once resumed), the heartbeat
+    /// timeout is suspended: a stopped client sends no heartbeats.
+    pub fn stopped(&mut self, signal: &SignalName) -> bool {
+        if !self.extensions().contains(Features::SIGNALS) {
+            return false;
+        }
+        if let Phase::Running(r) = &mut self.phase {
+            r.suspended = true;
+        }
+        encode(ChunkType::STOPPED, signal.as_bytes(), &mut self.tx);
+        true
     }
 
     /// True once the exit code is queued.
@@ -437,5 +688,41 @@ impl ServerSession {
     /// Takes all queued bytes at once.
     pub fn take_transmit(&mut self) -> BytesMut {
         self.tx.split()
+    }
+}
+
+impl HeaderState {
+    /// Records one of the `NGD_CLIENT_*` extension entries (never part of the request's
+    /// environment). `NGD_CLIENT_FEATURES` counts only if no other `E` follows it.
+    fn extension_entry(&mut self, name: &[u8], value: &[u8]) {
+        if name == ext::FEATURES_VAR {
+            self.announced = Some(Features::parse(value));
+        } else if name == ext::FDS_VAR {
+            self.fd_map = Some(FdMap::parse(value));
+        } else if name == ext::WINSIZE_VAR {
+            self.request.client.winsize = WinSize::parse(value);
+        } else if name == ext::SIGIGN_VAR {
+            self.request.client.ignored_signals = ext::parse_signal_list(value);
+        }
+    }
+
+    /// The client's extensions as they stand at `C`.
+    fn extensions(&self) -> ClientExtensions {
+        let features = self.announced.unwrap_or_default();
+        let fds = match self.fd_map {
+            Some(Some(map))
+                if features.contains(Features::FDS) && map.count() == self.fds_received =>
+            {
+                Some(map)
+            }
+            _ => None,
+        };
+        ClientExtensions {
+            features,
+            fds,
+            fds_received: self.fds_received,
+            winsize: self.request.client.winsize,
+            ignored_signals: self.request.client.ignored_signals.clone(),
+        }
     }
 }

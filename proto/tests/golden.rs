@@ -312,6 +312,7 @@ fn request_6_1(command: &str) -> Request {
         ],
         cwd: Some(b("/tmp")),
         skipped_env: 0,
+        client: Default::default(),
     }
 }
 

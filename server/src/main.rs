@@ -384,10 +384,12 @@ fn remote(server: Option<ListenAddr>, command: &str, args: &[&str]) -> ExitCode 
                     session.send_stdin_eof(Instant::now());
                     let _ = writer.write_all(&session.take_transmit());
                 }
-                ClientEvent::Exit(code) => {
+                ClientEvent::Exit(code) | ClientEvent::ExitBySignal { code, .. } => {
                     let _ = std::io::stdout().flush();
                     return ExitCode::from(ng_proto::exit::status(code));
                 }
+                // This client announces no extensions, so these never come.
+                ClientEvent::Extensions(_) | ClientEvent::Stopped(_) => {}
             }
         }
     }

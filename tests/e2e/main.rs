@@ -49,3 +49,7 @@ mod plugins_host;
 mod plugins_stdin;
 // Zero-setup operation: auto-start, idle exit, socket activation, ngd bench/check, completions.
 mod ops;
+// Our ng's negotiated extensions against the Java server: announced harmlessly, classic.
+mod extensions;
+// Terminal scenarios in a pseudo-terminal: cold runs, and ng in a terminal against ngd.
+mod terminal;

@@ -23,6 +23,8 @@
 //! * [`dump`]: parses the output of the `Dump` nail.
 //! * [`process`]: child processes owned by the test process ([`process::OwnedChild`], the
 //!   process behind each server guard), and output capture.
+//! * [`pty`]: a pseudo-terminal driver ([`pty::Pty`]) and the terminal scenarios that
+//!   compare a warm command with a cold one ([`pty::SCENARIOS`]).
 //! * [`plugins`]: `ngd` with `[[plugin]]` tables ([`plugins::PluginServer`]), its plugin
 //!   reports as JSON, and the check that no plugin process outlives it.
 //! * [`faults`]: misbehaving workers, a process census, and a raw client that reads slowly.
@@ -52,6 +54,7 @@ pub mod macros;
 pub mod ngd_server;
 pub mod plugins;
 pub mod process;
+pub mod pty;
 pub mod server;
 pub mod soak;
 

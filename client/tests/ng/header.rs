@@ -76,6 +76,8 @@ fn header_bytes_are_exact() {
         b"RAW=\xff\xfe",
         b"Z_FIRST=override",
         b"NGD_CLIENT_UMASK=0027",
+        // Over TCP no descriptors can pass, so `fds` is not announced.
+        b"NGD_CLIENT_FEATURES=signals,winsize,stdin-window",
     ] {
         want.extend(frame(b'E', e));
     }

@@ -6,6 +6,7 @@
 
 mod cli;
 mod exit_codes;
+mod extensions;
 mod header;
 mod output;
 mod stdin;

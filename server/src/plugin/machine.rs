@@ -832,6 +832,7 @@ mod tests {
             env: vec![(Bytes::from_static(b"NGW_FORGED"), Bytes::from_static(b"1"))],
             cwd: Some(Bytes::from_static(b"/tmp")),
             skipped_env: 0,
+            client: Default::default(),
         }
     }
 

@@ -1,0 +1,203 @@
+//! Terminal scenarios in a real pseudo-terminal (`ng_tests::pty`).
+//!
+//! * `cold::*`: every scenario of [`SCENARIOS`] run cold (`$PY` = `python3`), twice, must
+//!   give the same transcript both times (so a warm run can be compared with it byte for
+//!   byte) and what a cold run is known to show.
+//! * `ngd_*`: `ng` and the stock C client in a terminal against `ngd-testbed` today, both
+//!   transports: output, the exit status, and `^C` ending the session.
+//!
+//! The warm side of the scenarios (`$PY` = a fork-mode Python plugin command through `ng`,
+//! compared with `cold`) needs `ngd` to speak the negotiated extensions; it is listed in
+//! `docs/protocol.md` ("Negotiated extensions", status) and added with that wiring.
+
+use ng_tests::pty::{Pty, Scenario, SCENARIOS};
+use ng_tests::{bins, Flavor, NgdServer, Transport};
+use std::ffi::OsStr;
+
+fn python() -> std::path::PathBuf {
+    bins::find_on_path("python3").expect("python3 on PATH (scripts/install-peers installs it)")
+}
+
+fn cold(name: &str) -> String {
+    let scenario = SCENARIOS
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no scenario {name}"));
+    let py = python();
+    let first = scenario.transcript(py.as_os_str(), &[]).unwrap();
+    let second = scenario.transcript(py.as_os_str(), &[]).unwrap();
+    assert_eq!(
+        first, second,
+        "cold transcripts of {name} differ between runs"
+    );
+    first
+}
+
+fn status(t: &str) -> &str {
+    Scenario::status_of(t)
+}
+
+mod cold {
+    use super::*;
+
+    #[test]
+    fn tput_size_and_resize() {
+        let t = cold("tput_size_and_resize");
+        assert!(t.contains("80\n24\n"), "{t}");
+        assert!(t.contains("size 80 24"), "{t}");
+        assert!(t.contains("resized 100 30"), "{t}");
+        assert_eq!(status(&t), "status=0");
+    }
+
+    #[test]
+    fn getpass_hides_the_password() {
+        let t = cold("getpass_hides_the_password");
+        assert!(t.contains("Password: "), "{t}");
+        assert!(!t.contains("hunter2"), "the password was echoed: {t}");
+        assert_eq!(status(&t), "status=0");
+    }
+
+    #[test]
+    fn readline_arrow_keys() {
+        let t = cold("readline_arrow_keys");
+        assert!(!t.contains("^[[D"), "{t}");
+        assert_eq!(status(&t), "status=0");
+    }
+
+    #[test]
+    fn ctrl_c_caught() {
+        let t = cold("ctrl_c_caught");
+        assert_eq!(status(&t), "status=42");
+    }
+
+    #[test]
+    fn ctrl_c_uncaught() {
+        let t = cold("ctrl_c_uncaught");
+        assert!(t.contains("Traceback"), "{t}");
+        assert_eq!(status(&t), "status=130");
+    }
+
+    #[test]
+    fn ctrl_z_and_fg() {
+        let t = cold("ctrl_z_and_fg");
+        assert_eq!(status(&t), "status=0");
+    }
+
+    #[test]
+    fn timeout_sigterm() {
+        let t = cold("timeout_sigterm");
+        assert_eq!(status(&t), "status=124");
+    }
+
+    #[test]
+    fn head_and_pipestatus() {
+        let t = cold("head_and_pipestatus");
+        assert!(t.contains("0\nbroken pipe\n"), "{t}");
+        assert!(status(&t).ends_with(" 0"), "{t}");
+    }
+
+    #[test]
+    fn stderr_interleaving() {
+        let t = cold("stderr_interleaving");
+        assert!(t.contains("out0\nerr0\nout1\nerr1\nout2\nerr2\n"), "{t}");
+        assert_eq!(status(&t), "status=0 0");
+    }
+
+    #[test]
+    fn closed_stdin() {
+        let t = cold("closed_stdin");
+        assert!(t.contains("stdin True"), "{t}");
+    }
+
+    #[test]
+    fn closed_stdout() {
+        let t = cold("closed_stdout");
+        assert!(t.contains("closed\n") && !t.contains("open"), "{t}");
+    }
+
+    #[test]
+    fn while_read_over_a_file() {
+        let t = cold("while_read_over_a_file");
+        assert!(t.contains("runs=3"), "{t}");
+    }
+
+    #[test]
+    fn killed_by_sigkill() {
+        let t = cold("killed_by_sigkill");
+        assert_eq!(status(&t), "status=137");
+    }
+
+    #[test]
+    fn killed_by_sigsegv() {
+        let t = cold("killed_by_sigsegv");
+        assert_eq!(status(&t), "status=139");
+    }
+
+    #[test]
+    fn every_scenario_has_a_cold_test() {
+        let names: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+        let tested = [
+            "tput_size_and_resize",
+            "getpass_hides_the_password",
+            "readline_arrow_keys",
+            "ctrl_c_caught",
+            "ctrl_c_uncaught",
+            "ctrl_z_and_fg",
+            "timeout_sigterm",
+            "head_and_pipestatus",
+            "stderr_interleaving",
+            "closed_stdin",
+            "closed_stdout",
+            "while_read_over_a_file",
+            "killed_by_sigkill",
+            "killed_by_sigsegv",
+        ];
+        assert_eq!(names, tested);
+    }
+}
+
+/// `client` in a terminal, against `ngd-testbed` on `transport`: a command's output and
+/// status, then `^C` during `ngtest-sleep` ends the session with 130.
+fn ngd_in_a_terminal(client: &std::path::Path, transport: Transport) {
+    let server = NgdServer::shared(Flavor::Testbed);
+    let address = server.address_on(transport);
+    let args: Vec<String> = address
+        .client_args()
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let ng = format!("{} {}", client.display(), args.join(" "));
+    let mut pty = Pty::shell(80, 24, &[("NG", OsStr::new(&ng))]).unwrap();
+    pty.line("$NG ngtest-echo </dev/null; echo \"@@status=$?@@\"")
+        .unwrap();
+    let shown = pty.expect("@@\r\n").unwrap();
+    assert!(shown.ends_with("status=0@@\r\n"), "{}", pty.screen());
+    pty.line("$NG ngtest-sleep 20000").unwrap();
+    pty.expect("sleeping 20000").unwrap();
+    // Let the shell make the job the terminal's foreground group first.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    pty.send(b"\x03").unwrap();
+    pty.line("echo \"@@status=$?@@\"").unwrap();
+    let shown = pty.expect("@@\r\n").unwrap();
+    assert!(shown.ends_with("status=130@@\r\n"), "{}", pty.screen());
+}
+
+#[test]
+fn ngd_ours_in_a_terminal_over_unix() {
+    ngd_in_a_terminal(&bins::ng(), Transport::Unix);
+}
+
+#[test]
+fn ngd_ours_in_a_terminal_over_tcp() {
+    ngd_in_a_terminal(&bins::ng(), Transport::Tcp);
+}
+
+#[test]
+fn ngd_c_client_in_a_terminal_over_unix() {
+    ngd_in_a_terminal(&bins::c_client(), Transport::Unix);
+}
+
+#[test]
+fn ngd_c_client_in_a_terminal_over_tcp() {
+    ngd_in_a_terminal(&bins::c_client(), Transport::Tcp);
+}
