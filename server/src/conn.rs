@@ -68,7 +68,7 @@ pub struct Running {
 #[derive(Debug)]
 pub enum PluginState {
     /// Queued in its pool.
-    Queued(crate::plugin::Queued),
+    Queued(Box<crate::plugin::Queued>),
     /// Bound to a worker's session until its `X`.
     Bound(crate::plugin::Bound),
 }

@@ -985,13 +985,13 @@ fn launch(
         }
         Target::Plugin { pool } => match host.queue(key, pool, now) {
             Ok(()) => {
-                conn.state = ConnState::Plugin(PluginState::Queued(Queued {
+                conn.state = ConnState::Plugin(PluginState::Queued(Box::new(Queued {
                     pool,
                     command: name,
                     request,
                     umask: client_umask,
                     stdin: Default::default(),
-                }));
+                })));
             }
             Err(refusal) => {
                 let message = refusal.message(&name);
@@ -1158,7 +1158,7 @@ impl Clients for ConnClients<'_> {
             command: q.command.clone(),
         };
         match std::mem::replace(&mut c.state, ConnState::Plugin(PluginState::Bound(bound))) {
-            ConnState::Plugin(PluginState::Queued(q)) => Some(q),
+            ConnState::Plugin(PluginState::Queued(q)) => Some(*q),
             _ => None,
         }
     }
@@ -1169,7 +1169,7 @@ impl Clients for ConnClients<'_> {
             return None;
         }
         match std::mem::replace(&mut c.state, ConnState::Finishing) {
-            ConnState::Plugin(PluginState::Queued(q)) => Some(q),
+            ConnState::Plugin(PluginState::Queued(q)) => Some(*q),
             _ => None,
         }
     }

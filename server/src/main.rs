@@ -15,8 +15,8 @@
 use clap::{CommandFactory as _, Parser, Subcommand};
 use ng_proto::{ClientConfig, ClientEvent, ClientSession, Header};
 use ng_server::config::{ListenAddr, ServerConfig};
-use ng_server::plugin::config::Protocol;
 use ng_server::logging::LogFormat;
+use ng_server::plugin::config::Protocol;
 use ng_server::Server;
 use std::ffi::OsString;
 use std::io::{Read, Write};

@@ -226,8 +226,7 @@ impl Peer {
         unsafe {
             let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
             while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS
-                {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                     let len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
                     let data = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
                     for i in 0..len / 4 {

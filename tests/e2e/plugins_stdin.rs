@@ -10,9 +10,9 @@
 use std::io::Write;
 use std::time::Duration;
 
+use ng_testkit::{read_chunk, Chunk, Stream};
 use ng_tests::plugins::{Plugin, PluginServer};
 use ng_tests::server::Address;
-use ng_testkit::{read_chunk, Chunk, Stream};
 use ng_tests::{assert_bytes_eq, Transport};
 
 /// What a raw session produced: stdout, stderr, exit code.
