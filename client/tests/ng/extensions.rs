@@ -25,6 +25,11 @@ fn spawn(server: &Server) -> Child {
             for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGTSTP] {
                 libc::signal(s, libc::SIG_DFL);
             }
+            // A process group of its own, whose parent (this test) is in another group of
+            // the same session: not orphaned, so a stop signal stops it, as in a shell's
+            // job. (The kernel discards stop signals in an orphaned group, which is what
+            // the test's own group may be under CI.)
+            libc::setpgid(0, 0);
             Ok(())
         });
     }
@@ -53,7 +58,7 @@ fn wait_stopped(child: &Child) {
             libc::P_PID,
             child.id(),
             &mut info,
-            libc::WSTOPPED | libc::WNOWAIT,
+            libc::WSTOPPED | libc::WEXITED | libc::WNOWAIT,
         );
         assert_eq!(rc, 0);
         assert_eq!(info.si_code, libc::CLD_STOPPED, "ng is not stopped");
