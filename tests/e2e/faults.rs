@@ -124,6 +124,12 @@ fn crash_before_hello_disables_the_plugin() {
             &format!("disabled after 2 consecutive failures: {expected}"),
             Duration::from_secs(5),
         );
+        // The restart's own log line says why the worker is started again.
+        wait_log(
+            &server,
+            &format!("worker started: restart after 1 failure(s) in a row: {expected}"),
+            Duration::from_secs(5),
+        );
     }
     assert_refused(&server, "exits", &exits_report);
     assert_refused(&server, "killed", &kills_report);

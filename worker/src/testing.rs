@@ -462,3 +462,27 @@ impl Drop for Driver {
 fn bad(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
 }
+
+/// A binary of this workspace (`ngd`, `ng`) for end-to-end tests: the path in environment
+/// variable `var` when set, else `name` beside the test executable (`target/<profile>/`).
+/// Panics with how to build it when it is missing.
+pub fn workspace_binary(name: &str, var: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(var) {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let mut dir = exe
+        .parent()
+        .expect("the test executable's directory")
+        .to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "{} not found: build it first (`cargo build --workspace --bins`) or set {var}",
+        p.display()
+    );
+    p
+}

@@ -14,21 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn our_binary(name: &str, var: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(var) {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let mut dir = exe.parent().unwrap().to_path_buf();
-    if dir.file_name().is_some_and(|n| n == "deps") {
-        dir.pop();
-    }
-    let p = dir.join(name);
-    assert!(
-        p.is_file(),
-        "{} not found: build it first (`cargo build -p ng-server -p ng-client`) or set {var}",
-        p.display()
-    );
-    p
+    ngw::testing::workspace_binary(name, var)
 }
 
 struct Server {

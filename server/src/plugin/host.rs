@@ -36,6 +36,30 @@ pub const FIRST_WORKER: usize = 1 << 24;
 /// How long after its channel closes a worker may take to exit before it is killed.
 const REAP_GRACE: Duration = Duration::from_millis(500);
 
+/// Why a pool starts a worker now, for the log: a restart after failures (with the last
+/// one), the pool's first workers, a replacement to keep `min_workers`, or sessions waiting.
+fn spawn_reason(pool: &Pool, alive: usize) -> String {
+    if pool.failures > 0 {
+        return format!(
+            "restart after {} failure(s) in a row: {}",
+            pool.failures,
+            pool.last_failure.as_deref().unwrap_or("unknown")
+        );
+    }
+    if alive < pool.config.min_workers {
+        if pool.sessions == 0 && pool.restarts == 0 {
+            "starting the pool".to_owned()
+        } else {
+            format!(
+                "replacing a worker (min_workers = {})",
+                pool.config.min_workers
+            )
+        }
+    } else {
+        format!("{} session(s) waiting", pool.queue.len())
+    }
+}
+
 /// A host deadline in the loop's timer heap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HostTimer {
@@ -492,7 +516,8 @@ impl PluginHost {
         }
     }
 
-    fn spawn_worker(&mut self, pool: usize, now: Instant) {
+    /// Starts a worker for `pool`; `why` is said in the log line.
+    fn spawn_worker(&mut self, pool: usize, why: &str, now: Instant) {
         let config = self.pools[pool].config.clone();
         let bridge_exe = match &self.bridge_exe {
             Some(p) => Ok(p.clone()),
@@ -530,7 +555,7 @@ impl PluginHost {
             let _ = child.wait();
             return;
         }
-        tracing::info!(plugin = %config.name, pid = spawned.child.id(), "worker started");
+        tracing::info!(plugin = %config.name, pid = spawned.child.id(), "worker started: {why}");
         entry.insert(Worker {
             serial,
             machine: Machine::new(pool, &config, HOST_FEATURES, now),
@@ -614,7 +639,8 @@ impl PluginHost {
         };
         let spawns = self.pools[pool].spawns_wanted(now, census, self.stopping);
         for _ in 0..spawns {
-            self.spawn_worker(pool, now);
+            let why = spawn_reason(&self.pools[pool], census.alive);
+            self.spawn_worker(pool, &why, now);
             let p = &self.pools[pool];
             if p.status != PoolStatus::Active || p.next_spawn.is_some() {
                 break;

@@ -13,8 +13,10 @@ The reasons (`Conditions.reason`):
 
 * an interpreter-wide setting in the client's environment differs from the zygote's
   (`INTERPRETER_ENV`: read once, when CPython starts: hash seed, warnings filters,
-  `sys.path`, optimisation, dev mode, UTF-8 mode, ...). `PYTHONPATH` is compared without
-  the SDK's own directory, which a configuration adds to the worker's only;
+  `sys.path`, optimisation, dev mode, UTF-8 mode, ...). `PYTHONPATH` is compared only when
+  the client sets one, and without the SDK's own directory: a worker's search path comes
+  from its plugin's `env` table (where the plugin's code is), and a client that sets none
+  runs the plugin as configured;
 * the zygote's imports printed warnings (a cold run would print them too, and the
   zygote's warnings registry would keep a child from printing them again);
 * the command's interpreter (from its script's `#!` line) is not the worker's;
@@ -98,7 +100,10 @@ class Conditions:
         for name in INTERPRETER_ENV:
             mine, theirs = self.env[name], env.get(name)
             if name == "PYTHONPATH":
-                if _python_path(mine) != _python_path(theirs):
+                # A client without one runs the plugin as configured: the worker's entries
+                # come from the plugin's own `env` table (where its code is). A client that
+                # sets one asks for that search path, which the zygote must have had.
+                if _python_path(theirs) and _python_path(mine) != _python_path(theirs):
                     return "PYTHONPATH differs from the worker's (%r, worker %r)" % (
                         theirs, mine)
             elif (mine or None) != (theirs or None):  # empty is unset for CPython
