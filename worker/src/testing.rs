@@ -486,3 +486,40 @@ pub fn workspace_binary(name: &str, var: &str) -> PathBuf {
     );
     p
 }
+
+/// Runs `ng` through a symlink named `name` in `dir` (created on first use) against the
+/// Unix socket `sock`, as a user's shell would run the command: `args`, `stdin` written
+/// then closed, and `configure` for the directory or environment. Returns stdout, stderr
+/// (lossy UTF-8) and the exit code (-1 for a death by signal).
+pub fn run_symlinked_ng(
+    dir: &std::path::Path,
+    name: &str,
+    sock: &std::path::Path,
+    args: &[&str],
+    stdin: &[u8],
+    configure: impl FnOnce(&mut Command),
+) -> (String, String, i32) {
+    let link = dir.join(name);
+    if !link.exists() {
+        std::os::unix::fs::symlink(workspace_binary("ng", "NG_BIN"), &link)
+            .expect("a symlink to ng");
+    }
+    let mut cmd = Command::new(&link);
+    cmd.arg("--nailgun-server")
+        .arg(format!("local:{}", sock.display()))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    configure(&mut cmd);
+    let mut child = cmd.spawn().expect("ng runs");
+    if let Some(mut input) = child.stdin.take() {
+        let _ = input.write_all(stdin);
+    }
+    let o = child.wait_with_output().expect("ng's output");
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+        o.status.code().unwrap_or(-1),
+    )
+}

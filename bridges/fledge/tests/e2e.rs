@@ -9,7 +9,6 @@
 mod common;
 
 use common::World;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -74,29 +73,11 @@ fn serve() -> Server {
 impl Server {
     /// Runs `name args` through a symlink `name` -> ng, in the test project.
     fn run(&self, name: &str, args: &[&str], stdin: &[u8]) -> (String, String, i32) {
-        let link = self.world.tmp.path().join(name);
-        if !link.exists() {
-            std::os::unix::fs::symlink(our_binary("ng", "NG_BIN"), &link).unwrap();
-        }
-        let mut child = Command::new(&link)
-            .arg("--nailgun-server")
-            .arg(format!("local:{}", self.sock.display()))
-            .args(args)
-            .current_dir(&self.world.project)
-            .env("HOME", &self.world.home)
-            .env("XDG_CONFIG_HOME", &self.world.xdg)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        let o = child.wait_with_output().unwrap();
-        (
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-            o.status.code().unwrap_or(-1),
-        )
+        ngw::testing::run_symlinked_ng(self.world.tmp.path(), name, &self.sock, args, stdin, |c| {
+            c.current_dir(&self.world.project)
+                .env("HOME", &self.world.home)
+                .env("XDG_CONFIG_HOME", &self.world.xdg);
+        })
     }
 }
 

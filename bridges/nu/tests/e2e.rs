@@ -8,7 +8,6 @@
 mod common;
 
 use common::{nu, peer};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -73,26 +72,7 @@ fn serve(plugins: &[&Path]) -> Server {
 impl Server {
     /// Runs `name args` through a symlink `name` -> ng.
     fn run(&self, name: &str, args: &[&str], stdin: &[u8]) -> (String, String, i32) {
-        let link = self.dir.path().join(name);
-        if !link.exists() {
-            std::os::unix::fs::symlink(our_binary("ng", "NG_BIN"), &link).unwrap();
-        }
-        let mut child = Command::new(&link)
-            .arg("--nailgun-server")
-            .arg(format!("local:{}", self.sock.display()))
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        let o = child.wait_with_output().unwrap();
-        (
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-            o.status.code().unwrap_or(-1),
-        )
+        ngw::testing::run_symlinked_ng(self.dir.path(), name, &self.sock, args, stdin, |_| {})
     }
 }
 
