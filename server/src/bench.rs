@@ -480,24 +480,39 @@ pub struct Report {
 
 /// Runs `ngd bench` and returns its exit status.
 pub fn run(args: &BenchArgs) -> u8 {
-    match bench(args) {
+    conclude("ngd bench", bench(args), args.json, print_report, |r| {
+        r.identical
+    })
+}
+
+/// How `ngd bench` and `ngd check` end: the report as JSON or as text, then 0 when the cold
+/// and warm runs were identical and [`EXIT_DIFFERENT`] when not; an error is said on
+/// stderr and its code returned.
+pub(crate) fn conclude<R: serde::Serialize>(
+    name: &str,
+    result: Result<R, (u8, String)>,
+    json: bool,
+    print: fn(&R),
+    identical: fn(&R) -> bool,
+) -> u8 {
+    match result {
         Ok(report) => {
-            if args.json {
+            if json {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&report).unwrap_or_default()
                 );
             } else {
-                print_report(&report);
+                print(&report);
             }
-            if report.identical {
+            if identical(&report) {
                 0
             } else {
                 EXIT_DIFFERENT
             }
         }
         Err((code, message)) => {
-            eprintln!("ngd bench: {message}");
+            eprintln!("{name}: {message}");
             code
         }
     }

@@ -87,27 +87,9 @@ pub struct CheckReport {
 
 /// Runs `ngd check` and returns its exit status.
 pub fn run(args: &CheckArgs) -> u8 {
-    match check(args) {
-        Ok(report) => {
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).unwrap_or_default()
-                );
-            } else {
-                print_report(&report);
-            }
-            if report.identical {
-                0
-            } else {
-                bench::EXIT_DIFFERENT
-            }
-        }
-        Err((code, message)) => {
-            eprintln!("ngd check: {message}");
-            code
-        }
-    }
+    bench::conclude("ngd check", check(args), args.json, print_report, |r| {
+        r.identical
+    })
 }
 
 /// Whether `candidate` is the `ng` client (a link to it, or a copy at the same path).
