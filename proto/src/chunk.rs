@@ -67,6 +67,12 @@ impl ChunkType {
     /// `n`: ngw notice (worker to ngd, `notices` workers only): a JSON object saying what
     /// happened (a fallback, stale code, retiring).
     pub const WORKER_NOTICE: Self = Self(b'n');
+    /// `t`: ngw descriptors answer (worker to ngd, `fds` workers only): empty when the
+    /// session runs on the client's descriptors, `relay` when it declined them.
+    pub const WORKER_TAKEN: Self = Self(b't');
+    /// `z`: ngw stopped (worker to ngd, `signals` workers only): the command stopped
+    /// itself with the signal named in the payload.
+    pub const WORKER_STOPPED: Self = Self(b'z');
 
     /// True for the twelve types of the Nailgun protocol proper.
     pub fn is_nailgun(self) -> bool {

@@ -124,6 +124,11 @@ impl Features {
     pub fn without(self, other: Self) -> Self {
         Self(self.0 & !other.0)
     }
+
+    /// The features in either set (usable in constants).
+    pub const fn union(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
 }
 
 impl std::ops::BitOr for Features {

@@ -25,13 +25,25 @@ pub const EX_USAGE: i32 = 64;
 /// The server's version string.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-fn add(registry: &mut Registry, name: &str, description: &str, inline: bool, nail: impl Nail) {
+/// How a built-in runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// On the event loop: never blocks, never reads stdin.
+    Inline,
+    /// On the nail pool, with relayed stdio.
+    Pool,
+    /// On the nail pool, on the client's own descriptors when it passed them.
+    ClientFds,
+}
+
+fn add(registry: &mut Registry, name: &str, description: &str, mode: Mode, nail: impl Nail) {
     registry.insert(
         name,
         Entry {
             target: Target::Nail {
                 nail: Arc::new(nail),
-                inline,
+                inline: mode == Mode::Inline,
+                client_fds: mode == Mode::ClientFds,
             },
             description: description.to_owned(),
         },
@@ -40,50 +52,60 @@ fn add(registry: &mut Registry, name: &str, description: &str, inline: bool, nai
 
 /// Registers every built-in command.
 pub fn register(registry: &mut Registry) {
-    type Builtin = (&'static str, &'static str, bool, fn(&mut Context) -> i32);
+    type Builtin = (&'static str, &'static str, Mode, fn(&mut Context) -> i32);
     const BUILTINS: &[Builtin] = &[
-        ("ng-version", "Prints the server version", true, version),
+        (
+            "ng-version",
+            "Prints the server version",
+            Mode::Inline,
+            version,
+        ),
         (
             "ng-stats",
             "Per-command and plugin statistics (--json for JSON)",
-            true,
+            Mode::Inline,
             stats,
         ),
-        ("ng-stop", "Stops the server gracefully", true, stop),
+        ("ng-stop", "Stops the server gracefully", Mode::Inline, stop),
         (
             "ng-reload",
             "Re-reads the configuration file (plugins, aliases)",
-            true,
+            Mode::Inline,
             reload,
         ),
         (
             "ng-alias",
             "Lists aliases, or adds one: ng-alias NAME COMMAND",
-            true,
+            Mode::Inline,
             alias,
         ),
         (
             "ng-commands",
             "Lists the commands that can be run",
-            true,
+            Mode::Inline,
             commands,
         ),
-        ("ng-true", "Exits 0 at once (latency probe)", true, true_),
+        (
+            "ng-true",
+            "Exits 0 at once (latency probe)",
+            Mode::Inline,
+            true_,
+        ),
         (
             "ng-cat",
             "Copies stdin to stdout (throughput probe)",
-            false,
+            Mode::ClientFds,
             cat,
         ),
         (
             "ng-yes",
             "Writes BYTES bytes of 'y\\n' (output probe): ng-yes 64M",
-            false,
+            Mode::Pool,
             yes,
         ),
     ];
-    for (name, description, inline, run) in BUILTINS {
-        add(registry, name, description, *inline, *run);
+    for (name, description, mode, run) in BUILTINS {
+        add(registry, name, description, *mode, *run);
     }
 }
 
@@ -258,6 +280,9 @@ fn commands(ctx: &mut Context) -> i32 {
 }
 
 fn cat(ctx: &mut Context) -> i32 {
+    if let Some(fds) = ctx.take_client_fds() {
+        return cat_fds(ctx, fds);
+    }
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let n = match ctx.stdin().read(&mut buf) {
@@ -267,6 +292,92 @@ fn cat(ctx: &mut Context) -> i32 {
         };
         if ctx.stdout().write_all(&buf[..n]).is_err() {
             return 1;
+        }
+    }
+}
+
+/// `ng-cat` on the client's own descriptors: copies its fd 0 to its fd 1 directly, as
+/// `cat` would, waking every 100 ms to notice a cancellation. A closed fd 0 reads as
+/// empty; a closed fd 1 or a reader that went away ends it with 141, the code a cold `cat`
+/// killed by SIGPIPE leaves.
+fn cat_fds(ctx: &mut Context, fds: crate::ClientFds) -> i32 {
+    use std::os::fd::AsRawFd;
+    let [input, output, _] = fds;
+    let Some(input) = input else {
+        return 0;
+    };
+    let Some(output) = output else {
+        return 141;
+    };
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        if ctx.cancelled().is_some() {
+            return 130;
+        }
+        let n = match wait_fd(input.as_raw_fd(), libc::POLLIN) {
+            Ok(false) => continue,
+            // SAFETY: reading into a buffer we own from a descriptor we own.
+            Ok(true) => unsafe {
+                libc::read(input.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len())
+            },
+            Err(_) => return 1,
+        };
+        match n {
+            0 => return 0,
+            n if n < 0 => match std::io::Error::last_os_error().kind() {
+                std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock => continue,
+                _ => return 1,
+            },
+            n => {
+                let mut data = &buf[..n as usize];
+                while !data.is_empty() {
+                    if ctx.cancelled().is_some() {
+                        return 130;
+                    }
+                    match wait_fd(output.as_raw_fd(), libc::POLLOUT) {
+                        Ok(false) => continue,
+                        Ok(true) => {}
+                        Err(_) => return 1,
+                    }
+                    // SAFETY: writing from a buffer we own to a descriptor we own. ngd runs
+                    // with SIGPIPE ignored, so a closed pipe reports EPIPE.
+                    let w = unsafe {
+                        libc::write(output.as_raw_fd(), data.as_ptr().cast(), data.len())
+                    };
+                    if w < 0 {
+                        match std::io::Error::last_os_error().kind() {
+                            std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock => {}
+                            std::io::ErrorKind::BrokenPipe => return 141,
+                            _ => return 1,
+                        }
+                    } else {
+                        data = &data[w as usize..];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Waits up to 100 ms for `events` on `fd`; true when it is ready (or has hung up).
+fn wait_fd(fd: std::os::fd::RawFd, events: libc::c_short) -> std::io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut pfd, 1, 100) };
+    match n {
+        n if n > 0 => Ok(true),
+        0 => Ok(false),
+        _ => {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            }
         }
     }
 }

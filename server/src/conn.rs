@@ -61,6 +61,9 @@ pub struct Running {
     pub io: Arc<SessionIo>,
     /// The resolved command name (for statistics and logs).
     pub command: String,
+    /// The client forwarded a signal that ends a command, and the command was cancelled
+    /// for it: the session ends as the signal would have ended a cold run.
+    pub interrupted: Option<(ng_proto::ext::SignalName, i32)>,
 }
 
 /// A plugin command, as the connection sees it: waiting for a worker (holding its request
@@ -101,6 +104,9 @@ pub struct Conn {
     /// The last time bytes were written to the client (or the connection opened): a
     /// finished session whose client stops reading is closed after the heartbeat timeout.
     pub last_write: Instant,
+    /// Descriptors the client passed with its header (Unix sockets), until the command
+    /// is launched.
+    pub client_fds: Vec<std::os::fd::OwnedFd>,
 }
 
 impl Conn {
@@ -125,6 +131,7 @@ impl Conn {
             state: ConnState::Header,
             timer_at: None,
             last_write: now,
+            client_fds: Vec::new(),
         }
     }
 
@@ -155,6 +162,17 @@ impl Conn {
             ConnState::Plugin(PluginState::Bound(b)) => Some(b),
             _ => None,
         }
+    }
+
+    /// Ends the session as a cold run ends when `signal` kills it: a client that accepted
+    /// `signals` dies of it; any other gets 128 + its number.
+    pub fn finish_by_signal(&mut self, signal: &ng_proto::ext::SignalName, number: i32) {
+        self.session.exit_with(&ng_proto::ext::ExitReport::Signal {
+            code: 128 + number,
+            signal: signal.clone(),
+            core: false,
+        });
+        self.state = ConnState::Finishing;
     }
 
     /// Ends the session with an `ngd: ` message line on stderr and `code`: every refusal

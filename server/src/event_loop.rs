@@ -47,7 +47,8 @@ use crate::{exit_codes, ServerHandle, Settings};
 use bytes::Buf;
 use crossbeam_channel::Receiver;
 use mio::{Events, Poll, Token};
-use ng_proto::{ProtocolError, ServerEvent, ServerSession};
+use ng_proto::ext::Features;
+use ng_proto::{ExtensionEvent, ProtocolError, ServerEvent, ServerSession};
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
@@ -756,7 +757,9 @@ impl EventLoop {
                 // The worker forwards SIGTERM to the command, whose own exit code (143
                 // for most programs) then reaches the client.
                 ConnState::Plugin(PluginState::Bound(bound)) => {
-                    self.host.interrupt(bound, "SIGTERM");
+                    if let Some(term) = ng_proto::ext::SignalName::new(b"SIGTERM") {
+                        self.host.signal(bound, &term);
+                    }
                 }
                 _ => {}
             }
@@ -802,8 +805,13 @@ fn pull_io(conn: &mut Conn) {
         conn.session.request_stdin();
     }
     if let Some(code) = finished {
-        conn.session.exit(code);
-        conn.state = ConnState::Finishing;
+        match running.interrupted.clone() {
+            Some((signal, number)) => conn.finish_by_signal(&signal, number),
+            None => {
+                conn.session.exit(code);
+                conn.state = ConnState::Finishing;
+            }
+        }
     }
 }
 
@@ -826,7 +834,12 @@ fn read_input(
             // Resumed when the command reads (it notifies the loop).
             return true;
         }
-        match conn.stream.read(scratch) {
+        let read = if conn.session.in_header() && matches!(conn.stream, Stream::Unix(_)) {
+            read_header(conn, scratch)
+        } else {
+            conn.stream.read(scratch)
+        };
+        match read {
             Ok(0) => {
                 conn.readable = false;
                 on_eof(conn, core, host, key, now);
@@ -841,6 +854,7 @@ fn read_input(
                 conn.rbuf.extend_from_slice(&scratch[..n]);
                 let result = conn.session.handle_bytes(&mut conn.rbuf, now);
                 handle_events(conn, core, host, key, now);
+                handle_extensions(conn, host);
                 if let Err(e) = result {
                     protocol_error(conn, core, e);
                 }
@@ -855,6 +869,69 @@ fn read_input(
         }
     }
     true
+}
+
+/// Reads a Unix connection's header with `recvmsg`: the client's descriptors ride with
+/// its first byte (`fds`, docs/protocol.md). Descriptors the session cannot use (too many,
+/// truncated, after `C`) are closed at once; the rest wait for the launch.
+fn read_header(conn: &mut Conn, scratch: &mut [u8]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let received = crate::sys::recv_with_fds(conn.stream.as_raw_fd(), scratch)?;
+    if received.truncated {
+        // More than a client may pass: none of them is used.
+        conn.session
+            .handle_passed_fds(crate::sys::MAX_PASSED_FDS + 1);
+        conn.client_fds.clear();
+    } else if !received.fds.is_empty() && conn.session.handle_passed_fds(received.fds.len()) {
+        conn.client_fds.extend(received.fds);
+    }
+    Ok(received.len)
+}
+
+/// Acts on the client's extension chunks (`K`, `W`) the session decoded.
+fn handle_extensions(conn: &mut Conn, host: &mut PluginHost) {
+    while let Some(event) = conn.session.poll_extension() {
+        match event {
+            ExtensionEvent::Signal(name) => {
+                let kills = crate::sys::terminating_signal(name.as_bytes());
+                match &mut conn.state {
+                    // A worker that ignores interrupts: the command is cancelled as if
+                    // the client had gone.
+                    ConnState::Plugin(PluginState::Bound(b))
+                        if !host.signal(b, &name) && kills.is_some() =>
+                    {
+                        host.hang_up(b, Instant::now());
+                    }
+                    ConnState::Plugin(PluginState::Queued(_)) => {
+                        // The command has not started: as cold, the signal ends the run.
+                        if let Some(number) = kills {
+                            tracing::debug!(
+                                conn = conn.serial,
+                                signal = name.as_str(),
+                                "signalled while queued"
+                            );
+                            conn.finish_by_signal(&name, number);
+                        }
+                    }
+                    ConnState::Running(r) => {
+                        // An in-process command cannot catch a signal: it is cancelled, and
+                        // the session ends as the signal ends a command that does not
+                        // handle it.
+                        if let Some(number) = kills {
+                            r.interrupted.get_or_insert((name, number));
+                            r.io.cancel(CancelReason::Interrupted);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            ExtensionEvent::WindowSize(size) => match &mut conn.state {
+                ConnState::Plugin(PluginState::Bound(b)) => host.window_size(b, size),
+                ConnState::Plugin(PluginState::Queued(q)) => q.request.client.winsize = Some(size),
+                _ => {}
+            },
+        }
+    }
 }
 
 fn on_eof(conn: &mut Conn, core: &Core, host: &mut PluginHost, key: ConnKey, now: Instant) {
@@ -889,7 +966,7 @@ fn handle_events(conn: &mut Conn, core: &Core, host: &mut PluginHost, key: ConnK
                     conn.stdin_backlog = q.stdin.bytes();
                 }
                 ConnState::Plugin(PluginState::Bound(b)) => {
-                    conn.stdin_backlog = host.stdin(b, data, now);
+                    conn.stdin_backlog = host.stdin(b, data);
                 }
                 _ => {
                     if let Some(io) = conn.io() {
@@ -955,6 +1032,11 @@ fn launch(
 ) {
     let handle = &core.handle;
     let client_umask = take_client_umask(&mut request);
+    let fds = std::mem::take(&mut conn.client_fds);
+    let passed = request
+        .client
+        .fds
+        .and_then(|map| crate::passed_fds::PassedFds::new(map, fds));
     let Some((name, entry)) = handle.registry().resolve(&request.command) else {
         handle.stats().unknown_command();
         let shown = String::from_utf8_lossy(&request.command);
@@ -967,13 +1049,35 @@ fn launch(
     };
     tracing::debug!(conn = conn.serial, peer = %conn.peer, command = %name, args = request.args.len(), env = request.env.len(), "launch");
     match entry.target {
-        Target::Nail { nail, inline } => {
+        Target::Nail {
+            nail,
+            inline,
+            client_fds,
+        } => {
+            let offer = passed.filter(|_| client_fds);
+            let server = if offer.is_some() {
+                Features::ALL
+            } else {
+                RELAYED
+            };
+            let accepted = conn.session.accept_extensions(server);
+            // `F` goes before anything the command writes (which bypasses the session).
+            let f = conn.session.take_transmit();
+            conn.wbuf.extend_from_slice(&f);
+            let fds = offer
+                .filter(|_| accepted.contains(Features::FDS))
+                .map(crate::passed_fds::PassedFds::into_slots);
             let io = SessionIo::new(key, core.notifier.clone(), inline);
+            if fds.is_some() {
+                // The client sends no stdin once the command has its descriptors.
+                io.lock().stdin_eof = true;
+            }
             handle.stats().started(&name);
-            let ctx = Context::new(request, io.clone(), handle.clone());
+            let ctx = Context::new(request, io.clone(), handle.clone()).with_client_fds(fds);
             conn.state = ConnState::Running(Running {
                 io: io.clone(),
                 command: name.clone(),
+                interrupted: None,
             });
             let stats_handle = handle.clone();
             let job = move || run_nail(nail, ctx, io, name, stats_handle);
@@ -985,12 +1089,18 @@ fn launch(
         }
         Target::Plugin { pool } => match host.queue(key, pool, now) {
             Ok(()) => {
+                if passed.is_none() {
+                    // Nothing waits on the worker's answer: settled now, so signals and
+                    // window changes are forwarded even while the session is queued.
+                    conn.session.accept_extensions(RELAYED);
+                }
                 conn.state = ConnState::Plugin(PluginState::Queued(Box::new(Queued {
                     pool,
                     command: name,
                     request,
                     umask: client_umask,
                     stdin: Default::default(),
+                    fds: passed,
                 })));
             }
             Err(refusal) => {
@@ -1001,6 +1111,12 @@ fn launch(
         },
     }
 }
+
+/// The client extensions ngd honours for a session whose command does not run on the
+/// client's descriptors.
+const RELAYED: Features = Features::SIGNALS
+    .union(Features::WINSIZE)
+    .union(Features::STDIN_WINDOW);
 
 /// Removes our client's `NGD_CLIENT_UMASK` extension entry (a command never sees it) and
 /// returns its value, if well-formed (octal, at most 0o7777).
@@ -1125,11 +1241,24 @@ impl Clients for ConnClients<'_> {
         }
     }
 
-    fn exit(&mut self, conn: ConnKey, code: i32) {
+    fn exit(&mut self, conn: ConnKey, report: &ng_proto::ext::ExitReport) {
         if let Some(c) = self.live(conn) {
-            c.session.exit(code);
+            c.session.exit_with(report);
             c.state = ConnState::Finishing;
             c.stdin_backlog = 0;
+        }
+    }
+
+    fn settle(&mut self, conn: ConnKey, taken: bool) {
+        if let Some(c) = self.live(conn) {
+            let server = if taken { Features::ALL } else { RELAYED };
+            c.session.accept_extensions(server);
+        }
+    }
+
+    fn stopped(&mut self, conn: ConnKey, signal: &ng_proto::ext::SignalName) {
+        if let Some(c) = self.live(conn) {
+            c.session.stopped(signal);
         }
     }
 

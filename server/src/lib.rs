@@ -38,6 +38,7 @@ pub mod idle;
 pub mod logging;
 pub mod memory;
 pub mod nail;
+pub mod passed_fds;
 pub mod plugin;
 pub mod pool;
 pub mod registry;
@@ -47,7 +48,7 @@ pub mod stats;
 pub mod sys;
 pub mod transport;
 
-pub use nail::{Context, Nail, Output, Stdin};
+pub use nail::{ClientFds, Context, Nail, Output, Stdin};
 pub use session_io::CancelReason;
 
 use crate::config::{ListenAddr, ServerConfig};
@@ -309,6 +310,31 @@ impl ServerBuilder {
                 target: Target::Nail {
                     nail: Arc::new(nail),
                     inline: false,
+                    client_fds: false,
+                },
+                description: description.to_owned(),
+            },
+        );
+        self
+    }
+
+    /// Registers a command that runs on the thread pool and may run on the client's own
+    /// descriptors: when our `ng` passed them over the Unix socket,
+    /// [`Context::take_client_fds`] gives them (the command reads and writes them
+    /// directly: real terminal, pipes, files); otherwise it is relayed as any command.
+    pub fn nail_with_client_fds(
+        &mut self,
+        name: &str,
+        description: &str,
+        nail: impl Nail,
+    ) -> &mut Self {
+        self.registry.insert(
+            name,
+            Entry {
+                target: Target::Nail {
+                    nail: Arc::new(nail),
+                    inline: false,
+                    client_fds: true,
                 },
                 description: description.to_owned(),
             },

@@ -59,7 +59,12 @@ pub struct Context {
     stderr: Output,
     io: Arc<SessionIo>,
     server: ServerHandle,
+    client_fds: Option<ClientFds>,
 }
+
+/// The client's own descriptors 0, 1, 2 as the command's (`None`: closed for it, as the
+/// client's was).
+pub type ClientFds = [Option<std::os::fd::OwnedFd>; 3];
 
 impl Context {
     pub(crate) fn new(request: Request, io: Arc<SessionIo>, server: ServerHandle) -> Self {
@@ -76,7 +81,30 @@ impl Context {
             },
             io,
             server,
+            client_fds: None,
         }
+    }
+
+    /// Gives the command the client's descriptors (when it may take them and they came).
+    pub(crate) fn with_client_fds(mut self, fds: Option<ClientFds>) -> Self {
+        self.client_fds = fds;
+        self
+    }
+
+    /// The client's own stdin, stdout and stderr, for a command registered to take them
+    /// ([`crate::ServerBuilder::nail_with_client_fds`]) when our `ng` passed them over the
+    /// Unix socket. Taken at most once. The command then reads and writes them directly
+    /// (a terminal is the user's real terminal; a write to a closed pipe fails with
+    /// `EPIPE`), and nothing is relayed for it: `stdin()` sees end of file and what it
+    /// writes to `stdout()`/`stderr()` still reaches the client through ngd. `None` for a
+    /// stock client, TCP, or a second call.
+    pub fn take_client_fds(&mut self) -> Option<ClientFds> {
+        self.client_fds.take()
+    }
+
+    /// True while the command has the client's descriptors to take.
+    pub fn has_client_fds(&self) -> bool {
+        self.client_fds.is_some()
     }
 
     /// The command name the client asked for (before alias resolution).

@@ -20,6 +20,9 @@ pub enum Target {
         /// Runs on the event-loop thread: only for commands that never block and never read
         /// stdin (their stdin reads see end of file).
         inline: bool,
+        /// Takes the client's own descriptors when they were passed
+        /// ([`crate::Context::take_client_fds`]).
+        client_fds: bool,
     },
     /// A command served by a plugin's worker pool.
     Plugin {
@@ -160,6 +163,7 @@ mod tests {
             target: Target::Nail {
                 nail: Arc::new(|_: &mut crate::Context| 0),
                 inline: true,
+                client_fds: false,
             },
             description: String::new(),
         }

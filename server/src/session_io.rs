@@ -47,6 +47,8 @@ pub enum CancelReason {
     Shutdown,
     /// The client broke the protocol.
     ProtocolError,
+    /// The client forwarded a signal that ends a command (Ctrl-C, `kill`).
+    Interrupted,
 }
 
 impl CancelReason {
@@ -57,6 +59,7 @@ impl CancelReason {
             CancelReason::HeartbeatTimeout => "the client stopped sending heartbeats",
             CancelReason::Shutdown => "the server is shutting down",
             CancelReason::ProtocolError => "the client broke the protocol",
+            CancelReason::Interrupted => "the client was interrupted",
         }
     }
 }

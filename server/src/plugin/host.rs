@@ -28,6 +28,7 @@ use mio::{Interest, Token};
 use ng_proto::{ChunkType, Decoder, Limits};
 use slab::Slab;
 use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -348,15 +349,14 @@ impl PluginHost {
     }
 
     /// Client stdin for a bound session; returns the bytes held for the worker.
-    pub fn stdin(&mut self, bound: &Bound, data: Bytes, now: Instant) -> usize {
+    pub fn stdin(&mut self, bound: &Bound, data: Bytes) -> usize {
         let Some(w) = self.workers.get_mut(bound.worker.slot) else {
             return 0;
         };
         if w.serial != bound.worker.serial {
             return 0;
         }
-        let config = &self.pools[w.machine.pool].config;
-        let backlog = w.machine.client_stdin(bound.session, data, config, now);
+        let backlog = w.machine.client_stdin(bound.session, data);
         self.dirty_workers.push(bound.worker.slot);
         self.schedule(bound.worker.slot);
         backlog
@@ -389,10 +389,21 @@ impl PluginHost {
         self.schedule(bound.worker.slot);
     }
 
-    /// Forwards a signal to a bound session's command.
-    pub fn interrupt(&mut self, bound: &Bound, signal: &str) {
+    /// Forwards a signal to a bound session's command; false if its worker does not act on
+    /// interrupts.
+    pub fn signal(&mut self, bound: &Bound, name: &ng_proto::ext::SignalName) -> bool {
+        let Some(w) = self.worker_mut(bound.worker) else {
+            return true;
+        };
+        let delivered = w.machine.signal(bound.session, name);
+        self.dirty_workers.push(bound.worker.slot);
+        delivered
+    }
+
+    /// The client of a bound session reports a new terminal size.
+    pub fn window_size(&mut self, bound: &Bound, size: ng_proto::ext::WinSize) {
         if let Some(w) = self.worker_mut(bound.worker) {
-            w.machine.interrupt(bound.session, signal);
+            w.machine.window_size(bound.session, size);
             self.dirty_workers.push(bound.worker.slot);
         }
     }
@@ -670,15 +681,21 @@ impl PluginHost {
         let umask = queued.umask.unwrap_or(self.umask);
         tracing::debug!(conn = conn.serial, worker = w.pid(), session, command = %queued.command, "session bound");
         self.handle.stats().started(&queued.command);
-        w.machine.bind(
+        let offered = w.machine.bind(
             session,
             conn,
             queued.command,
             &queued.request,
             umask,
             queued.stdin,
+            queued.fds,
             now,
         );
+        if !offered {
+            // Without descriptors on the worker's side the session is relayed: the client
+            // learns it now (a no-op when its extensions were settled at launch).
+            clients.settle(conn, false);
+        }
         self.dirty_workers.push(slot);
         self.schedule(slot);
     }
@@ -689,10 +706,27 @@ impl PluginHost {
         let Some(w) = self.workers.get_mut(slot) else {
             return;
         };
-        // Write first: headers and stdin go out before we wait for answers.
+        // Write first: headers and stdin go out before we wait for answers. A client's
+        // descriptors go with the first byte of their session's header (one `sendmsg`).
         while w.writable && !w.machine.wbuf.is_empty() {
-            match w.channel.write(&w.machine.wbuf) {
-                Ok(n) => w.machine.wbuf.advance(n),
+            let marks = &w.machine.fd_marks;
+            let (end, fds) = match marks.front() {
+                Some((0, passed)) => (marks.get(1).map_or(usize::MAX, |m| m.0), Some(passed)),
+                Some((at, _)) => (*at, None),
+                None => (usize::MAX, None),
+            };
+            let data = &w.machine.wbuf[..end.min(w.machine.wbuf.len())];
+            let result = match fds {
+                Some(passed) => {
+                    crate::sys::send_with_fds(w.channel.as_raw_fd(), data, &passed.raw())
+                }
+                None => w.channel.write(data),
+            };
+            match result {
+                Ok(n) => {
+                    w.machine.wbuf.advance(n);
+                    w.machine.wrote(n);
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => w.writable = false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {

@@ -15,20 +15,26 @@
 //! [`WorkerEnd`]). Sessions are selected with `s` only when both sides speak `mux`.
 
 use super::config::PluginConfig;
-use super::session::{Ask, SessionRelay, StdinBuffer, ToWorker};
+use super::session::{Ask, FdOffer, SessionRelay, StdinBuffer, ToWorker};
 use super::worker::Hello;
 use super::Clients;
+use crate::passed_fds::PassedFds;
 use crate::session_io::ConnKey;
 use bytes::{Bytes, BytesMut};
 use ng_proto::codec::encode;
+use ng_proto::ext::{self, ExitReport, SignalName, SignalTarget, WinSize};
 use ng_proto::{exit, ChunkType, Request};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// `s`: selects the session the following session chunks belong to (`mux`).
 pub const SELECT: ChunkType = ChunkType::WORKER_SELECT;
 /// `n`: a worker's notice (`notices`).
 pub const NOTICE: ChunkType = ChunkType::WORKER_NOTICE;
+/// `t`: the worker's answer to a session's descriptors (`fds`).
+pub const TAKEN: ChunkType = ChunkType::WORKER_TAKEN;
+/// `z`: the command stopped itself (`signals`).
+pub const STOPPED: ChunkType = ChunkType::WORKER_STOPPED;
 /// SIGTERM to SIGKILL when stopping a worker.
 pub const TERM_TO_KILL: Duration = Duration::from_secs(2);
 /// A worker that dies this soon after its hello counts as a failed start.
@@ -141,7 +147,7 @@ pub enum Event {
     SessionEnded {
         /// Its command.
         command: String,
-        /// Its exit code.
+        /// Its exit code (128 + N for a death by signal N).
         code: i32,
         /// How long it ran.
         elapsed: Duration,
@@ -178,9 +184,15 @@ pub struct Machine {
     pub retired: bool,
     /// Bytes for the worker's channel.
     pub wbuf: BytesMut,
-    /// The host supports `mux` and `notices` (what `NGW_HOST_FEATURES` announced).
+    /// Descriptors to send with the byte at this offset of [`Machine::wbuf`] (a session
+    /// header's first byte, or its `s`), in offset order; see [`Machine::wrote`].
+    pub fd_marks: VecDeque<(usize, PassedFds)>,
+    /// What the host supports (what `NGW_HOST_FEATURES` announced).
     host_mux: bool,
     host_notices: bool,
+    host_fds: bool,
+    host_signals: bool,
+    host_window: bool,
     /// The session most recently selected towards the worker / from the worker (`mux`).
     out_selected: Option<u64>,
     in_selected: Option<u64>,
@@ -202,8 +214,12 @@ impl Machine {
             ready_at: None,
             retired: false,
             wbuf: BytesMut::new(),
+            fd_marks: VecDeque::new(),
             host_mux: features.contains(&"mux"),
             host_notices: features.contains(&"notices"),
+            host_fds: features.contains(&"fds"),
+            host_signals: features.contains(&"signals"),
+            host_window: features.contains(&"stdin-window"),
             out_selected: None,
             in_selected: None,
             ping_serial: 0,
@@ -219,6 +235,31 @@ impl Machine {
     /// Both sides speak `mux`.
     pub fn is_mux(&self) -> bool {
         self.host_mux && self.has_feature("mux")
+    }
+
+    /// Both sides speak `fds`: sessions may run on the client's descriptors.
+    pub fn takes_fds(&self) -> bool {
+        self.host_fds && self.has_feature("fds")
+    }
+
+    /// Both sides speak `signals`.
+    fn speaks_signals(&self) -> bool {
+        self.host_signals && self.has_feature("signals")
+    }
+
+    /// `n` bytes of [`Machine::wbuf`] were written (and, if a mark was at its front, its
+    /// descriptors sent with the first of them): the marks move along, sent ones are
+    /// dropped (closing ngd's copies).
+    pub fn wrote(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        if self.fd_marks.front().is_some_and(|(at, _)| *at == 0) {
+            self.fd_marks.pop_front();
+        }
+        for (at, _) in &mut self.fd_marks {
+            *at = at.saturating_sub(n);
+        }
     }
 
     /// Sessions it may run at once.
@@ -278,7 +319,7 @@ impl Machine {
     }
 
     /// The worker's inbound payload cap (§2; 1 MiB when the hello does not say).
-    fn max_chunk(&self) -> usize {
+    pub fn max_chunk(&self) -> usize {
         let cap = self
             .hello
             .as_ref()
@@ -304,7 +345,9 @@ impl Machine {
     }
 
     /// Binds a session: its header in one write (`docs/ngw.md` §7.1); the stdin the client
-    /// sent while it waited goes with it into the session's relay.
+    /// sent while it waited goes with it into the session's relay. The client's
+    /// descriptors, if any, ride with the header when the worker speaks `fds` (§15.4);
+    /// returns whether they were offered (otherwise they are closed here).
     #[allow(clippy::too_many_arguments)]
     pub fn bind(
         &mut self,
@@ -314,8 +357,10 @@ impl Machine {
         request: &Request,
         umask: u32,
         stdin: StdinBuffer,
+        fds: Option<PassedFds>,
         now: Instant,
-    ) {
+    ) -> bool {
+        let fds = fds.filter(|_| self.takes_fds());
         let mut header = BytesMut::new();
         for a in &request.args {
             encode(ChunkType::ARGUMENT, a, &mut header);
@@ -341,10 +386,30 @@ impl Machine {
             format!("NGW_SESSION={id}").as_bytes(),
             &mut header,
         );
+        if let Some(passed) = &fds {
+            let entry = format!("NGW_CLIENT_FDS={}", passed.map().to_value());
+            encode(ChunkType::ENVIRONMENT, entry.as_bytes(), &mut header);
+        }
+        if self.speaks_signals() {
+            let client = &request.client;
+            if !client.ignored_signals.is_empty() {
+                let names: Vec<&str> = client.ignored_signals.iter().map(|s| s.as_str()).collect();
+                let entry = format!("NGW_SIGIGN={}", names.join(","));
+                encode(ChunkType::ENVIRONMENT, entry.as_bytes(), &mut header);
+            }
+            if let Some(ws) = client.winsize {
+                let entry = format!("NGW_WINSIZE={}", ws.to_value());
+                encode(ChunkType::ENVIRONMENT, entry.as_bytes(), &mut header);
+            }
+        }
         if let Some(cwd) = &request.cwd {
             encode(ChunkType::WORKING_DIR, cwd, &mut header);
         }
         encode(ChunkType::COMMAND, command.as_bytes(), &mut header);
+        let offered = fds.is_some();
+        if let Some(passed) = fds {
+            self.fd_marks.push_back((self.wbuf.len(), passed));
+        }
         if self.is_mux() && self.out_selected != Some(id) {
             encode(SELECT, id.to_string().as_bytes(), &mut self.wbuf);
             self.out_selected = Some(id);
@@ -364,35 +429,23 @@ impl Machine {
                 *ping = None;
             }
         }
-        self.sessions
-            .insert(id, SessionRelay::new(id, conn, command, stdin, now));
+        let mut relay = SessionRelay::new(id, conn, command, stdin, self.max_chunk(), now);
+        if offered {
+            relay.fds = FdOffer::Offered;
+        }
+        self.sessions.insert(id, relay);
+        offered
     }
 
-    /// The client of `session` sent stdin; returns the bytes still held for the worker. A
-    /// chunk over the worker's `max_chunk` is a broken client: its session is hung up
-    /// (`docs/ngw.md` §7.3 rule 5).
-    pub fn client_stdin(
-        &mut self,
-        session: u64,
-        data: Bytes,
-        config: &PluginConfig,
-        now: Instant,
-    ) -> usize {
-        if data.len() > self.max_chunk() {
-            tracing::info!(
-                session,
-                len = data.len(),
-                "stdin chunk over the worker's cap"
-            );
-            self.hang_up(session, config, now);
-            return 0;
-        }
+    /// The client of `session` sent stdin; returns the bytes still held for the worker.
+    /// Chunks over the worker's `max_chunk` are split (`docs/ngw.md` §7.3).
+    pub fn client_stdin(&mut self, session: u64, data: Bytes) -> usize {
         let Some(s) = self.sessions.get_mut(&session) else {
             return 0;
         };
         let out = s.client_stdin(data);
         let backlog = s.backlog();
-        if let Some(to) = out {
+        for to in out {
             self.send_stdin(session, to);
         }
         backlog
@@ -400,11 +453,12 @@ impl Machine {
 
     /// The client of `session` ended its stdin.
     pub fn client_eof(&mut self, session: u64) {
-        if let Some(to) = self
+        let out = self
             .sessions
             .get_mut(&session)
-            .and_then(SessionRelay::client_eof)
-        {
+            .map(SessionRelay::client_eof)
+            .unwrap_or_default();
+        for to in out {
             self.send_stdin(session, to);
         }
     }
@@ -420,7 +474,7 @@ impl Machine {
         else {
             return;
         };
-        if let Some(to) = answer {
+        for to in answer {
             self.send_stdin(session, to);
         }
         if self.has_feature("interrupt") {
@@ -428,11 +482,42 @@ impl Machine {
         }
     }
 
-    /// Forwards a signal to a session's command (`i SIG...`), if the worker acts on
-    /// interrupts.
-    pub fn interrupt(&mut self, session: u64, signal: &str) {
-        if self.sessions.contains_key(&session) && self.has_feature("interrupt") {
-            self.send(session, ChunkType::WORKER_INTERRUPT, signal.as_bytes());
+    /// Forwards a client's signal to a session's command (`i SIGNAME`, or `i "SIGNAME
+    /// process"` for a signal meant for the command's process alone, §15.5). False if the
+    /// worker does not act on interrupts (the caller decides what the signal means then).
+    pub fn signal(&mut self, session: u64, name: &SignalName) -> bool {
+        if !self.has_feature("interrupt") {
+            return false;
+        }
+        let signals = self.speaks_signals();
+        let Some(s) = self.sessions.get_mut(&session) else {
+            return true;
+        };
+        match name.as_bytes() {
+            b"SIGTSTP" | b"SIGSTOP" => s.client_stopped = true,
+            b"SIGCONT" => s.client_stopped = false,
+            _ => {}
+        }
+        let payload = if signals && SignalTarget::of(name) == SignalTarget::Process {
+            format!("{} process", name.as_str())
+        } else {
+            name.as_str().to_owned()
+        };
+        self.send(session, ChunkType::WORKER_INTERRUPT, payload.as_bytes());
+        true
+    }
+
+    /// The client's terminal changed size: `i "winsize ..."` to a worker that speaks
+    /// `signals`; SIGWINCH to a command on the client's own terminal otherwise.
+    pub fn window_size(&mut self, session: u64, size: WinSize) {
+        let Some(s) = self.sessions.get(&session) else {
+            return;
+        };
+        if self.speaks_signals() {
+            let payload = format!("winsize {}", size.to_value());
+            self.send(session, ChunkType::WORKER_INTERRUPT, payload.as_bytes());
+        } else if s.fds == FdOffer::Taken && self.has_feature("interrupt") {
+            self.send(session, ChunkType::WORKER_INTERRUPT, b"SIGWINCH");
         }
     }
 
@@ -481,24 +566,37 @@ impl Machine {
             }
             NOTICE if self.host_notices && self.has_feature("notices") => parse_notice(payload),
             ChunkType::STDOUT | ChunkType::STDERR | ChunkType::SEND_INPUT | ChunkType::EXIT => {
-                let Some(id) = self.current_session() else {
-                    if self.is_quitting() {
-                        return Ok(Event::None);
-                    }
-                    let what = if self.is_mux() {
-                        "for a session that is not running"
-                    } else {
-                        "while idle"
-                    };
-                    return Err(WorkerEnd::Protocol(format!("sent {ty} {what}")));
-                };
-                self.on_session_chunk(id, ty, payload, clients, now)
+                self.session_chunk(ty, payload, clients, now)
             }
+            TAKEN if self.takes_fds() => self.session_chunk(ty, payload, clients, now),
+            STOPPED if self.speaks_signals() => self.session_chunk(ty, payload, clients, now),
             ty => Err(WorkerEnd::Protocol(format!(
                 "sent {ty} while {}",
                 self.phase_name()
             ))),
         }
+    }
+
+    /// A chunk that belongs to the current session.
+    fn session_chunk(
+        &mut self,
+        ty: ChunkType,
+        payload: &Bytes,
+        clients: &mut dyn Clients,
+        now: Instant,
+    ) -> Result<Event, WorkerEnd> {
+        let Some(id) = self.current_session() else {
+            if self.is_quitting() {
+                return Ok(Event::None);
+            }
+            let what = if self.is_mux() {
+                "for a session that is not running"
+            } else {
+                "while idle"
+            };
+            return Err(WorkerEnd::Protocol(format!("sent {ty} {what}")));
+        };
+        self.on_session_chunk(id, ty, payload, clients, now)
     }
 
     /// A short name of its state for messages: starting, idle, busy or quitting.
@@ -535,10 +633,42 @@ impl Machine {
         clients: &mut dyn Clients,
         now: Instant,
     ) -> Result<Event, WorkerEnd> {
+        let signals = self.speaks_signals();
+        let windowed = self.host_window && self.has_feature("stdin-window");
         let Some(s) = self.sessions.get_mut(&id) else {
             return Ok(Event::None);
         };
+        // The answer to the client's descriptors comes first; anything else first declines.
+        if s.fds == FdOffer::Offered {
+            let taken = ty == TAKEN && payload.is_empty();
+            s.fds = if taken {
+                FdOffer::Taken
+            } else {
+                FdOffer::Declined
+            };
+            if let Some(conn) = s.conn {
+                clients.settle(conn, taken);
+            }
+            if ty == TAKEN {
+                return Ok(Event::None);
+            }
+        }
         match ty {
+            TAKEN => Err(WorkerEnd::Protocol(
+                "sent t for a session that came without descriptors, or twice".into(),
+            )),
+            STOPPED => {
+                let name = SignalName::new(payload).ok_or_else(|| {
+                    WorkerEnd::Protocol("sent a z chunk that is not a signal name".into())
+                })?;
+                match s.conn {
+                    // The client stopped itself when it forwarded the stop.
+                    Some(_) if s.client_stopped => {}
+                    Some(conn) => clients.stopped(conn, &name),
+                    None => {}
+                }
+                Ok(Event::None)
+            }
             ChunkType::STDOUT | ChunkType::STDERR => {
                 if let Some(conn) = s.conn {
                     if ty == ChunkType::STDOUT {
@@ -550,31 +680,54 @@ impl Machine {
                 Ok(Event::None)
             }
             ChunkType::SEND_INPUT => {
-                let ask = s.worker_asks().map_err(|_| {
+                let grant = if windowed && !payload.is_empty() {
+                    Some(ext::parse_grant(payload).ok_or_else(|| {
+                        WorkerEnd::Protocol("sent an S whose window is not a byte count".into())
+                    })?)
+                } else {
+                    None
+                };
+                if s.fds == FdOffer::Taken {
+                    return Err(WorkerEnd::Protocol(
+                        "sent S for a session running on the client's descriptors".into(),
+                    ));
+                }
+                let ask = s.worker_asks(grant).map_err(|_| {
                     WorkerEnd::Protocol("sent S while a previous S was unanswered".into())
                 })?;
-                let answer = match ask {
-                    Ask::Answer(to) => Some(to),
-                    Ask::Client => match s.conn {
-                        Some(conn) if !clients.request_stdin(conn) => s.client_stdin_ended(),
-                        _ => None,
-                    },
+                let mut answer = match ask {
+                    Ask::Answer(to) => to,
+                    Ask::Client => Vec::new(),
                 };
+                // Credit left over (always for a classic `S` not answered from what is
+                // held; possibly for a window): the client is asked for more.
+                if s.wants_stdin() {
+                    if let Some(conn) = s.conn {
+                        if !clients.request_stdin(conn) {
+                            answer.extend(s.client_stdin_ended());
+                        }
+                    }
+                }
                 if let Some(conn) = s.conn {
                     clients.stdin_backlog(conn, s.backlog());
                 }
-                if let Some(to) = answer {
+                for to in answer {
                     self.send_stdin(id, to);
                 }
                 Ok(Event::None)
             }
             _ => {
-                let code = exit::parse(payload);
+                let report = if signals {
+                    ExitReport::parse(payload)
+                } else {
+                    ExitReport::Code(exit::parse(payload))
+                };
+                let code = report.code();
                 let Some(s) = self.sessions.remove(&id) else {
                     return Ok(Event::None);
                 };
                 if let Some(conn) = s.conn {
-                    clients.exit(conn, code);
+                    clients.exit(conn, &report);
                 }
                 self.completed += 1;
                 if self.in_selected == Some(id) {
@@ -767,8 +920,17 @@ mod tests {
             !self.stdin_ended
         }
         fn stdin_backlog(&mut self, _conn: ConnKey, _bytes: usize) {}
-        fn exit(&mut self, conn: ConnKey, code: i32) {
-            self.events.push((conn.slot, format!("X {code}")));
+        fn exit(&mut self, conn: ConnKey, report: &ExitReport) {
+            let payload = String::from_utf8_lossy(&report.to_payload()).into_owned();
+            self.events
+                .push((conn.slot, format!("X {}", payload.trim_end())));
+        }
+        fn settle(&mut self, conn: ConnKey, taken: bool) {
+            self.events.push((conn.slot, format!("F taken={taken}")));
+        }
+        fn stopped(&mut self, conn: ConnKey, signal: &SignalName) {
+            self.events
+                .push((conn.slot, format!("Z {}", signal.as_str())));
         }
         fn finish(&mut self, conn: ConnKey, code: i32, message: &str) {
             self.events
@@ -916,7 +1078,16 @@ mod tests {
         let mut early = StdinBuffer::default();
         early.push(Bytes::from_static(b"eager"));
         early.set_eof();
-        m.bind(7, conn(3), "x".into(), &request("x"), 0o022, early, t0);
+        m.bind(
+            7,
+            conn(3),
+            "x".into(),
+            &request("x"),
+            0o022,
+            early,
+            None,
+            t0,
+        );
         assert_eq!(m.free_slots(), 0);
         assert_eq!(
             chunks(&mut m.wbuf),
@@ -975,6 +1146,7 @@ mod tests {
             &request("x"),
             0,
             StdinBuffer::default(),
+            None,
             t0,
         );
         m.wbuf.clear();
@@ -1010,6 +1182,7 @@ mod tests {
             &request("x"),
             0,
             StdinBuffer::default(),
+            None,
             t0,
         );
         m.bind(
@@ -1019,6 +1192,7 @@ mod tests {
             &request("x"),
             0,
             StdinBuffer::default(),
+            None,
             t0,
         );
         assert_eq!(m.free_slots(), 0);
@@ -1060,6 +1234,7 @@ mod tests {
             &request("x"),
             0,
             StdinBuffer::default(),
+            None,
             t0,
         );
         m.wbuf.clear();
@@ -1091,5 +1266,233 @@ mod tests {
         assert!(plain
             .on_chunk(NOTICE, &n, &c, &mut Log::default(), t0)
             .is_err());
+    }
+
+    fn passed(map: &[u8]) -> PassedFds {
+        let map = ext::FdMap::parse(map).unwrap();
+        let fds = (0..map.count())
+            .map(|_| std::fs::File::open("/dev/null").unwrap().into())
+            .collect();
+        PassedFds::new(map, fds).unwrap()
+    }
+
+    const EXACT: &[&str] = &["mux", "notices", "fds", "signals", "stdin-window"];
+
+    fn chunk(m: &mut Machine, log: &mut Log, ty: ChunkType, payload: &'static [u8]) {
+        let c = config("");
+        m.on_chunk(ty, &Bytes::from_static(payload), &c, log, Instant::now())
+            .unwrap();
+    }
+
+    #[test]
+    fn descriptors_ride_with_the_header_and_t_settles_the_client() {
+        let c = config("");
+        let t0 = Instant::now();
+        let hello =
+            r#"{"protocol":1,"pid":1,"commands":["x"],"features":["fds","signals","interrupt"]}"#;
+        let mut m = ready(EXACT, hello, &c, t0);
+        encode(ChunkType::WORKER_PING, b"p", &mut m.wbuf);
+        let mut req = request("x");
+        req.client.ignored_signals = vec![SignalName::new(b"SIGHUP").unwrap()];
+        req.client.winsize = Some(WinSize {
+            cols: 120,
+            rows: 40,
+            xpixel: 0,
+            ypixel: 0,
+        });
+        let offered = m.bind(
+            7,
+            conn(3),
+            "x".into(),
+            &req,
+            0o022,
+            StdinBuffer::default(),
+            Some(passed(b"1,2")),
+            t0,
+        );
+        assert!(offered);
+        assert_eq!(m.fd_marks.len(), 1);
+        assert_eq!(m.fd_marks[0].0, 6, "at the header's first byte");
+        m.wrote(3);
+        assert_eq!(m.fd_marks[0].0, 3);
+        m.wrote(3);
+        assert_eq!(m.fd_marks[0].0, 0);
+        m.wrote(1);
+        assert!(m.fd_marks.is_empty(), "sent with that byte, then closed");
+        let mut log = Log::default();
+        chunk(&mut m, &mut log, TAKEN, b"");
+        chunk(&mut m, &mut log, STOPPED, b"SIGTSTP");
+        assert!(m.signal(7, &SignalName::new(b"SIGTERM").unwrap()));
+        assert!(m.signal(7, &SignalName::new(b"SIGTSTP").unwrap()));
+        chunk(&mut m, &mut log, STOPPED, b"SIGTSTP");
+        assert!(m.signal(7, &SignalName::new(b"SIGCONT").unwrap()));
+        m.window_size(
+            7,
+            WinSize {
+                cols: 100,
+                rows: 30,
+                xpixel: 0,
+                ypixel: 0,
+            },
+        );
+        chunk(&mut m, &mut log, ChunkType::EXIT, b"139 SIGSEGV core\n");
+        assert_eq!(
+            log.events,
+            [
+                (3, "F taken=true".into()),
+                (3, "Z SIGTSTP".into()),
+                (3, "X 139 SIGSEGV core".into())
+            ],
+            "the second stop was the client's own: not passed back"
+        );
+        let mut sent = chunks(&mut m.wbuf);
+        assert_eq!(sent.remove(0), "p p");
+        assert!(
+            sent.contains(&"E NGW_CLIENT_FDS=1,2".to_owned()),
+            "{sent:?}"
+        );
+        assert!(sent.contains(&"E NGW_SIGIGN=SIGHUP".to_owned()), "{sent:?}");
+        assert!(
+            sent.contains(&"E NGW_WINSIZE=120 40 0 0".to_owned()),
+            "{sent:?}"
+        );
+        let tail: Vec<&str> = sent
+            .iter()
+            .map(String::as_str)
+            .skip_while(|c| !c.starts_with("C "))
+            .collect();
+        assert_eq!(
+            tail,
+            [
+                "C x",
+                "i SIGTERM process",
+                "i SIGTSTP",
+                "i SIGCONT",
+                "i winsize 100 30 0 0"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_declined_or_unsupported_offer_is_relayed() {
+        let c = config("");
+        let t0 = Instant::now();
+        let plain = r#"{"protocol":1,"pid":1,"commands":["x"]}"#;
+        let mut m = ready(EXACT, plain, &c, t0);
+        let offered = m.bind(
+            1,
+            conn(3),
+            "x".into(),
+            &request("x"),
+            0,
+            StdinBuffer::default(),
+            Some(passed(b"0,1,2")),
+            t0,
+        );
+        assert!(
+            !offered && m.fd_marks.is_empty(),
+            "a worker without fds gets none"
+        );
+        let sent = chunks(&mut m.wbuf);
+        assert!(
+            !sent.iter().any(|c| c.starts_with("E NGW_CLIENT_FDS")),
+            "{sent:?}"
+        );
+
+        let hello = r#"{"protocol":1,"pid":1,"commands":["x"],"features":["fds"]}"#;
+        let mut m = ready(EXACT, hello, &c, t0);
+        assert!(m.bind(
+            1,
+            conn(3),
+            "x".into(),
+            &request("x"),
+            0,
+            StdinBuffer::default(),
+            Some(passed(b"0,1,2")),
+            t0
+        ));
+        let mut log = Log::default();
+        chunk(&mut m, &mut log, ChunkType::STDOUT, b"hi");
+        chunk(&mut m, &mut log, ChunkType::EXIT, b"139 SIGSEGV\n");
+        assert_eq!(
+            log.events,
+            [
+                (3, "F taken=false".into()),
+                (3, "1 hi".into()),
+                (3, "X 139".into())
+            ],
+            "another chunk first declines; without signals X is a plain code"
+        );
+        let mut m = ready(EXACT, hello, &c, t0);
+        m.bind(
+            2,
+            conn(4),
+            "x".into(),
+            &request("x"),
+            0,
+            StdinBuffer::default(),
+            Some(passed(b"0,1,2")),
+            t0,
+        );
+        let mut log = Log::default();
+        chunk(&mut m, &mut log, TAKEN, b"relay");
+        assert_eq!(log.events, [(4, "F taken=false".into())]);
+        let err = m
+            .on_chunk(TAKEN, &Bytes::new(), &c, &mut log, t0)
+            .unwrap_err();
+        assert!(matches!(err, WorkerEnd::Protocol(_)), "{err:?}");
+        let mut m = ready(&["mux"], hello, &c, t0);
+        m.bind(
+            3,
+            conn(5),
+            "x".into(),
+            &request("x"),
+            0,
+            StdinBuffer::default(),
+            None,
+            t0,
+        );
+        let err = m
+            .on_chunk(TAKEN, &Bytes::new(), &c, &mut log, t0)
+            .unwrap_err();
+        assert!(
+            matches!(err, WorkerEnd::Protocol(_)),
+            "t from a worker the host did not offer fds: {err:?}"
+        );
+    }
+
+    #[test]
+    fn windowed_s_is_answered_with_many_chunks() {
+        let c = config("");
+        let t0 = Instant::now();
+        let hello =
+            r#"{"protocol":1,"pid":1,"commands":["x"],"features":["stdin-window"],"max_chunk":4}"#;
+        let mut m = ready(EXACT, hello, &c, t0);
+        let mut early = StdinBuffer::default();
+        early.push(Bytes::from_static(b"abcdefghij"));
+        m.bind(1, conn(3), "x".into(), &request("x"), 0, early, None, t0);
+        chunks(&mut m.wbuf);
+        let mut log = Log::default();
+        chunk(&mut m, &mut log, ChunkType::SEND_INPUT, b"6");
+        assert_eq!(chunks(&mut m.wbuf), ["0 abcd", "0 ef"]);
+        chunk(&mut m, &mut log, ChunkType::SEND_INPUT, b"100");
+        assert_eq!(chunks(&mut m.wbuf), ["0 ghij"]);
+        assert_eq!(
+            log.events,
+            [(3, "S".into())],
+            "the client is asked for more"
+        );
+        m.client_eof(1);
+        assert_eq!(chunks(&mut m.wbuf), [". "]);
+        let err = m
+            .on_chunk(
+                ChunkType::SEND_INPUT,
+                &Bytes::from_static(b"x"),
+                &c,
+                &mut log,
+                t0,
+            )
+            .unwrap_err();
+        assert!(matches!(err, WorkerEnd::Protocol(_)), "{err:?}");
     }
 }

@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 
 /// The ngw extensions this host supports, announced to every worker in
 /// `NGW_HOST_FEATURES` (`docs/ngw.md` §15).
-pub const HOST_FEATURES: &[&str] = &["mux", "notices"];
+pub const HOST_FEATURES: &[&str] = &["mux", "notices", "fds", "signals", "stdin-window"];
 
 /// A plugin session waiting for a worker, as its connection holds it.
 #[derive(Debug)]
@@ -55,6 +55,9 @@ pub struct Queued {
     /// Stdin the client sent before a worker was bound (eager clients send it right after
     /// `C`).
     pub stdin: StdinBuffer,
+    /// The client's own descriptors, offered to the worker with the header when it can
+    /// take them (`docs/ngw.md` §15.4).
+    pub fds: Option<crate::passed_fds::PassedFds>,
 }
 
 /// A plugin session relayed to a worker, as its connection holds it.
@@ -79,8 +82,13 @@ pub trait Clients {
     fn request_stdin(&mut self, conn: ConnKey) -> bool;
     /// Stdin bytes held for the client's worker (reading pauses above a mark).
     fn stdin_backlog(&mut self, conn: ConnKey, bytes: usize);
-    /// The session ended with this exit code (the worker's `X`).
-    fn exit(&mut self, conn: ConnKey, code: i32);
+    /// The session ended as the worker's `X` says.
+    fn exit(&mut self, conn: ConnKey, report: &ng_proto::ext::ExitReport);
+    /// The worker answered the client's descriptors (or the session goes on without them):
+    /// the client's extensions are settled now (`F`), with `fds` only if `taken`.
+    fn settle(&mut self, conn: ConnKey, taken: bool);
+    /// The command stopped itself with `signal`; the client should stop too (`Z`).
+    fn stopped(&mut self, conn: ConnKey, signal: &ng_proto::ext::SignalName);
     /// The session ends with an `ngd: ` message line on stderr and this exit code.
     fn finish(&mut self, conn: ConnKey, code: i32, message: &str);
     /// The client's output is above the high-water mark.

@@ -279,3 +279,119 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     Some(pages * u64::try_from(page).ok()?)
 }
+
+/// The most descriptors one [`recv_with_fds`] accepts; more means a truncated message.
+pub const MAX_PASSED_FDS: usize = 3;
+
+/// What one [`recv_with_fds`] read.
+#[derive(Debug, Default)]
+pub struct Received {
+    /// Bytes read into the buffer (0: end of file).
+    pub len: usize,
+    /// Descriptors that came with them (`SCM_RIGHTS`), close-on-exec.
+    pub fds: Vec<std::os::fd::OwnedFd>,
+    /// The kernel dropped descriptors that did not fit (`MSG_CTRUNC`).
+    pub truncated: bool,
+}
+
+/// `recvmsg` on a stream socket with room for [`MAX_PASSED_FDS`] descriptors
+/// (`MSG_CMSG_CLOEXEC`); never blocks if the socket is non-blocking.
+pub fn recv_with_fds(fd: RawFd, buf: &mut [u8]) -> io::Result<Received> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // Room for one SCM_RIGHTS message of MAX_PASSED_FDS ints, aligned as cmsghdr wants.
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: an all-zero msghdr is valid; every buffer it points to outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE((MAX_PASSED_FDS * 4) as u32) } as usize;
+    msg.msg_controllen = space.min(std::mem::size_of_val(&control)) as _;
+    // SAFETY: plain system call with valid buffers.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut received = Received {
+        len: n as usize,
+        fds: Vec::new(),
+        truncated: msg.msg_flags & libc::MSG_CTRUNC != 0,
+    };
+    // SAFETY: walking the control messages the kernel wrote into `control`; each
+    // SCM_RIGHTS descriptor is ours to own from here on.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let len = ((*cmsg).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                let data = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
+                for i in 0..len / std::mem::size_of::<libc::c_int>() {
+                    received
+                        .fds
+                        .push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok(received)
+}
+
+/// `sendmsg` of `data` with `fds` attached to its first byte (`SCM_RIGHTS`, at most
+/// [`MAX_PASSED_FDS`]); returns the bytes written (the descriptors went with the first).
+pub fn send_with_fds(fd: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<usize> {
+    if fds.is_empty() || fds.len() > MAX_PASSED_FDS || data.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "between 1 and 3 descriptors, and data to carry them",
+        ));
+    }
+    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: an all-zero msghdr is valid; every buffer it points to outlives the call, and
+    // the control message is filled within the space CMSG_SPACE says it needs.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE((fds.len() * 4) as u32) as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as _;
+        let out = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
+        for (i, fd) in fds.iter().enumerate() {
+            out.add(i).write_unaligned(*fd);
+        }
+        let n = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL);
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+}
+
+/// The number of a signal a client may forward whose default action ends a process
+/// (`SIGINT`, `SIGTERM`, ...); `None` for others (`SIGWINCH`, `SIGCONT`, `SIGTSTP`, ...).
+pub fn terminating_signal(name: &[u8]) -> Option<i32> {
+    Some(match name {
+        b"SIGHUP" => libc::SIGHUP,
+        b"SIGINT" => libc::SIGINT,
+        b"SIGQUIT" => libc::SIGQUIT,
+        b"SIGTERM" => libc::SIGTERM,
+        b"SIGUSR1" => libc::SIGUSR1,
+        b"SIGUSR2" => libc::SIGUSR2,
+        b"SIGPIPE" => libc::SIGPIPE,
+        b"SIGALRM" => libc::SIGALRM,
+        _ => return None,
+    })
+}
