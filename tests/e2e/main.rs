@@ -53,3 +53,5 @@ mod ops;
 mod extensions;
 // Terminal scenarios in a pseudo-terminal: cold runs, and ng in a terminal against ngd.
 mod terminal;
+// Exact sessions against ngd: the client's own descriptors, forwarded signals, windows.
+mod exact;

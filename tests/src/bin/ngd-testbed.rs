@@ -113,7 +113,12 @@ fn main() -> ExitCode {
             "ngtest-exit N: exits with N (test nail)",
             exit,
         )
-        .nail("ngtest-sleep", "ngtest-sleep MS: sleeps (test nail)", sleep);
+        .nail("ngtest-sleep", "ngtest-sleep MS: sleeps (test nail)", sleep)
+        .nail_with_client_fds(
+            "ngtest-fds",
+            "Describes the client descriptors it runs on (test nail)",
+            fds,
+        );
     let server = match builder.build() {
         Ok(s) => s,
         Err(e) => {
@@ -192,6 +197,47 @@ fn exit(ctx: &mut Context) -> i32 {
     let _ = writeln!(ctx.stdout(), "exit {code}");
     let _ = writeln!(ctx.stderr(), "exiting with {code}");
     code
+}
+
+/// Writes one line per descriptor 0, 1, 2 to the client's own stderr if it has it (else to
+/// the relayed stderr): `fd N: closed` or `fd N: dev:ino tty=BOOL`, so a test can compare
+/// them with what the client itself has; then `relayed` on the relayed stdout. A command
+/// started without the client's descriptors writes `no descriptors` there instead.
+fn fds(ctx: &mut Context) -> i32 {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let Some(fds) = ctx.take_client_fds() else {
+        let _ = writeln!(ctx.stdout(), "no descriptors");
+        return 0;
+    };
+    let mut report = String::new();
+    for (n, fd) in fds.iter().enumerate() {
+        match fd {
+            None => report.push_str(&format!("fd {n}: closed\n")),
+            Some(fd) => {
+                let file = std::fs::File::from(fd.try_clone().expect("dup"));
+                let meta = file.metadata().expect("fstat");
+                // SAFETY: isatty on a descriptor we own.
+                let tty = unsafe { libc::isatty(fd.as_raw_fd()) } == 1;
+                report.push_str(&format!(
+                    "fd {n}: {}:{} tty={tty}\n",
+                    meta.dev(),
+                    meta.ino()
+                ));
+            }
+        }
+    }
+    match &fds[2] {
+        Some(err) => {
+            let mut err = std::fs::File::from(err.try_clone().expect("dup"));
+            let _ = err.write_all(report.as_bytes());
+        }
+        None => {
+            let _ = ctx.stderr().write_all(report.as_bytes());
+        }
+    }
+    let _ = writeln!(ctx.stdout(), "relayed");
+    0
 }
 
 /// `Sleep.java`: a line, the sleep, a line saying whether the client is still there.
