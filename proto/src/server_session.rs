@@ -63,8 +63,9 @@ pub struct ServerConfig {
 }
 
 /// With `stdin-window`, the stdin credit a client is kept topped up to unless
-/// [`ServerSession::set_stdin_window`] says otherwise: 256 KiB.
-pub const DEFAULT_STDIN_WINDOW: u32 = 256 << 10;
+/// [`ServerSession::set_stdin_window`] says otherwise: 1 MiB (measured: a 256 KiB window
+/// held loopback TCP to about half the rate of a 1 MiB one).
+pub const DEFAULT_STDIN_WINDOW: u32 = 1 << 20;
 
 impl Default for ServerConfig {
     fn default() -> Self {

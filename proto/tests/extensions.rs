@@ -139,7 +139,7 @@ fn server_grants_a_stdin_window_and_tops_it_up() {
     let mut eof = wire(&[(b'.', b"")]);
     s.handle_bytes(&mut eof, now).unwrap();
     assert!(!s.request_stdin());
-    assert_eq!(DEFAULT_STDIN_WINDOW, 256 << 10);
+    assert_eq!(DEFAULT_STDIN_WINDOW, 1 << 20);
 }
 
 #[test]

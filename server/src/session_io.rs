@@ -33,8 +33,9 @@ pub const OUTPUT_LOW_WATER: usize = 128 << 10;
 pub const OUTPUT_CHUNK: usize = 128 << 10;
 /// The loop stops reading the client while this much stdin waits for the command.
 pub const STDIN_HIGH_WATER: usize = 1 << 20;
-/// The loop keeps one `S` outstanding (prefetch) while less than this much stdin waits.
-pub const STDIN_PREFETCH: usize = 64 << 10;
+/// The loop keeps stdin requested (prefetch; with `stdin-window`, the window topped up)
+/// while less than this much stdin waits for the command.
+pub const STDIN_PREFETCH: usize = 512 << 10;
 
 /// Why a command is asked to stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
