@@ -1,0 +1,245 @@
+"""Several zygotes per worker: a session whose key (what the preload may have captured:
+interpreter-wide settings, the environment its imports read, terminals) is not the
+worker's runs cold once, then warm in a sub-zygote started for that key; at most
+NGW_MAX_ZYGOTES zygotes, least recently used retired; none outlives the worker; one that
+dies during a session ends that session with a message, and the next one works."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import driver
+from support import client_env
+
+RUNNER = [sys.executable, "-m", "ngw"]
+
+MODULE = r'''
+import json, os, sys, time
+
+
+def main():
+    if sys.argv[1:2] == ["sleep"]:
+        print(os.getppid(), flush=True)
+        time.sleep(60)
+        return 0
+    print(json.dumps({"hash": hash("x"), "ppid": os.getppid(), "pid": os.getpid(),
+                      "seed": os.environ.get("PYTHONHASHSEED")}))
+    return 0
+'''
+
+# As IPython does: whether the streams are terminals, decided once at import.
+TTY_MODULE = r'''
+import os, sys
+
+AT_IMPORT = [sys.stdout.isatty(), sys.stderr.isatty()]
+
+
+def main():
+    print(AT_IMPORT, [os.isatty(1), os.isatty(2)], os.getppid())
+'''
+
+
+def cold_hash(seed):
+    env = dict(os.environ, PYTHONHASHSEED=seed)
+    out = subprocess.run([sys.executable, "-c", "print(hash('x'))"], env=env,
+                         capture_output=True, check=True, timeout=60).stdout
+    return int(out)
+
+
+def alive(pid):
+    """Whether `pid` exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def wait_gone(pid, timeout=10):
+    deadline = time.monotonic() + timeout
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not alive(pid)
+
+
+class Zygotes(unittest.TestCase):
+    max_zygotes = None
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ngw-zygotes-")
+        with open(os.path.join(self.tmp, "zyg_ngw.py"), "w") as f:
+            f.write(MODULE)
+        with open(os.path.join(self.tmp, "zyg_tty.py"), "w") as f:
+            f.write(TTY_MODULE)
+        self.env = client_env(PYTHONPATH=self.tmp)
+        extra = {"PYTHONPATH": driver.SRC + os.pathsep + self.tmp, "NGW_STATE_DIR": self.tmp}
+        if self.max_zygotes is not None:
+            extra["NGW_MAX_ZYGOTES"] = str(self.max_zygotes)
+        self.w = driver.Worker(RUNNER + ["entrypoint", "zyg=zyg_ngw:main", "ztty=zyg_tty:main",
+                                          "--preload", "zyg_tty"],
+                               env=driver.worker_env(extra))
+        self.w.hello()
+
+    def tearDown(self):
+        try:
+            if self.w.proc.poll() is None:
+                self.w.quit()
+        finally:
+            self.w.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def run_zyg(self, args=(), **env):
+        e = dict(self.env)
+        e.update(env)
+        r = self.w.run("zyg", list(args), env=e)
+        self.assertEqual(r.code, 0, "%r\nlog:\n%s" % (r, self.w.log()))
+        return r, json.loads(bytes(r.stdout))
+
+    def warm_in_sub_zygote(self, seed, timeout=60):
+        """Runs `zyg` with PYTHONHASHSEED=seed until a run is warm (no notice: its
+        sub-zygote said hello); returns that run's report."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r, got = self.run_zyg(PYTHONHASHSEED=seed)
+            if not r.notices:
+                return got
+            self.assertEqual([n["kind"] for n in r.notices], ["fallback"], r.notices)
+            self.assertLess(time.monotonic(), deadline, self.w.log())
+            time.sleep(0.1)
+
+    def test_hash_seed_runs_cold_then_warm_in_a_sub_zygote(self):
+        root = self.w.proc.pid
+        r, first = self.run_zyg(PYTHONHASHSEED="1")
+        self.assertEqual(first["hash"], cold_hash("1"))
+        self.assertEqual(first["ppid"], root)  # the cold way: exec'd in the root's child
+        self.assertEqual([n["kind"] for n in r.notices], ["fallback"])
+        message = r.notices[0]["message"]
+        self.assertIn("PYTHONHASHSEED differs", message)
+        self.assertIn("started a zygote for PYTHONHASHSEED='1'", message)
+        self.assertEqual(r.notices[0]["session"], self.w.session_counter)
+        warm = self.warm_in_sub_zygote("1")
+        self.assertEqual(warm["hash"], cold_hash("1"))
+        self.assertEqual(warm["seed"], "1")
+        sub = warm["ppid"]
+        self.assertNotEqual(sub, root)
+        self.assertIn(sub, [pid for pid, _ in driver.worker_pids_children(root)])
+        # The same sub-zygote again; the worker's own key still runs in the root.
+        self.assertEqual(self.warm_in_sub_zygote("1")["ppid"], sub)
+        r, own = self.run_zyg()
+        self.assertEqual((own["ppid"], r.notices), (root, []))
+        self.assertIn("ngw: started a zygote (pid %d) for PYTHONHASHSEED='1'" % sub,
+                      self.w.log())
+
+    def test_terminals_asked_at_import_are_part_of_the_key(self):
+        root = self.w.proc.pid
+        r = self.w.run("ztty", env=self.env, tty=(0, 1, 1))
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(bytes(r.stdout), b"[True, True] [True, True] %d\n" % root)  # cold
+        self.assertIn("fd 1 a terminal, fd 2 a terminal", r.notices[0]["message"])
+        deadline = time.monotonic() + 60
+        while r.notices:
+            self.assertLess(time.monotonic(), deadline, self.w.log())
+            time.sleep(0.1)
+            r = self.w.run("ztty", env=self.env, tty=(0, 1, 1))
+        self.assertEqual(r.code, 0, r)
+        printed = bytes(r.stdout).split(b"] ")
+        self.assertEqual(printed[:2], [b"[True, True", b"[True, True"])
+        self.assertNotEqual(int(printed[2]), root)  # warm, in a zygote that has terminals
+        # Without terminals: the worker's own key, warm in the root.
+        r = self.w.run("ztty", env=self.env)
+        self.assertEqual((bytes(r.stdout), r.notices),
+                         (b"[False, False] [False, False] %d\n" % root, []))
+
+    def test_a_fourth_key_retires_the_least_recently_used(self):
+        subs = {seed: self.warm_in_sub_zygote(seed)["ppid"] for seed in ("1", "2")}
+        self.assertEqual(self.warm_in_sub_zygote("1")["ppid"], subs["1"])  # "2" is LRU now
+        r, _ = self.run_zyg(PYTHONHASHSEED="3")
+        self.assertEqual([n["kind"] for n in r.notices], ["fallback"])
+        self.assertIn("started a zygote for PYTHONHASHSEED='3' (retired the one for "
+                      "PYTHONHASHSEED='2', the least recently used)", r.notices[0]["message"])
+        self.assertTrue(wait_gone(subs["2"]), self.w.log())
+        self.assertTrue(alive(subs["1"]))
+        third = self.warm_in_sub_zygote("3")["ppid"]
+        self.assertNotIn(third, subs.values())
+        self.assertEqual(self.warm_in_sub_zygote("1")["ppid"], subs["1"])
+        # Key "2" again: its zygote is gone, so cold once, with a new one started.
+        r, got = self.run_zyg(PYTHONHASHSEED="2")
+        self.assertEqual(got["hash"], cold_hash("2"))
+        self.assertIn("started a zygote for PYTHONHASHSEED='2'", r.notices[0]["message"])
+
+    def test_quit_and_death_of_the_root_leave_no_sub_zygote(self):
+        sub = self.warm_in_sub_zygote("1")["ppid"]
+        self.assertEqual(self.w.quit(), 0)
+        self.assertTrue(wait_gone(sub), "sub-zygote %d outlived its worker's quit" % sub)
+        # A root killed outright: its sub-zygotes die with it (PR_SET_PDEATHSIG).
+        self.setUp()
+        sub = self.warm_in_sub_zygote("1")["ppid"]
+        os.kill(self.w.proc.pid, signal.SIGKILL)
+        self.w.proc.wait()
+        self.assertTrue(wait_gone(sub), "sub-zygote %d outlived its killed worker" % sub)
+
+    def test_a_sub_zygote_dying_mid_session_ends_that_session_and_the_next_works(self):
+        sub = self.warm_in_sub_zygote("1")["ppid"]
+        e = dict(self.env, PYTHONHASHSEED="1")
+        self.w.start("zyg", ["sleep"], env=e)
+        out = bytearray()
+        while not out.endswith(b"\n"):
+            ty, payload = self.w.read_chunk(30)
+            if ty == "S":
+                self.w.send(".")
+            else:
+                self.assertEqual(ty, "1", (ty, payload))
+                out += payload
+        self.assertEqual(int(out), sub)  # it runs in the sub-zygote
+        os.kill(sub, signal.SIGKILL)
+        stderr, notices = bytearray(), []
+        while True:
+            ty, payload = self.w.read_chunk(30)
+            if ty == "2":
+                stderr += payload
+            elif ty == "n":
+                notices.append(json.loads(payload))
+            elif ty == "X":
+                break
+            elif ty == "S":
+                self.w.send(".")
+        self.assertEqual(payload, b"137\n")
+        self.assertEqual(bytes(stderr), b"ngw: the zygote for PYTHONHASHSEED='1' died during "
+                                        b"the command (killed by SIGKILL); run it again\n")
+        self.assertEqual([n["kind"] for n in notices], ["zygote"])
+        # The next session with that key runs cold and starts another zygote; later ones
+        # are warm in it.
+        r, got = self.run_zyg(PYTHONHASHSEED="1")
+        self.assertEqual((got["hash"], got["ppid"]), (cold_hash("1"), self.w.proc.pid))
+        self.assertIn("started a zygote", r.notices[0]["message"])
+        again = self.warm_in_sub_zygote("1")
+        self.assertNotIn(again["ppid"], (sub, self.w.proc.pid))
+
+
+class OneZygote(Zygotes):
+    """NGW_MAX_ZYGOTES=1: no sub-zygote, every other key runs cold (as before)."""
+
+    max_zygotes = 1
+
+    def test_hash_seed_runs_cold_then_warm_in_a_sub_zygote(self):
+        for _ in range(3):
+            r, got = self.run_zyg(PYTHONHASHSEED="1")
+            self.assertEqual((got["hash"], got["ppid"]), (cold_hash("1"), self.w.proc.pid))
+            self.assertEqual([n["kind"] for n in r.notices], ["fallback"])
+            self.assertNotIn("zygote", r.notices[0]["message"])
+
+    test_a_fourth_key_retires_the_least_recently_used = None
+    test_terminals_asked_at_import_are_part_of_the_key = None
+    test_quit_and_death_of_the_root_leave_no_sub_zygote = None
+    test_a_sub_zygote_dying_mid_session_ends_that_session_and_the_next_works = None
+
+
+if __name__ == "__main__":
+    unittest.main()
