@@ -24,6 +24,11 @@ import json, os, sys, time
 
 
 def main():
+    if sys.argv[1:2] == ["cat"]:
+        data = sys.stdin.buffer.read()
+        sys.stdout.buffer.write(data)
+        sys.stderr.write("%d bytes\n" % len(data))
+        return 3
     if sys.argv[1:2] == ["sleep"]:
         print(os.getppid(), flush=True)
         time.sleep(60)
@@ -129,7 +134,7 @@ class Zygotes(unittest.TestCase):
         self.assertEqual(warm["seed"], "1")
         sub = warm["ppid"]
         self.assertNotEqual(sub, root)
-        self.assertIn(sub, [pid for pid, _ in driver.worker_pids_children(root)])
+        self.assertEqual(self.sub_zygotes(), [sub])
         # The same sub-zygote again; the worker's own key still runs in the root.
         self.assertEqual(self.warm_in_sub_zygote("1")["ppid"], sub)
         r, own = self.run_zyg()
@@ -179,11 +184,57 @@ class Zygotes(unittest.TestCase):
         self.assertEqual(self.w.quit(), 0)
         self.assertTrue(wait_gone(sub), "sub-zygote %d outlived its worker's quit" % sub)
         # A root killed outright: its sub-zygotes die with it (PR_SET_PDEATHSIG).
+        self.tearDown()
         self.setUp()
         sub = self.warm_in_sub_zygote("1")["ppid"]
         os.kill(self.w.proc.pid, signal.SIGKILL)
         self.w.proc.wait()
         self.assertTrue(wait_gone(sub), "sub-zygote %d outlived its killed worker" % sub)
+
+    def test_stdin_output_and_interrupts_pass_through_the_sub_zygote(self):
+        sub = self.warm_in_sub_zygote("1")["ppid"]
+        e = dict(self.env, PYTHONHASHSEED="1")
+        data = os.urandom(1 << 20)
+        r = self.w.run("zyg", ["cat"], env=e, stdin=data)
+        self.assertEqual((r.code, bytes(r.stderr), r.notices), (3, b"1048576 bytes\n", []))
+        self.assertEqual(bytes(r.stdout), data)
+        r = self.w.run("zyg", ["sleep"], env=e, stdin=None, interrupt="hangup",
+                       interrupt_on=b"\n")
+        self.assertEqual((r.code, int(bytes(r.stdout))), (129, sub))
+        r = self.w.run("zyg", ["sleep"], env=e, stdin=None, interrupt="SIGTERM",
+                       interrupt_on=b"\n")
+        self.assertEqual(r.code, 143)
+        self.assertTrue(alive(sub))
+        self.w.ping(b"still there")
+
+    def test_a_zygote_that_cannot_start_is_not_started_again(self):
+        # The client's search path lacks the program's module: a cold run fails to import
+        # it, and so does a zygote started with that path.
+        e = dict(self.env, PYTHONPATH="/nonexistent-ngw")
+        r = self.w.run("zyg", env=e)
+        self.assertEqual(r.code, 1)
+        self.assertIn(b"ModuleNotFoundError: No module named 'zyg_ngw'", bytes(r.stderr))
+        self.assertIn("started a zygote for PYTHONPATH='/nonexistent-ngw'",
+                      r.notices[0]["message"])
+        deadline = time.monotonic() + 60
+        while True:
+            self.assertLess(time.monotonic(), deadline, self.w.log())
+            time.sleep(0.1)
+            r = self.w.run("zyg", env=e)
+            self.assertEqual(r.code, 1)
+            self.assertNotIn("started a zygote", r.notices[0]["message"])
+            if "could not start" in r.notices[0]["message"]:
+                break
+        self.assertIn("the zygote for PYTHONPATH='/nonexistent-ngw' could not start "
+                      "(preload failed: entry point zyg=zyg_ngw:main: ModuleNotFoundError",
+                      r.notices[0]["message"])
+        self.assertEqual(self.sub_zygotes(), [])
+
+    def sub_zygotes(self):
+        """The worker's live children in its own session: its sub-zygotes (a forked
+        child, warm or cold, has a session of its own)."""
+        return [pid for pid, state in driver.worker_pids_children(self.w.proc.pid)
+                if state != "Z" and os.getsid(pid) != pid]
 
     def test_a_sub_zygote_dying_mid_session_ends_that_session_and_the_next_works(self):
         sub = self.warm_in_sub_zygote("1")["ppid"]
@@ -237,6 +288,8 @@ class OneZygote(Zygotes):
 
     test_a_fourth_key_retires_the_least_recently_used = None
     test_terminals_asked_at_import_are_part_of_the_key = None
+    test_stdin_output_and_interrupts_pass_through_the_sub_zygote = None
+    test_a_zygote_that_cannot_start_is_not_started_again = None
     test_quit_and_death_of_the_root_leave_no_sub_zygote = None
     test_a_sub_zygote_dying_mid_session_ends_that_session_and_the_next_works = None
 
