@@ -236,6 +236,18 @@ class Zygotes(unittest.TestCase):
         return [pid for pid, state in driver.worker_pids_children(self.w.proc.pid)
                 if state != "Z" and os.getsid(pid) != pid]
 
+    def test_stale_code_retires_the_worker_with_its_sub_zygotes(self):
+        sub = self.warm_in_sub_zygote("1")["ppid"]
+        with open(os.path.join(self.tmp, "zyg_ngw.py"), "a") as f:
+            f.write("\n# edited\n")
+        r = self.w.run("zyg", env=dict(self.env, PYTHONHASHSEED="1"))
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(json.loads(bytes(r.stdout))["hash"], cold_hash("1"))
+        self.assertEqual([n["kind"] for n in r.notices], ["stale", "retire", "fallback"])
+        self.assertIsNone(self.w.read_chunk(10))
+        self.assertEqual(self.w.proc.wait(10), 0)
+        self.assertTrue(wait_gone(sub), "sub-zygote %d outlived its retired worker" % sub)
+
     def test_a_sub_zygote_dying_mid_session_ends_that_session_and_the_next_works(self):
         sub = self.warm_in_sub_zygote("1")["ppid"]
         e = dict(self.env, PYTHONHASHSEED="1")
@@ -290,6 +302,7 @@ class OneZygote(Zygotes):
     test_terminals_asked_at_import_are_part_of_the_key = None
     test_stdin_output_and_interrupts_pass_through_the_sub_zygote = None
     test_a_zygote_that_cannot_start_is_not_started_again = None
+    test_stale_code_retires_the_worker_with_its_sub_zygotes = None
     test_quit_and_death_of_the_root_leave_no_sub_zygote = None
     test_a_sub_zygote_dying_mid_session_ends_that_session_and_the_next_works = None
 
