@@ -56,12 +56,15 @@ from ._fork.stdio import configure_pty, winsize_of
 #: The environment variable bounding the zygotes of one worker, the root included.
 MAX_ENV = "NGW_MAX_ZYGOTES"
 DEFAULT_MAX = 3
-#: Set in a sub-zygote's environment: the root's pid (removed at once by the sub-zygote).
+#: Set in a sub-zygote's environment (and removed at once by it): the root's pid, and its
+#: key for people (its log lines say which zygote wrote them).
 PARENT_ENV = "NGW_ZYGOTE_OF"
+LABEL_ENV = "NGW_ZYGOTE_KEY"
 
 _HIGH_WATER = 1 << 20  # unsent bytes towards ngd before the sub-zygote is left unread
 _STOP_WAIT = 2.0  # seconds a sub-zygote may take to exit after its channel closed
 _FAILED_KEPT = 16  # keys whose zygote could not start, remembered (oldest forgotten)
+_HELLO_TIMEOUT = 120.0  # seconds a sub-zygote may preload before it is given up
 
 STARTING = "starting"
 READY = "ready"
@@ -70,8 +73,9 @@ READY = "ready"
 def as_sub_zygote():
     """First thing in a worker: when it is another worker's sub-zygote, arranges to die
     with it (PR_SET_PDEATHSIG on Linux; exits at once if the root is already gone) and
-    returns the root's pid; otherwise None."""
+    returns its key for people (PYTHONHASHSEED='1'); otherwise None."""
     raw = os.environ.pop(PARENT_ENV, None)
+    what = os.environ.pop(LABEL_ENV, None) or "another key"
     if raw is None:
         return None
     try:
@@ -83,7 +87,7 @@ def as_sub_zygote():
         prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != root:
         os._exit(0)  # the root died before the call took effect
-    return root
+    return what
 
 
 def limit_from_env(log):
@@ -124,7 +128,8 @@ def label(key, own):
 class Zygote:
     """A sub-zygote as the root sees it."""
 
-    __slots__ = ("key", "label", "proc", "chan", "pty", "state", "used", "retiring")
+    __slots__ = ("key", "label", "proc", "chan", "pty", "state", "used", "started",
+                 "retiring")
 
     def __init__(self, key, label_, proc, chan, pty):
         self.key = key
@@ -133,7 +138,7 @@ class Zygote:
         self.chan = chan  # the root's end of its ngw channel (a _channel.Channel)
         self.pty = pty  # master of the pseudo-terminal on its tty fds, or -1
         self.state = STARTING
-        self.used = time.monotonic()
+        self.used = self.started = time.monotonic()
         self.retiring = False  # it sent `retire`: no new session; it exits after this one
 
 
@@ -238,7 +243,7 @@ class Zygotes:
                 os.set_blocking(master, False)
             env.update({"NGW_FD": str(theirs.fileno()), "NGW_VERSION": "1",
                         "NGW_HOST_FEATURES": ",".join(self.features),
-                        PARENT_ENV: str(os.getpid())})
+                        PARENT_ENV: str(os.getpid()), LABEL_ENV: what})
             std = [slave if n in ttys else None for n in range(3)]
             proc = subprocess.Popen(
                 self.argv, env=env, pass_fds=[theirs.fileno()],
@@ -318,6 +323,9 @@ class Zygotes:
                 continue
             if z.chan.eof:
                 self._gone(z, "it exited (%s)" % self._status(z.proc, wait=0.5))
+            elif z.state == STARTING and time.monotonic() - z.started > _HELLO_TIMEOUT:
+                self._kill(z)
+                self._gone(z, "no hello within %d s" % _HELLO_TIMEOUT)
             elif z.retiring and self.table.get(z.key) is z:
                 self._drop(z)
 
