@@ -287,6 +287,33 @@ class Zygotes(unittest.TestCase):
         self.assertNotIn(again["ppid"], (sub, self.w.proc.pid))
 
 
+class NoColdForm(unittest.TestCase):
+    """A worker script's own fork-mode commands (no cold form: they ran warm in the
+    worker whatever the key, and the log said so) run in a zygote of their key too."""
+
+    def test_warm_in_the_root_then_in_a_zygote_of_the_session_s_key(self):
+        from support import BASIC
+
+        w = driver.Worker([sys.executable, BASIC], env=driver.worker_env())
+        try:
+            w.hello()
+            env = client_env(PYTHONHASHSEED="1")
+            got = json.loads(bytes(w.run("finfo", env=env).stdout))
+            self.assertEqual(got["ppid"], w.proc.pid)
+            deadline = time.monotonic() + 60
+            while got["ppid"] == w.proc.pid:
+                self.assertLess(time.monotonic(), deadline, w.log())
+                time.sleep(0.1)
+                r = w.run("finfo", env=env)
+                self.assertEqual((r.code, r.notices), (0, []))
+                got = json.loads(bytes(r.stdout))
+            self.assertEqual(got["env"], env)
+            self.assertIn("finfo runs warm although PYTHONHASHSEED differs", w.log())
+            w.quit()
+        finally:
+            w.close()
+
+
 class OneZygote(Zygotes):
     """NGW_MAX_ZYGOTES=1: no sub-zygote, every other key runs cold (as before)."""
 
