@@ -157,6 +157,9 @@ class Zygotes(unittest.TestCase):
         printed = bytes(r.stdout).split(b"] ")
         self.assertEqual(printed[:2], [b"[True, True", b"[True, True"])
         self.assertNotEqual(int(printed[2]), root)  # warm, in a zygote that has terminals
+        # What it logged on its terminal reached the worker's log, naming its key.
+        self.assertIn("ngw (zygote for fd 1 a terminal, fd 2 a terminal): the preloaded "
+                      "imports read", self.w.log())
         # Without terminals: the worker's own key, warm in the root.
         r = self.w.run("ztty", env=self.env)
         self.assertEqual((bytes(r.stdout), r.notices),
@@ -285,6 +288,48 @@ class Zygotes(unittest.TestCase):
         self.assertIn("started a zygote", r.notices[0]["message"])
         again = self.warm_in_sub_zygote("1")
         self.assertNotIn(again["ppid"], (sub, self.w.proc.pid))
+
+
+class Keys(unittest.TestCase):
+    """Conditions.key: equal to the zygote's own exactly when key_reason finds nothing."""
+
+    def test_key_agrees_with_key_reason(self):
+        from ngw._exact import SDK_DIR, Conditions
+        from ngw._session import SessionInfo
+
+        worker_env = {"PYTHONPATH": SDK_DIR + ":/plugin", "LANG": "C.UTF-8", "TERM": "dumb"}
+        c = Conditions(worker_env)
+        c.env_read = {"TERM": "dumb", "HOME": "/root", "AWS_DATA_PATH": None}
+        c.exempt = {"AWS_DATA_PATH"}
+        c.tty_asked = {1: False, 5: True}
+        sessions = [
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root"}, (0, 0, 0), True),
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root", "AWS_DATA_PATH": "/x"},
+             (1, 0, 1), True),  # exempt variable; terminals nobody asked about
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root", "PYTHONPATH": "/plugin"},
+             (0, 0, 0), True),  # the same search path without the SDK's directory
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root", "PYTHONHASHSEED": ""},
+             (0, 0, 0), True),  # empty is unset
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root"}, (0, 1, 0), False),
+            ({"LANG": "C.UTF-8", "TERM": "xterm", "HOME": "/root"}, (0, 0, 0), False),
+            ({"LANG": "C.UTF-8", "TERM": "dumb"}, (0, 0, 0), False),  # HOME unset
+            ({"TERM": "dumb", "HOME": "/root"}, (0, 0, 0), False),  # LANG unset
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root", "PYTHONPATH": "/other"},
+             (0, 0, 0), False),
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root", "PYTHONHASHSEED": "0"},
+             (0, 0, 0), False),
+        ]
+        keys = []
+        for env, tty, same in sessions:
+            info = SessionInfo.blank(env)
+            info.tty = tuple(bool(t) for t in tty)
+            with self.subTest(env=env, tty=tty):
+                self.assertEqual(c.key_reason(info) is None, same)
+                self.assertEqual(c.key(info) == c.key(), same)
+                keys.append(c.key(info))
+        # Sessions that differ from the zygote in different ways have different keys.
+        others = [k for k, (_, _, same) in zip(keys, sessions) if not same]
+        self.assertEqual(len(set(others)), len(others))
 
 
 class NoColdForm(unittest.TestCase):
