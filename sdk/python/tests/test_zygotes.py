@@ -49,6 +49,24 @@ def main():
     print(AT_IMPORT, [os.isatty(1), os.isatty(2)], os.getppid())
 '''
 
+# A deprecation warning at import: shown only when the client's PYTHONWARNINGS asks.
+WARN_MODULE = r'''
+import warnings
+
+warnings.warn("zyg_warn is deprecated", DeprecationWarning)
+
+
+def main():
+    print("main ran")
+'''
+
+# A preload of the worker's (no program imports it) that warns only when asked to.
+WARNLIB_MODULE = r'''
+import warnings
+
+warnings.warn("zyg_warnlib is pending deprecation", PendingDeprecationWarning)
+'''
+
 
 def cold_hash(seed):
     env = dict(os.environ, PYTHONHASHSEED=seed)
@@ -83,12 +101,17 @@ class Zygotes(unittest.TestCase):
             f.write(MODULE)
         with open(os.path.join(self.tmp, "zyg_tty.py"), "w") as f:
             f.write(TTY_MODULE)
+        with open(os.path.join(self.tmp, "zyg_warn.py"), "w") as f:
+            f.write(WARN_MODULE)
+        with open(os.path.join(self.tmp, "zyg_warnlib.py"), "w") as f:
+            f.write(WARNLIB_MODULE)
         self.env = client_env(PYTHONPATH=self.tmp)
         extra = {"PYTHONPATH": driver.SRC + os.pathsep + self.tmp, "NGW_STATE_DIR": self.tmp}
         if self.max_zygotes is not None:
             extra["NGW_MAX_ZYGOTES"] = str(self.max_zygotes)
         self.w = driver.Worker(RUNNER + ["entrypoint", "zyg=zyg_ngw:main", "ztty=zyg_tty:main",
-                                          "--preload", "zyg_tty"],
+                                          "zwarn=zyg_warn:main", "--preload", "zyg_tty",
+                                          "--preload", "zyg_warnlib"],
                                env=driver.worker_env(extra))
         self.w.hello()
 
@@ -252,6 +275,48 @@ class Zygotes(unittest.TestCase):
         self.assertEqual(self.w.proc.wait(10), 0)
         self.assertTrue(wait_gone(sub), "sub-zygote %d outlived its retired worker" % sub)
 
+    def test_a_program_s_import_warnings_are_replayed_in_its_zygote(self):
+        # The client's PYTHONWARNINGS shows the program's deprecation warning at import:
+        # the zygote for that key replays it (docs/ngw.md 12.2), byte for byte as cold.
+        e = dict(self.env, PYTHONWARNINGS="always::DeprecationWarning")
+        first = self.w.run("zwarn", env=e)
+        self.assertIn(b"DeprecationWarning: zyg_warn is deprecated", bytes(first.stderr))
+        self.assertIn("started a zygote for PYTHONWARNINGS='always::DeprecationWarning'",
+                      first.notices[0]["message"])
+        deadline = time.monotonic() + 60
+        while True:
+            self.assertLess(time.monotonic(), deadline, self.w.log())
+            time.sleep(0.1)
+            r = self.w.run("zwarn", env=e)
+            self.assertEqual((bytes(r.stdout), bytes(r.stderr), r.code),
+                             (bytes(first.stdout), bytes(first.stderr), first.code))
+            if not r.notices:
+                break
+
+    def test_a_sub_zygote_s_own_fallbacks_are_reported(self):
+        # With the client's PYTHONWARNINGS a preload warns: the zygote for that key has
+        # printed a warning, so it runs its sessions the cold way, and its fallback
+        # notices reach ngd through the worker.
+        e = dict(self.env, PYTHONWARNINGS="always::PendingDeprecationWarning")
+        first = self.w.run("zyg", env=e)
+        deadline = time.monotonic() + 60
+        while True:
+            self.assertLess(time.monotonic(), deadline, self.w.log())
+            time.sleep(0.1)
+            r = self.w.run("zyg", env=e)
+            self.assertEqual(r.code, 0, r)
+            self.assertEqual([n["kind"] for n in r.notices], ["fallback"])
+            if "printed 1 warning" in r.notices[0]["message"]:
+                break
+            self.assertEqual(json.loads(bytes(r.stdout))["ppid"], self.w.proc.pid)
+        self.assertEqual(r.notices[0]["session"], self.w.session_counter)
+        self.assertIn("zyg_warnlib is pending deprecation", r.notices[0]["message"])
+        sub = self.sub_zygotes()
+        self.assertEqual(json.loads(bytes(r.stdout))["ppid"], sub[0])  # its cold child
+        self.assertIn("ngw (zygote for PYTHONWARNINGS='always::PendingDeprecationWarning'):"
+                      " fallback: the worker's imports printed 1 warning", self.w.log())
+        self.assertEqual(first.code, 0)
+
     def test_a_sub_zygote_dying_mid_session_ends_that_session_and_the_next_works(self):
         sub = self.warm_in_sub_zygote("1")["ppid"]
         e = dict(self.env, PYTHONHASHSEED="1")
@@ -376,6 +441,8 @@ class OneZygote(Zygotes):
     test_stdin_output_and_interrupts_pass_through_the_sub_zygote = None
     test_a_zygote_that_cannot_start_is_not_started_again = None
     test_stale_code_retires_the_worker_with_its_sub_zygotes = None
+    test_a_sub_zygote_s_own_fallbacks_are_reported = None
+    test_a_program_s_import_warnings_are_replayed_in_its_zygote = None
     test_quit_and_death_of_the_root_leave_no_sub_zygote = None
     test_a_sub_zygote_dying_mid_session_ends_that_session_and_the_next_works = None
 
