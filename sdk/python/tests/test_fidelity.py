@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 
 import driver
@@ -198,6 +199,28 @@ class IPython(Fidelity, unittest.TestCase):
         ("PYTHONHASHSEED", ["--quick", "-c", "print(hash('x'))"], {"PYTHONHASHSEED": "7"},
          b"", "PYTHONHASHSEED differs"),
     ]
+
+    def test_other_keys_run_warm_in_zygotes_of_their_own(self):
+        """The rows that ran cold for their key: once the worker's zygote for that key
+        has preloaded, they run warm there (no notice), byte for byte as cold."""
+        for label, args, env_extra, stdin, _ in [r for r in self.rows if len(r) > 4]:
+            with self.subTest(row=label):
+                env = dict(self.env)
+                env.update(env_extra)
+                cold = subprocess.run([os.path.join(BIN, self.script)] + args, env=env,
+                                      cwd=self.tmp, input=stdin, capture_output=True,
+                                      timeout=120)
+                deadline = time.monotonic() + 120
+                while True:
+                    warm = self.w.run(self.script, args, env=env, cwd=self.tmp, stdin=stdin,
+                                      timeout=120)
+                    if not warm.notices:
+                        break
+                    self.assertEqual([n["kind"] for n in warm.notices], ["fallback"])
+                    self.assertLess(time.monotonic(), deadline, self.w.log()[-3000:])
+                    time.sleep(0.2)
+                self.assertEqual((bytes(warm.stdout), bytes(warm.stderr), warm.code),
+                                 (cold.stdout, cold.stderr, cold.returncode))
 
 
 class Aws(Fidelity, unittest.TestCase):

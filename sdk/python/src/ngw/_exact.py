@@ -21,6 +21,11 @@ The reasons (`Conditions.reason`):
   zygote's warnings registry would keep a child from printing them again);
 * the command's interpreter (from its script's `#!` line) is not the worker's;
 * anything a preload or the SDK marks with `Conditions.refuse(reason)`.
+
+The interpreter-wide settings and what the preload read (the variables its imports
+looked up, whether they asked if fds 0-2 are terminals: `Conditions.key_reason`) are the
+session's *key* (`Conditions.key`). For a key that is not the worker's, the worker starts
+another zygote with that key, and later sessions with it run warm there (`_zygotes.py`).
 """
 
 import json
@@ -73,6 +78,9 @@ class Conditions:
         self.env_read = {}  # variables the zygote's imports read: name -> value then
         self.tty_asked = {}  # descriptors whose isatty() the imports asked: fd -> answer
         self.exempt = set()  # variables computed per session anyway (environment rules)
+        # Said after a key reason for the session at hand (what the worker does about
+        # the difference: a zygote it started for this key, _zygotes.py); None: nothing.
+        self.note = None
 
     def refuse(self, reason):
         if self.refused is None:
@@ -80,11 +88,50 @@ class Conditions:
 
     def reason(self, info):
         """Why this session cannot run warm, or None."""
+        reason = self.other_reason()
+        if reason is not None:
+            return reason
+        reason = self.key_reason(info)
+        if reason is not None and self.note:
+            reason = "%s; %s" % (reason, self.note)
+        return reason
+
+    def other_reason(self):
+        """A reason every session runs cold whatever its key (no other zygote of this
+        worker's would do better), or None."""
         if self.refused is not None:
             return self.refused
         if self.warnings:
             return ("the worker's imports printed %d warning(s) that a cold run would print "
                     "(first: %s)" % (len(self.warnings), self.warnings[0]))
+        return None
+
+    def key(self, info=None):
+        """What an import may have captured, as this session has it (None: as this
+        zygote has it): a tuple of (kind, name, value), equal for two sessions exactly
+        when `key_reason` judges them alike. The key of the zygote a session needs."""
+        env = None if info is None else info.env
+        parts = []
+        for fd, answer in sorted(self.tty_asked.items()):
+            if fd < 3:
+                parts.append(("tty", fd, answer if info is None else bool(info.tty[fd])))
+        for name, value in sorted(self.env_read.items()):
+            if name in self.exempt or name in INTERPRETER_ENV:
+                continue
+            parts.append(("env", name, value if env is None else env.get(name)))
+        for name in INTERPRETER_ENV:
+            mine = self.env[name]
+            theirs = mine if env is None else env.get(name)
+            if name == "PYTHONPATH":
+                # A client without one runs the plugin with the worker's (see key_reason).
+                value = tuple(_python_path(theirs) or _python_path(mine))
+            else:
+                value = theirs or None  # empty is unset for CPython
+            parts.append(("env", name, value))
+        return tuple(parts)
+
+    def key_reason(self, info):
+        """Why this session's key (`key`) is not this zygote's, or None."""
         env = info.env
         for fd, answer in self.tty_asked.items():
             if fd < 3 and bool(info.tty[fd]) != answer:

@@ -11,7 +11,7 @@ import time
 import traceback
 import warnings
 
-from . import _adaptive, _argv, _exact, _rules, _stale, _wire
+from . import _adaptive, _argv, _exact, _rules, _stale, _wire, _zygotes
 from ._channel import Channel
 from ._session import HeaderBuilder
 
@@ -40,9 +40,15 @@ class Command:
         self.cold = list(cold) if cold else None
 
 
+#: What the worker's log lines start with ("ngw (zygote for KEY): " in a sub-zygote).
+_LOG_PREFIX = ["ngw: "]
+
+
 def log(message):
     """One line (or block) for the plugin's log: the worker's own stderr."""
     stream = sys.__stderr__ or sys.stderr
+    if message.startswith("ngw: ") and _LOG_PREFIX[0] != "ngw: ":
+        message = _LOG_PREFIX[0] + message[5:]
     try:
         stream.write(message.rstrip("\n") + "\n")
         stream.flush()
@@ -90,6 +96,9 @@ class Worker:
         what fork-mode children import (docs/ngw.md 12.5)."""
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("ngw: serve() must run in the main thread (it handles signals)")
+        key = _zygotes.as_sub_zygote()  # another worker's zygote for that key, or None
+        if key is not None:
+            _LOG_PREFIX[0] = "ngw (zygote for %s): " % key
         chan = _open_channel(max_chunk)
         env_before = dict(os.environ)
         conditions = _exact.Conditions(env_before)
@@ -186,6 +195,11 @@ class Worker:
             "sdk": "ngw-python/" + VERSION,
             "runtime": "%s %s" % (platform.python_implementation(), platform.python_version()),
         }
+        # Sessions with another key than this zygote's go to a zygote for theirs.
+        self._zygotes = _zygotes.Zygotes(log, conditions, self.notices, env_before,
+                                         offered & set(features),
+                                         enabled=self._fork is not None and key is None,
+                                         private_fds=getattr(self._fork, "private_fds", None))
         chan.send(_wire.HELLO, json.dumps(hello, separators=(",", ":")).encode())
         try:
             status = self._loop(chan)
@@ -193,6 +207,7 @@ class Worker:
             log("ngw: protocol error: %s; exiting" % e)
             status = EXIT_PROTOCOL
         finally:
+            self._zygotes.shutdown()
             if self._fork is not None:
                 self._fork.shutdown()
         chan.flush_all(timeout=5)
@@ -414,7 +429,7 @@ class Worker:
             chan.send(_wire.EXIT, b"75\n")
             return True, False
         if cmd.fork:
-            quit_, gone = self._fork.run(chan, info, cmd)
+            quit_, gone = self._zygotes.run(chan, info, cmd, self._fork.run)
         else:
             if self._fork is not None:
                 self._fork.discard_spare()

@@ -1,0 +1,578 @@
+"""Several zygotes per worker: one per *key*, least recently used retired (docs/ngw.md
+12.4, "Several zygotes").
+
+What a zygote's imports may have captured (whether fds 0-2 are terminals, the
+environment variables they read, the interpreter-wide settings and the locale,
+`Conditions.key`) is its key. A fork-mode session whose key is not the worker's own
+cannot be served by forking the worker; it used to run the cold way every time. Now the
+worker (the *root* zygote) keeps up to `NGW_MAX_ZYGOTES - 1` (default 2) **sub-zygotes**:
+fresh interpreters running the worker's own command line (`sys.orig_argv`) with the
+key's environment (and a pseudo-terminal on the fds the key has as terminals), each
+connected to the root over a socketpair that speaks ngw itself. The root plays ngd's part
+for them and stays ngd's only peer, so ngd knows nothing of any of this:
+
+* a sub-zygote's hello is read by the root; its channel is offered the features the
+  root itself agreed with ngd, so everything it sends may go to ngd as it is;
+* a session whose key has a sub-zygote that said hello is forwarded to it chunk by chunk:
+  the header rebuilt from the session record (the client's descriptors, when the session
+  has some, ride with its first chunk), then ngd's `0 . i` to it and its `1 2 S X` (and
+  any extension chunk) to ngd; its notices go to ngd too, except `retire`, which concerns
+  the sub-zygote alone (the root drops it from its table; it exits after the session);
+* a session whose key has no sub-zygote yet runs the cold way in the root, as before, and
+  says so (`fallback` notice: "...; started a zygote for PYTHONHASHSEED='1'"); the
+  sub-zygote is started when that session has ended, so it never competes with it, and
+  preloads while the root serves others. No session ever waits for a preload;
+* at most `NGW_MAX_ZYGOTES` zygotes, the root included: starting one more retires the
+  least recently used sub-zygote (its channel is closed: it finishes and exits 0);
+* a sub-zygote dies with the root (`PR_SET_PDEATHSIG`, set by the sub-zygote itself
+  first thing, `as_sub_zygote`); it is in the root's process group, which ngd kills
+  when it stops a worker; the root ends them all when it exits;
+* a sub-zygote that dies during a session: that session ends with
+  `ngw: the zygote for KEY died during the command (...)` on its stderr and exit code
+  128+N if signal N killed it, else 1 (as ngd reports a worker that dies during a
+  command, docs/ngw.md 9); the next session with that key runs cold and starts another.
+  One that cannot start (an error hello, or no hello) is not started again for that key:
+  its sessions run cold and their notices say why.
+
+Sub-zygotes start no sub-zygotes of their own. The root is single-threaded: it forwards
+a session in one poll() loop, as the fork relay does, never blocking on a write.
+"""
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from . import _wire
+from ._channel import Channel
+from ._exact import SDK_DIR, python_path
+from ._fork.common import PR_SET_PDEATHSIG, load_libc
+from ._fork.stdio import configure_pty, winsize_of
+
+#: The environment variable bounding the zygotes of one worker, the root included.
+MAX_ENV = "NGW_MAX_ZYGOTES"
+DEFAULT_MAX = 3
+#: Set in a sub-zygote's environment (and removed at once by it): the root's pid, and its
+#: key for people (its log lines say which zygote wrote them).
+PARENT_ENV = "NGW_ZYGOTE_OF"
+LABEL_ENV = "NGW_ZYGOTE_KEY"
+
+_HIGH_WATER = 1 << 20  # unsent bytes towards ngd before the sub-zygote is left unread
+_STOP_WAIT = 2.0  # seconds a sub-zygote may take to exit after its channel closed
+_FAILED_KEPT = 16  # keys whose zygote could not start, remembered (oldest forgotten)
+_HELLO_TIMEOUT = 120.0  # seconds a sub-zygote may preload before it is given up
+
+STARTING = "starting"
+READY = "ready"
+
+
+def as_sub_zygote():
+    """First thing in a worker: when it is another worker's sub-zygote, arranges to die
+    with it (PR_SET_PDEATHSIG on Linux; exits at once if the root is already gone) and
+    returns its key for people (PYTHONHASHSEED='1'); otherwise None."""
+    raw = os.environ.pop(PARENT_ENV, None)
+    what = os.environ.pop(LABEL_ENV, None) or "another key"
+    if raw is None:
+        return None
+    try:
+        root = int(raw)
+    except ValueError:
+        return None
+    prctl = load_libc()[0]
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != root:
+        os._exit(0)  # the root died before the call took effect
+    return what
+
+
+def limit_from_env(log):
+    """NGW_MAX_ZYGOTES: how many zygotes a worker may have, itself included (1: none
+    besides itself, every session with another key runs cold)."""
+    raw = os.environ.get(MAX_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX
+    try:
+        value = int(raw)
+        if value < 1:
+            raise ValueError
+    except ValueError:
+        log("ngw: %s=%r is not a positive integer; using %d" % (MAX_ENV, raw, DEFAULT_MAX))
+        return DEFAULT_MAX
+    return value
+
+
+def label(key, own):
+    """The parts of `key` that differ from `own`, for people: PYTHONHASHSEED='1', fd 1
+    a terminal."""
+    mine = {(kind, name): value for kind, name, value in own}
+    words = []
+    for kind, name, value in key:
+        if mine.get((kind, name), value) == value and (kind, name) in mine:
+            continue
+        if kind == "tty":
+            words.append("fd %d %s" % (name, "a terminal" if value else "not a terminal"))
+        elif value is None:
+            words.append("%s unset" % name)
+        elif isinstance(value, tuple):
+            words.append("%s=%r" % (name, os.pathsep.join(value)))
+        else:
+            words.append("%s=%r" % (name, value))
+    return ", ".join(words) or "the worker's own key"
+
+
+class Zygote:
+    """A sub-zygote as the root sees it."""
+
+    __slots__ = ("key", "label", "proc", "chan", "pty", "state", "used", "started",
+                 "retiring")
+
+    def __init__(self, key, label_, proc, chan, pty):
+        self.key = key
+        self.label = label_
+        self.proc = proc
+        self.chan = chan  # the root's end of its ngw channel (a _channel.Channel)
+        self.pty = pty  # master of the pseudo-terminal on its tty fds, or -1
+        self.state = STARTING
+        self.used = self.started = time.monotonic()
+        self.retiring = False  # it sent `retire`: no new session; it exits after this one
+
+
+class _SubDied(Exception):
+    """The sub-zygote's channel ended (or broke) before its X."""
+
+
+class Zygotes:
+    """The root's sub-zygotes, by key. One per worker, used from its main thread only."""
+
+    def __init__(self, log, conditions, notices, env, features, enabled=True,
+                 private_fds=None):
+        self.log = log
+        # The fork runner's list of descriptors its children close first thing: the
+        # root's ends of the sub-zygotes' channels and terminals join it while they live.
+        self.private_fds = private_fds if private_fds is not None else []
+        self.conditions = conditions
+        self.notices = notices
+        self.env = dict(env)  # the worker's environment when it started
+        self.features = sorted(features)  # what the sub-zygotes' channels offer
+        self.limit = limit_from_env(log) if enabled else 1
+        self.argv = [sys.executable] + list(getattr(sys, "orig_argv", [None])[1:])
+        self.enabled = enabled and self.limit > 1 and hasattr(sys, "orig_argv")
+        self.table = {}  # key -> Zygote
+        self.failed = {}  # key -> why its zygote could not start
+        self.retired = []  # Popen objects of sub-zygotes told to go, not reaped yet
+
+    # -- routing ---------------------------------------------------------------------------
+
+    def run(self, chan, info, cmd, local):
+        """Runs a fork-mode session: in the sub-zygote for its key when one is ready,
+        else with `local(chan, info, cmd)` (the root's fork runner, which runs it the
+        cold way when its key differs). Returns (quit_requested, channel_gone)."""
+        if not self.enabled:
+            return local(chan, info, cmd)
+        self.collect()
+        c = self.conditions
+        if (c.other_reason() is not None or c.key_reason(info) is None
+                or (cmd.check is not None and cmd.check(info) is not None)):
+            return local(chan, info, cmd)  # warm here, or no zygote would do better
+        own = c.key()
+        key = c.key(info)
+        z = self.table.get(key)
+        note = None
+        if z is not None and z.state == READY and not z.retiring:
+            z.used = time.monotonic()
+            result = self._forward(z, chan, info)
+            if result is not None:
+                return result
+            note = "its zygote had exited"
+            z = None
+        what = label(key, own)
+        start = z is None and key not in self.failed
+        if start:
+            note = "%sstarted a zygote for %s" % (note + "; " if note else "", what)
+            # Room for it: the least recently used sub-zygote goes now (its memory too).
+            while self.table and len(self.table) >= self.limit - 1:
+                lru = min(self.table.values(), key=lambda z: z.used)
+                self._retire(lru, "the least recently used, at most %d zygotes" % self.limit)
+                note += " (retired the one for %s, the least recently used)" % lru.label
+        elif z is None:
+            note = "the zygote for %s could not start (%s)" % (what, self.failed[key])
+        else:
+            note = "the zygote for %s is still starting" % what
+        c.note = note
+        try:
+            result = local(chan, info, cmd)
+        finally:
+            c.note = None
+        if start and not (result[0] or result[1]):
+            self._start(key, what, info)
+        return result
+
+    # -- starting, retiring, watching -------------------------------------------------------
+
+    def _start(self, key, what, info):
+        """Starts a sub-zygote for `key` (this session's); `run` made room for it."""
+        env = dict(self.env)
+        mine = {(kind, name): value for kind, name, value in self.conditions.key()}
+        ttys = []
+        for kind, name, value in key:
+            if kind == "tty":
+                if value:
+                    ttys.append(name)
+                continue
+            if mine.get((kind, name)) == value:
+                continue
+            raw = info.env.get(name)
+            if name == "PYTHONPATH" and raw is not None and SDK_DIR in python_path(
+                    self.env.get("PYTHONPATH")) and SDK_DIR not in python_path(raw):
+                raw = os.pathsep.join([raw, SDK_DIR])  # it runs the SDK, as the root does
+            if raw is None:
+                env.pop(name, None)
+            else:
+                env[name] = raw
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        master = slave = -1
+        try:
+            if ttys:
+                master, slave = os.openpty()
+                configure_pty(slave, False, winsize_of(info.env))
+                os.set_blocking(master, False)
+            env.update({"NGW_FD": str(theirs.fileno()), "NGW_VERSION": "1",
+                        "NGW_HOST_FEATURES": ",".join(self.features),
+                        PARENT_ENV: str(os.getpid()), LABEL_ENV: what})
+            std = [slave if n in ttys else None for n in range(3)]
+            proc = subprocess.Popen(
+                self.argv, env=env, pass_fds=[theirs.fileno()],
+                stdin=std[0] if std[0] is not None else subprocess.DEVNULL,
+                stdout=std[1], stderr=std[2])
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            ours.close()
+            if master >= 0:
+                os.close(master)
+            self._failed(key, "cannot start it: %s" % e)
+            self.log("ngw: cannot start a zygote for %s: %s" % (what, e))
+            return
+        finally:
+            theirs.close()
+            if slave >= 0:
+                os.close(slave)
+        chan = Channel(ours.detach())
+        self.table[key] = Zygote(key, what, proc, chan, master)
+        self.private_fds.extend(fd for fd in (chan.fileno(), master) if fd >= 0)
+        self.log("ngw: started a zygote (pid %d) for %s: %s" % (
+            proc.pid, what, " ".join(self.argv)))
+
+    def _failed(self, key, why):
+        self.failed.pop(key, None)
+        self.failed[key] = why
+        while len(self.failed) > _FAILED_KEPT:
+            del self.failed[next(iter(self.failed))]
+
+    def _retire(self, z, why):
+        self._drop(z)
+        self.log("ngw: retiring the zygote (pid %d) for %s: %s" % (z.proc.pid, z.label, why))
+
+    def _drop(self, z):
+        """Forgets `z` and closes its channel (an idle sub-zygote then exits 0); it is
+        reaped later."""
+        if self.table.get(z.key) is z:
+            del self.table[z.key]
+        self._drain_pty(z)
+        for fd in (z.chan.fileno(), z.pty):
+            if fd in self.private_fds:
+                self.private_fds.remove(fd)
+        try:
+            # The end of stream reaches it even if a child forked meanwhile holds a copy.
+            z.chan.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        z.chan.close()
+        if z.pty >= 0:
+            os.close(z.pty)
+            z.pty = -1
+        self.retired.append(z.proc)
+
+    def collect(self):
+        """Between sessions: reads what the sub-zygotes sent (hellos, notices, their
+        end), without blocking; reaps those that were told to go."""
+        self.retired = [p for p in self.retired if p.poll() is None]
+        for z in list(self.table.values()):
+            self._drain_pty(z)
+            z.chan.flush_some()
+            z.chan.read_some()
+            try:
+                while True:
+                    c = z.chan.next_chunk()
+                    if c is None:
+                        break
+                    ty, payload = c
+                    if ty == _wire.HELLO and z.state == STARTING:
+                        self._hello(z, payload)
+                    elif ty == _wire.NOTICE:
+                        self._notice(z, payload)
+                    else:
+                        raise _wire.ProtocolError(
+                            "chunk %s while idle" % _wire.type_name(ty))
+            except _wire.ProtocolError as e:
+                self._kill(z)
+                self._gone(z, "it broke the protocol: %s" % e)
+                continue
+            if z.chan.eof:
+                self._gone(z, "it exited (%s)" % self._status(z.proc, wait=0.5))
+            elif z.state == STARTING and time.monotonic() - z.started > _HELLO_TIMEOUT:
+                self._kill(z)
+                self._gone(z, "no hello within %d s" % _HELLO_TIMEOUT)
+            elif z.retiring and self.table.get(z.key) is z:
+                self._drop(z)
+
+    def _hello(self, z, payload):
+        try:
+            hello = json.loads(payload)
+            if not isinstance(hello, dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            raise _wire.ProtocolError("hello is not a JSON object: %s" % e) from None
+        if hello.get("error"):
+            self._failed(z.key, str(hello["error"]))
+            self._drop(z)
+            self.log("ngw: the zygote for %s could not start: %s" % (z.label, hello["error"]))
+            return
+        z.state = READY
+        self.log("ngw: the zygote (pid %d) for %s is ready" % (z.proc.pid, z.label))
+
+    def _gone(self, z, why):
+        if self.table.get(z.key) is not z:
+            return
+        if z.state == STARTING:
+            self._failed(z.key, "%s before its hello" % why)
+        self._drop(z)
+        self.log("ngw: the zygote (pid %d) for %s is gone: %s" % (z.proc.pid, z.label, why))
+
+    def _notice(self, z, payload):
+        """A sub-zygote's notice: to ngd as it is, except `retire` (the sub-zygote's own
+        business: it takes no new session and exits; the root goes on)."""
+        try:
+            body = json.loads(payload)
+            kind = body.get("kind") if isinstance(body, dict) else None
+        except ValueError:
+            kind = None
+        if not isinstance(kind, str):
+            raise _wire.ProtocolError("notice is not an object with a string kind")
+        if kind == "retire":
+            z.retiring = True
+            return
+        if self.notices.enabled and self.notices.chan is not None:
+            self.notices.chan.send(_wire.NOTICE, payload)
+
+    def _drain_pty(self, z):
+        """What the sub-zygote wrote on its terminal (its own log lines) goes to the log."""
+        while z.pty >= 0:
+            try:
+                data = os.read(z.pty, 65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # EIO: nothing holds the terminal's other side any more
+                return
+            if not data:
+                return
+            self.log(data.decode("utf-8", "replace"))
+
+    @staticmethod
+    def _status(proc, wait=0.0):
+        try:
+            code = proc.wait(wait) if wait else proc.poll()
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            return "still running"
+        if code < 0:
+            try:
+                return "killed by %s" % signal.Signals(-code).name
+            except ValueError:
+                return "killed by signal %d" % -code
+        return "exit status %d" % code
+
+    @staticmethod
+    def _kill(z):
+        try:
+            z.proc.kill()
+        except OSError:
+            pass
+
+    # -- forwarding one session --------------------------------------------------------------
+
+    def _forward(self, z, chan, info):
+        """Runs `info` in sub-zygote `z`, relaying between ngd's channel and its. Returns
+        (quit_requested, channel_gone), or None when the sub-zygote turned out to be gone
+        before it got the session (nothing was sent to ngd: the session can run here)."""
+        sub = z.chan
+        header = _header(info)
+        fds = getattr(info, "fds", None) or []
+        try:
+            n = socket.send_fds(sub.sock, [header], fds) if fds else sub.sock.send(header)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as e:
+            self._gone(z, "its channel failed (%s)" % e)
+            return None
+        if fds:
+            if n == 0:
+                self._gone(z, "its channel did not take the session")
+                return None
+            for fd in fds:  # they are the sub-zygote's now
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            try:
+                info.fds = None
+            except AttributeError:
+                pass
+        sub.out += header[n:]
+        quit_ = False
+        hung = False
+        error = None
+        try:
+            while True:
+                if (chan.eof or chan.dead) and not hung:
+                    hung = True
+                    sub.send(_wire.INTERRUPT, b"hangup")
+                # From the sub-zygote to ngd, while ngd takes it.
+                drained = ended = False
+                while len(chan.out) < _HIGH_WATER:
+                    c = sub.next_chunk()
+                    if c is None:
+                        drained = True
+                        break
+                    ty, payload = c
+                    if ty == _wire.EXIT:
+                        chan.send(_wire.EXIT, payload)
+                        chan.flush_some()
+                        ended = True
+                        break
+                    if ty == _wire.NOTICE:
+                        self._notice(z, payload)
+                    elif ty in (_wire.HELLO, _wire.PONG):
+                        raise _wire.ProtocolError("chunk %s during a session"
+                                                  % _wire.type_name(ty))
+                    else:
+                        chan.send(ty, payload)
+                if ended:
+                    break
+                if drained and sub.eof:
+                    raise _SubDied()
+                # From ngd to the sub-zygote.
+                while error is None:
+                    try:
+                        c = chan.next_chunk()
+                    except _wire.ProtocolError as e:
+                        error = e
+                        chan.eof = True
+                        break
+                    if c is None:
+                        break
+                    ty, payload = c
+                    if ty == _wire.PING:
+                        chan.send(_wire.PONG, payload)
+                    elif ty == _wire.QUIT:
+                        quit_ = True
+                    elif ty in (_wire.HEARTBEAT, _wire.LONGARG):
+                        pass
+                    elif ty in (_wire.ARG, _wire.ENV, _wire.DIR, _wire.CMD):
+                        chan.push_back(c)  # the next header crossed this X (7.4)
+                        break
+                    else:
+                        sub.send(ty, payload)  # 0 . i, and extension chunks
+                sub.flush_some()
+                chan.flush_some()
+                self._wait(z, chan, sub)
+        except (_SubDied, _wire.ProtocolError) as e:
+            why = "it broke the protocol: %s" % e if isinstance(e, _wire.ProtocolError) else None
+            self._died(z, chan, why, info)
+        else:
+            if z.retiring:
+                self._drop(z)
+        if error is not None:
+            raise error  # ngd broke the protocol: the worker exits (status 2)
+        return quit_, chan.eof or chan.dead
+
+    def _wait(self, z, chan, sub):
+        p = select.poll()
+        cev = (select.POLLIN if not chan.eof and not chan.deferred else 0) | (
+            select.POLLOUT if chan.out and not chan.dead else 0)
+        if cev:
+            p.register(chan.fd, cev)
+        sev = (select.POLLIN if not sub.eof and len(chan.out) < _HIGH_WATER else 0) | (
+            select.POLLOUT if sub.out and not sub.dead else 0)
+        if sev:
+            p.register(sub.fd, sev)
+        if z.pty >= 0:
+            p.register(z.pty, select.POLLIN)
+        for fd, ev in p.poll(1000):
+            if fd == chan.fd:
+                if ev & select.POLLOUT or (ev & (select.POLLERR | select.POLLHUP) and chan.out):
+                    chan.flush_some()
+                if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                    chan.read_some()
+            elif fd == sub.fd:
+                if ev & select.POLLOUT or (ev & (select.POLLERR | select.POLLHUP) and sub.out):
+                    sub.flush_some()
+                if ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                    sub.read_some()
+            else:
+                self._drain_pty(z)
+
+    def _died(self, z, chan, why, info):
+        """The sub-zygote ended (or broke the protocol: `why`) during the session: the
+        session ends with a message and 128+N (signal N killed it) or 1."""
+        if why is not None:
+            self._kill(z)
+        status = self._status(z.proc, wait=_STOP_WAIT)
+        if status == "still running":
+            self._kill(z)
+            status = self._status(z.proc, wait=_STOP_WAIT)
+        code = z.proc.returncode
+        exit_code = 128 - code if why is None and code is not None and code < 0 else 1
+        what = why or status
+        self._gone(z, "it died during session %s (%s)" % (info.session, what))
+        said = "the zygote for %s died during the command (%s)" % (z.label, what)
+        message = "ngw: %s; run it again\n" % said
+        self.notices.send("zygote", said, info.session)
+        chan.send(_wire.STDERR, message.encode("utf-8", "surrogateescape"))
+        chan.send(_wire.EXIT, b"%d\n" % exit_code)
+        chan.flush_some()
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def shutdown(self):
+        """The root is exiting: every sub-zygote's channel is closed (it exits 0); those
+        still there after a short wait are killed. All are reaped."""
+        for z in list(self.table.values()):
+            self._drop(z)
+        deadline = time.monotonic() + _STOP_WAIT
+        for proc in self.retired:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.retired = []
+
+
+def _header(info):
+    """The session's header as ngd sent it (7.1): arguments, the client's environment,
+    ngd's metadata, the directory, the command."""
+    out = bytearray()
+    for arg in info.args:
+        out += _wire.encode(_wire.ARG, os.fsencode(arg))
+    for entries in (info.env, info.nailgun, info.meta):
+        for name, value in entries.items():
+            out += _wire.encode(_wire.ENV, os.fsencode(name) + b"=" + os.fsencode(value))
+    if info.cwd is not None:
+        out += _wire.encode(_wire.DIR, os.fsencode(info.cwd))
+    out += _wire.encode(_wire.CMD, os.fsencode(info.command))
+    return bytes(out)

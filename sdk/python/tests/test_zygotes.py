@@ -1,0 +1,451 @@
+"""Several zygotes per worker: a session whose key (what the preload may have captured:
+interpreter-wide settings, the environment its imports read, terminals) is not the
+worker's runs cold once, then warm in a sub-zygote started for that key; at most
+NGW_MAX_ZYGOTES zygotes, least recently used retired; none outlives the worker; one that
+dies during a session ends that session with a message, and the next one works."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import driver
+from support import client_env
+
+RUNNER = [sys.executable, "-m", "ngw"]
+
+MODULE = r'''
+import json, os, sys, time
+
+
+def main():
+    if sys.argv[1:2] == ["cat"]:
+        data = sys.stdin.buffer.read()
+        sys.stdout.buffer.write(data)
+        sys.stderr.write("%d bytes\n" % len(data))
+        return 3
+    if sys.argv[1:2] == ["sleep"]:
+        print(os.getppid(), flush=True)
+        time.sleep(60)
+        return 0
+    print(json.dumps({"hash": hash("x"), "ppid": os.getppid(), "pid": os.getpid(),
+                      "seed": os.environ.get("PYTHONHASHSEED")}))
+    return 0
+'''
+
+# As IPython does: whether the streams are terminals, decided once at import.
+TTY_MODULE = r'''
+import os, sys
+
+AT_IMPORT = [sys.stdout.isatty(), sys.stderr.isatty()]
+
+
+def main():
+    print(AT_IMPORT, [os.isatty(1), os.isatty(2)], os.getppid())
+'''
+
+# A deprecation warning at import: shown only when the client's PYTHONWARNINGS asks.
+WARN_MODULE = r'''
+import warnings
+
+warnings.warn("zyg_warn is deprecated", DeprecationWarning)
+
+
+def main():
+    print("main ran")
+'''
+
+# A preload of the worker's (no program imports it) that warns only when asked to.
+WARNLIB_MODULE = r'''
+import warnings
+
+warnings.warn("zyg_warnlib is pending deprecation", PendingDeprecationWarning)
+'''
+
+
+def cold_hash(seed):
+    env = dict(os.environ, PYTHONHASHSEED=seed)
+    out = subprocess.run([sys.executable, "-c", "print(hash('x'))"], env=env,
+                         capture_output=True, check=True, timeout=60).stdout
+    return int(out)
+
+
+def alive(pid):
+    """Whether `pid` exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def wait_gone(pid, timeout=10):
+    deadline = time.monotonic() + timeout
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not alive(pid)
+
+
+class Zygotes(unittest.TestCase):
+    max_zygotes = None
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ngw-zygotes-")
+        with open(os.path.join(self.tmp, "zyg_ngw.py"), "w") as f:
+            f.write(MODULE)
+        with open(os.path.join(self.tmp, "zyg_tty.py"), "w") as f:
+            f.write(TTY_MODULE)
+        with open(os.path.join(self.tmp, "zyg_warn.py"), "w") as f:
+            f.write(WARN_MODULE)
+        with open(os.path.join(self.tmp, "zyg_warnlib.py"), "w") as f:
+            f.write(WARNLIB_MODULE)
+        self.env = client_env(PYTHONPATH=self.tmp)
+        extra = {"PYTHONPATH": driver.SRC + os.pathsep + self.tmp, "NGW_STATE_DIR": self.tmp}
+        if self.max_zygotes is not None:
+            extra["NGW_MAX_ZYGOTES"] = str(self.max_zygotes)
+        self.w = driver.Worker(RUNNER + ["entrypoint", "zyg=zyg_ngw:main", "ztty=zyg_tty:main",
+                                          "zwarn=zyg_warn:main", "--preload", "zyg_tty",
+                                          "--preload", "zyg_warnlib"],
+                               env=driver.worker_env(extra))
+        self.w.hello()
+
+    def tearDown(self):
+        try:
+            if self.w.proc.poll() is None:
+                self.w.quit()
+        finally:
+            self.w.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def run_zyg(self, args=(), **env):
+        e = dict(self.env)
+        e.update(env)
+        r = self.w.run("zyg", list(args), env=e)
+        self.assertEqual(r.code, 0, "%r\nlog:\n%s" % (r, self.w.log()))
+        return r, json.loads(bytes(r.stdout))
+
+    def warm_in_sub_zygote(self, seed, timeout=60):
+        """Runs `zyg` with PYTHONHASHSEED=seed until a run is warm (no notice: its
+        sub-zygote said hello); returns that run's report."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r, got = self.run_zyg(PYTHONHASHSEED=seed)
+            if not r.notices:
+                return got
+            self.assertEqual([n["kind"] for n in r.notices], ["fallback"], r.notices)
+            self.assertLess(time.monotonic(), deadline, self.w.log())
+            time.sleep(0.1)
+
+    def test_hash_seed_runs_cold_then_warm_in_a_sub_zygote(self):
+        root = self.w.proc.pid
+        r, first = self.run_zyg(PYTHONHASHSEED="1")
+        self.assertEqual(first["hash"], cold_hash("1"))
+        self.assertEqual(first["ppid"], root)  # the cold way: exec'd in the root's child
+        self.assertEqual([n["kind"] for n in r.notices], ["fallback"])
+        message = r.notices[0]["message"]
+        self.assertIn("PYTHONHASHSEED differs", message)
+        self.assertIn("started a zygote for PYTHONHASHSEED='1'", message)
+        self.assertEqual(r.notices[0]["session"], self.w.session_counter)
+        warm = self.warm_in_sub_zygote("1")
+        self.assertEqual(warm["hash"], cold_hash("1"))
+        self.assertEqual(warm["seed"], "1")
+        sub = warm["ppid"]
+        self.assertNotEqual(sub, root)
+        self.assertEqual(self.sub_zygotes(), [sub])
+        # The same sub-zygote again; the worker's own key still runs in the root.
+        self.assertEqual(self.warm_in_sub_zygote("1")["ppid"], sub)
+        r, own = self.run_zyg()
+        self.assertEqual((own["ppid"], r.notices), (root, []))
+        self.assertIn("ngw: started a zygote (pid %d) for PYTHONHASHSEED='1'" % sub,
+                      self.w.log())
+
+    def test_terminals_asked_at_import_are_part_of_the_key(self):
+        root = self.w.proc.pid
+        r = self.w.run("ztty", env=self.env, tty=(0, 1, 1))
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(bytes(r.stdout), b"[True, True] [True, True] %d\n" % root)  # cold
+        self.assertIn("fd 1 a terminal, fd 2 a terminal", r.notices[0]["message"])
+        deadline = time.monotonic() + 60
+        while r.notices:
+            self.assertLess(time.monotonic(), deadline, self.w.log())
+            time.sleep(0.1)
+            r = self.w.run("ztty", env=self.env, tty=(0, 1, 1))
+        self.assertEqual(r.code, 0, r)
+        printed = bytes(r.stdout).split(b"] ")
+        self.assertEqual(printed[:2], [b"[True, True", b"[True, True"])
+        self.assertNotEqual(int(printed[2]), root)  # warm, in a zygote that has terminals
+        # What it logged on its terminal reached the worker's log, naming its key.
+        self.assertIn("ngw (zygote for fd 1 a terminal, fd 2 a terminal): the preloaded "
+                      "imports read", self.w.log())
+        # Without terminals: the worker's own key, warm in the root.
+        r = self.w.run("ztty", env=self.env)
+        self.assertEqual((bytes(r.stdout), r.notices),
+                         (b"[False, False] [False, False] %d\n" % root, []))
+
+    def test_a_fourth_key_retires_the_least_recently_used(self):
+        subs = {seed: self.warm_in_sub_zygote(seed)["ppid"] for seed in ("1", "2")}
+        self.assertEqual(self.warm_in_sub_zygote("1")["ppid"], subs["1"])  # "2" is LRU now
+        r, _ = self.run_zyg(PYTHONHASHSEED="3")
+        self.assertEqual([n["kind"] for n in r.notices], ["fallback"])
+        self.assertIn("started a zygote for PYTHONHASHSEED='3' (retired the one for "
+                      "PYTHONHASHSEED='2', the least recently used)", r.notices[0]["message"])
+        self.assertTrue(wait_gone(subs["2"]), self.w.log())
+        self.assertTrue(alive(subs["1"]))
+        third = self.warm_in_sub_zygote("3")["ppid"]
+        self.assertNotIn(third, subs.values())
+        self.assertEqual(self.warm_in_sub_zygote("1")["ppid"], subs["1"])
+        # Key "2" again: its zygote is gone, so cold once, with a new one started.
+        r, got = self.run_zyg(PYTHONHASHSEED="2")
+        self.assertEqual(got["hash"], cold_hash("2"))
+        self.assertIn("started a zygote for PYTHONHASHSEED='2'", r.notices[0]["message"])
+
+    def test_quit_and_death_of_the_root_leave_no_sub_zygote(self):
+        sub = self.warm_in_sub_zygote("1")["ppid"]
+        self.assertEqual(self.w.quit(), 0)
+        self.assertTrue(wait_gone(sub), "sub-zygote %d outlived its worker's quit" % sub)
+        # A root killed outright: its sub-zygotes die with it (PR_SET_PDEATHSIG).
+        self.tearDown()
+        self.setUp()
+        sub = self.warm_in_sub_zygote("1")["ppid"]
+        os.kill(self.w.proc.pid, signal.SIGKILL)
+        self.w.proc.wait()
+        self.assertTrue(wait_gone(sub), "sub-zygote %d outlived its killed worker" % sub)
+
+    def test_stdin_output_and_interrupts_pass_through_the_sub_zygote(self):
+        sub = self.warm_in_sub_zygote("1")["ppid"]
+        e = dict(self.env, PYTHONHASHSEED="1")
+        data = os.urandom(1 << 20)
+        r = self.w.run("zyg", ["cat"], env=e, stdin=data)
+        self.assertEqual((r.code, bytes(r.stderr), r.notices), (3, b"1048576 bytes\n", []))
+        self.assertEqual(bytes(r.stdout), data)
+        r = self.w.run("zyg", ["sleep"], env=e, stdin=None, interrupt="hangup",
+                       interrupt_on=b"\n")
+        self.assertEqual((r.code, int(bytes(r.stdout))), (129, sub))
+        r = self.w.run("zyg", ["sleep"], env=e, stdin=None, interrupt="SIGTERM",
+                       interrupt_on=b"\n")
+        self.assertEqual(r.code, 143)
+        self.assertTrue(alive(sub))
+        self.w.ping(b"still there")
+
+    def test_a_zygote_that_cannot_start_is_not_started_again(self):
+        # The client's search path lacks the program's module: a cold run fails to import
+        # it, and so does a zygote started with that path.
+        e = dict(self.env, PYTHONPATH="/nonexistent-ngw")
+        r = self.w.run("zyg", env=e)
+        self.assertEqual(r.code, 1)
+        self.assertIn(b"ModuleNotFoundError: No module named 'zyg_ngw'", bytes(r.stderr))
+        self.assertIn("started a zygote for PYTHONPATH='/nonexistent-ngw'",
+                      r.notices[0]["message"])
+        deadline = time.monotonic() + 60
+        while True:
+            self.assertLess(time.monotonic(), deadline, self.w.log())
+            time.sleep(0.1)
+            r = self.w.run("zyg", env=e)
+            self.assertEqual(r.code, 1)
+            self.assertNotIn("started a zygote", r.notices[0]["message"])
+            if "could not start" in r.notices[0]["message"]:
+                break
+        self.assertIn("the zygote for PYTHONPATH='/nonexistent-ngw' could not start "
+                      "(preload failed: entry point zyg=zyg_ngw:main: ModuleNotFoundError",
+                      r.notices[0]["message"])
+        for pid in self.sub_zygotes():  # the one that failed, exiting
+            self.assertTrue(wait_gone(pid), pid)
+
+    def sub_zygotes(self):
+        """The worker's live children in its own session: its sub-zygotes (a forked
+        child, warm or cold, has a session of its own)."""
+        return [pid for pid, state in driver.worker_pids_children(self.w.proc.pid)
+                if state != "Z" and os.getsid(pid) != pid]
+
+    def test_stale_code_retires_the_worker_with_its_sub_zygotes(self):
+        sub = self.warm_in_sub_zygote("1")["ppid"]
+        with open(os.path.join(self.tmp, "zyg_ngw.py"), "a") as f:
+            f.write("\n# edited\n")
+        r = self.w.run("zyg", env=dict(self.env, PYTHONHASHSEED="1"))
+        self.assertEqual(r.code, 0, r)
+        self.assertEqual(json.loads(bytes(r.stdout))["hash"], cold_hash("1"))
+        self.assertEqual([n["kind"] for n in r.notices], ["stale", "retire", "fallback"])
+        self.assertIsNone(self.w.read_chunk(10))
+        self.assertEqual(self.w.proc.wait(10), 0)
+        self.assertTrue(wait_gone(sub), "sub-zygote %d outlived its retired worker" % sub)
+
+    def test_a_program_s_import_warnings_are_replayed_in_its_zygote(self):
+        # The client's PYTHONWARNINGS shows the program's deprecation warning at import:
+        # the zygote for that key replays it (docs/ngw.md 12.2), byte for byte as cold.
+        e = dict(self.env, PYTHONWARNINGS="always::DeprecationWarning")
+        first = self.w.run("zwarn", env=e)
+        self.assertIn(b"DeprecationWarning: zyg_warn is deprecated", bytes(first.stderr))
+        self.assertIn("started a zygote for PYTHONWARNINGS='always::DeprecationWarning'",
+                      first.notices[0]["message"])
+        deadline = time.monotonic() + 60
+        while True:
+            self.assertLess(time.monotonic(), deadline, self.w.log())
+            time.sleep(0.1)
+            r = self.w.run("zwarn", env=e)
+            self.assertEqual((bytes(r.stdout), bytes(r.stderr), r.code),
+                             (bytes(first.stdout), bytes(first.stderr), first.code))
+            if not r.notices:
+                break
+
+    def test_a_sub_zygote_s_own_fallbacks_are_reported(self):
+        # With the client's PYTHONWARNINGS a preload warns: the zygote for that key has
+        # printed a warning, so it runs its sessions the cold way, and its fallback
+        # notices reach ngd through the worker.
+        e = dict(self.env, PYTHONWARNINGS="always::PendingDeprecationWarning")
+        first = self.w.run("zyg", env=e)
+        deadline = time.monotonic() + 60
+        while True:
+            self.assertLess(time.monotonic(), deadline, self.w.log())
+            time.sleep(0.1)
+            r = self.w.run("zyg", env=e)
+            self.assertEqual(r.code, 0, r)
+            self.assertEqual([n["kind"] for n in r.notices], ["fallback"])
+            if "printed 1 warning" in r.notices[0]["message"]:
+                break
+            self.assertEqual(json.loads(bytes(r.stdout))["ppid"], self.w.proc.pid)
+        self.assertEqual(r.notices[0]["session"], self.w.session_counter)
+        self.assertIn("zyg_warnlib is pending deprecation", r.notices[0]["message"])
+        sub = self.sub_zygotes()
+        self.assertEqual(json.loads(bytes(r.stdout))["ppid"], sub[0])  # its cold child
+        self.assertIn("ngw (zygote for PYTHONWARNINGS='always::PendingDeprecationWarning'):"
+                      " fallback: the worker's imports printed 1 warning", self.w.log())
+        self.assertEqual(first.code, 0)
+
+    def test_a_sub_zygote_dying_mid_session_ends_that_session_and_the_next_works(self):
+        sub = self.warm_in_sub_zygote("1")["ppid"]
+        e = dict(self.env, PYTHONHASHSEED="1")
+        self.w.start("zyg", ["sleep"], env=e)
+        out = bytearray()
+        while not out.endswith(b"\n"):
+            ty, payload = self.w.read_chunk(30)
+            if ty == "S":
+                self.w.send(".")
+            else:
+                self.assertEqual(ty, "1", (ty, payload))
+                out += payload
+        self.assertEqual(int(out), sub)  # it runs in the sub-zygote
+        os.kill(sub, signal.SIGKILL)
+        stderr, notices = bytearray(), []
+        while True:
+            ty, payload = self.w.read_chunk(30)
+            if ty == "2":
+                stderr += payload
+            elif ty == "n":
+                notices.append(json.loads(payload))
+            elif ty == "X":
+                break
+            elif ty == "S":
+                self.w.send(".")
+        self.assertEqual(payload, b"137\n")
+        self.assertEqual(bytes(stderr), b"ngw: the zygote for PYTHONHASHSEED='1' died during "
+                                        b"the command (killed by SIGKILL); run it again\n")
+        self.assertEqual([n["kind"] for n in notices], ["zygote"])
+        # The next session with that key runs cold and starts another zygote; later ones
+        # are warm in it.
+        r, got = self.run_zyg(PYTHONHASHSEED="1")
+        self.assertEqual((got["hash"], got["ppid"]), (cold_hash("1"), self.w.proc.pid))
+        self.assertIn("started a zygote", r.notices[0]["message"])
+        again = self.warm_in_sub_zygote("1")
+        self.assertNotIn(again["ppid"], (sub, self.w.proc.pid))
+
+
+class Keys(unittest.TestCase):
+    """Conditions.key: equal to the zygote's own exactly when key_reason finds nothing."""
+
+    def test_key_agrees_with_key_reason(self):
+        from ngw._exact import SDK_DIR, Conditions
+        from ngw._session import SessionInfo
+
+        worker_env = {"PYTHONPATH": SDK_DIR + ":/plugin", "LANG": "C.UTF-8", "TERM": "dumb"}
+        c = Conditions(worker_env)
+        c.env_read = {"TERM": "dumb", "HOME": "/root", "AWS_DATA_PATH": None}
+        c.exempt = {"AWS_DATA_PATH"}
+        c.tty_asked = {1: False, 5: True}
+        sessions = [
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root"}, (0, 0, 0), True),
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root", "AWS_DATA_PATH": "/x"},
+             (1, 0, 1), True),  # exempt variable; terminals nobody asked about
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root", "PYTHONPATH": "/plugin"},
+             (0, 0, 0), True),  # the same search path without the SDK's directory
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root", "PYTHONHASHSEED": ""},
+             (0, 0, 0), True),  # empty is unset
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root"}, (0, 1, 0), False),
+            ({"LANG": "C.UTF-8", "TERM": "xterm", "HOME": "/root"}, (0, 0, 0), False),
+            ({"LANG": "C.UTF-8", "TERM": "dumb"}, (0, 0, 0), False),  # HOME unset
+            ({"TERM": "dumb", "HOME": "/root"}, (0, 0, 0), False),  # LANG unset
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root", "PYTHONPATH": "/other"},
+             (0, 0, 0), False),
+            ({"LANG": "C.UTF-8", "TERM": "dumb", "HOME": "/root", "PYTHONHASHSEED": "0"},
+             (0, 0, 0), False),
+        ]
+        keys = []
+        for env, tty, same in sessions:
+            info = SessionInfo.blank(env)
+            info.tty = tuple(bool(t) for t in tty)
+            with self.subTest(env=env, tty=tty):
+                self.assertEqual(c.key_reason(info) is None, same)
+                self.assertEqual(c.key(info) == c.key(), same)
+                keys.append(c.key(info))
+        # Sessions that differ from the zygote in different ways have different keys.
+        others = [k for k, (_, _, same) in zip(keys, sessions) if not same]
+        self.assertEqual(len(set(others)), len(others))
+
+
+class NoColdForm(unittest.TestCase):
+    """A worker script's own fork-mode commands (no cold form: they ran warm in the
+    worker whatever the key, and the log said so) run in a zygote of their key too."""
+
+    def test_warm_in_the_root_then_in_a_zygote_of_the_session_s_key(self):
+        from support import BASIC
+
+        w = driver.Worker([sys.executable, BASIC], env=driver.worker_env())
+        try:
+            w.hello()
+            env = client_env(PYTHONHASHSEED="1")
+            got = json.loads(bytes(w.run("finfo", env=env).stdout))
+            self.assertEqual(got["ppid"], w.proc.pid)
+            deadline = time.monotonic() + 60
+            while got["ppid"] == w.proc.pid:
+                self.assertLess(time.monotonic(), deadline, w.log())
+                time.sleep(0.1)
+                r = w.run("finfo", env=env)
+                self.assertEqual((r.code, r.notices), (0, []))
+                got = json.loads(bytes(r.stdout))
+            self.assertEqual(got["env"], env)
+            self.assertIn("finfo runs warm although PYTHONHASHSEED differs", w.log())
+            w.quit()
+        finally:
+            w.close()
+
+
+class OneZygote(Zygotes):
+    """NGW_MAX_ZYGOTES=1: no sub-zygote, every other key runs cold (as before)."""
+
+    max_zygotes = 1
+
+    def test_hash_seed_runs_cold_then_warm_in_a_sub_zygote(self):
+        for _ in range(3):
+            r, got = self.run_zyg(PYTHONHASHSEED="1")
+            self.assertEqual((got["hash"], got["ppid"]), (cold_hash("1"), self.w.proc.pid))
+            self.assertEqual([n["kind"] for n in r.notices], ["fallback"])
+            self.assertNotIn("zygote", r.notices[0]["message"])
+
+    test_a_fourth_key_retires_the_least_recently_used = None
+    test_terminals_asked_at_import_are_part_of_the_key = None
+    test_stdin_output_and_interrupts_pass_through_the_sub_zygote = None
+    test_a_zygote_that_cannot_start_is_not_started_again = None
+    test_stale_code_retires_the_worker_with_its_sub_zygotes = None
+    test_a_sub_zygote_s_own_fallbacks_are_reported = None
+    test_a_program_s_import_warnings_are_replayed_in_its_zygote = None
+    test_quit_and_death_of_the_root_leave_no_sub_zygote = None
+    test_a_sub_zygote_dying_mid_session_ends_that_session_and_the_next_works = None
+
+
+if __name__ == "__main__":
+    unittest.main()
