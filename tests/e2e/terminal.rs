@@ -201,3 +201,208 @@ fn ngd_c_client_in_a_terminal_over_unix() {
 fn ngd_c_client_in_a_terminal_over_tcp() {
     ngd_in_a_terminal(&bins::c_client(), Transport::Tcp);
 }
+
+/// Every scenario warm: the script is a file served by a fork-mode Python plugin (`python3
+/// -m ngw script NAME=FILE`), run through an `ng` symlink named after it, and compared
+/// with the same file run cold (`$PY` is the file itself, with a `#!` line naming
+/// python3). The typed line is the same (`"$PY"`), so the transcripts must be identical
+/// byte for byte with our `ng` over the Unix socket, where the command runs on the
+/// terminal itself. Over TCP and with the stock client the session is relayed: it must
+/// end, with the statuses the classic protocol can give.
+mod warm {
+    use super::*;
+    use ng_tests::plugins::{Plugin, PluginServer};
+    use std::path::{Path, PathBuf};
+
+    struct World {
+        server: PluginServer,
+        _dir: tempfile::TempDir,
+        script: PathBuf,
+        bin: PathBuf,
+    }
+
+    fn world(scenario: &Scenario) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join(format!("{}.py", scenario.name));
+        let py = python();
+        std::fs::write(
+            &script,
+            format!("#!{}\n{}\n", py.display(), scenario.script),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let target = format!("{}={}", scenario.name, script.display());
+        let plugin = Plugin::new(
+            "scenario",
+            &[
+                py.to_string_lossy().as_ref(),
+                "-m",
+                "ngw",
+                "script",
+                target.as_str(),
+            ],
+        )
+        .commands(&[scenario.name]);
+        let server = PluginServer::builder().plugin(plugin).start();
+        World {
+            server,
+            _dir: dir,
+            script,
+            bin,
+        }
+    }
+
+    impl World {
+        /// `$PY` for a warm run through `client` over `transport`, and its environment.
+        fn warm(
+            &self,
+            client: &Path,
+            transport: Transport,
+            name: &str,
+        ) -> (PathBuf, Vec<(String, String)>) {
+            let dir = self.bin.join(format!(
+                "{}-{transport:?}",
+                client.file_name().unwrap().to_string_lossy()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let link = dir.join(name);
+            if !link.exists() {
+                std::os::unix::fs::symlink(client, &link).unwrap();
+            }
+            let address = self.server.address(transport);
+            let args = address.client_args();
+            let mut env = vec![(
+                "NAILGUN_SERVER".to_owned(),
+                args[1].to_string_lossy().into_owned(),
+            )];
+            if let Some(port) = args.get(3) {
+                env.push((
+                    "NAILGUN_PORT".to_owned(),
+                    port.to_string_lossy().into_owned(),
+                ));
+            }
+            (link, env)
+        }
+    }
+
+    fn run(scenario: &Scenario, py: &Path, env: &[(String, String)]) -> String {
+        let env: Vec<(&str, &OsStr)> = env
+            .iter()
+            .map(|(k, v)| (k.as_str(), OsStr::new(v.as_str())))
+            .collect();
+        scenario
+            .transcript_as("\"$PY\"", py.as_os_str(), &env)
+            .unwrap_or_else(|e| panic!("{}: {e}", scenario.name))
+    }
+
+    fn scenario(name: &str) -> &'static Scenario {
+        SCENARIOS.iter().find(|s| s.name == name).unwrap()
+    }
+
+    /// Cold and warm (ours, Unix) identical; the relayed ways end.
+    fn exact(name: &str) -> (String, String) {
+        let s = scenario(name);
+        let w = world(s);
+        let cold = run(s, &w.script, &[]);
+        let (py, env) = w.warm(&bins::ng(), Transport::Unix, name);
+        let warm = run(s, &py, &env);
+        assert_eq!(warm, cold, "{name}: warm (ours, Unix) differs from cold");
+        for (client, transport) in [
+            (bins::ng(), Transport::Tcp),
+            (bins::c_client(), Transport::Unix),
+            (bins::c_client(), Transport::Tcp),
+        ] {
+            let (py, env) = w.warm(&client, transport, name);
+            let relayed = run(s, &py, &env);
+            assert!(
+                !Scenario::status_of(&relayed).is_empty(),
+                "{name} {client:?} {transport:?}: {relayed}"
+            );
+        }
+        (cold, warm)
+    }
+
+    #[test]
+    fn tput_size_and_resize() {
+        exact("tput_size_and_resize");
+    }
+
+    #[test]
+    fn getpass_hides_the_password() {
+        exact("getpass_hides_the_password");
+    }
+
+    #[test]
+    fn readline_arrow_keys() {
+        exact("readline_arrow_keys");
+    }
+
+    #[test]
+    fn ctrl_c_caught() {
+        let (_, warm) = exact("ctrl_c_caught");
+        assert_eq!(status(&warm), "status=42");
+    }
+
+    #[test]
+    fn ctrl_c_uncaught() {
+        let (_, warm) = exact("ctrl_c_uncaught");
+        assert_eq!(status(&warm), "status=130");
+    }
+
+    #[test]
+    fn ctrl_z_and_fg() {
+        exact("ctrl_z_and_fg");
+    }
+
+    #[test]
+    fn timeout_sigterm() {
+        let (_, warm) = exact("timeout_sigterm");
+        assert_eq!(status(&warm), "status=124");
+    }
+
+    #[test]
+    fn head_and_pipestatus() {
+        exact("head_and_pipestatus");
+    }
+
+    #[test]
+    fn stderr_interleaving() {
+        exact("stderr_interleaving");
+    }
+
+    #[test]
+    fn closed_stdin() {
+        exact("closed_stdin");
+    }
+
+    #[test]
+    fn closed_stdout() {
+        exact("closed_stdout");
+    }
+
+    #[test]
+    fn while_read_over_a_file() {
+        let (_, warm) = exact("while_read_over_a_file");
+        assert!(warm.contains("runs=3"), "{warm}");
+    }
+
+    #[test]
+    fn killed_by_sigkill() {
+        let (_, warm) = exact("killed_by_sigkill");
+        assert_eq!(status(&warm), "status=137");
+    }
+
+    #[test]
+    fn killed_by_sigsegv() {
+        let (_, warm) = exact("killed_by_sigsegv");
+        assert_eq!(status(&warm), "status=139");
+    }
+
+    #[test]
+    fn every_scenario_has_a_warm_test() {
+        assert_eq!(SCENARIOS.len(), 14);
+    }
+}

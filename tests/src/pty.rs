@@ -311,6 +311,17 @@ impl Scenario {
     /// returns the transcript: from the command line to the status line, with `\r\n` made
     /// `\n`.
     pub fn transcript(&self, py: &OsStr, env: &[(&str, &OsStr)]) -> io::Result<String> {
+        self.transcript_as("\"$PY\" -c \"$SCRIPT\"", py, env)
+    }
+
+    /// [`Scenario::transcript`] with `$RUN` standing for `run` (shell text typed as is, so
+    /// two runs that type the same text can be compared byte for byte).
+    pub fn transcript_as(
+        &self,
+        run: &str,
+        py: &OsStr,
+        env: &[(&str, &OsStr)],
+    ) -> io::Result<String> {
         let dir = tempfile::tempdir()?;
         let tmpfile = dir.path().join("lines.txt");
         let mut all: Vec<(&str, &OsStr)> = vec![
@@ -320,7 +331,7 @@ impl Scenario {
         ];
         all.extend_from_slice(env);
         let mut pty = Pty::shell(80, 24, &all)?;
-        let line = self.line.replace("$RUN", "\"$PY\" -c \"$SCRIPT\"");
+        let line = self.line.replace("$RUN", run);
         pty.line(&line)?;
         let mut shown = String::new();
         for step in self.steps {
