@@ -398,7 +398,7 @@ impl Machine {
                 encode(ChunkType::ENVIRONMENT, entry.as_bytes(), &mut header);
             }
             if let Some(ws) = client.winsize {
-                let entry = format!("NGW_WINSIZE={}", ws.to_value());
+                let entry = format!("NGW_CLIENT_WINSIZE={}", ws.to_value());
                 encode(ChunkType::ENVIRONMENT, entry.as_bytes(), &mut header);
             }
         }
@@ -1353,7 +1353,7 @@ mod tests {
         );
         assert!(sent.contains(&"E NGW_SIGIGN=SIGHUP".to_owned()), "{sent:?}");
         assert!(
-            sent.contains(&"E NGW_WINSIZE=120 40 0 0".to_owned()),
+            sent.contains(&"E NGW_CLIENT_WINSIZE=120 40 0 0".to_owned()),
             "{sent:?}"
         );
         let tail: Vec<&str> = sent
