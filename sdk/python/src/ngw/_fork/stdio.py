@@ -136,7 +136,8 @@ def rebuild_stdio(info):
 def install_stdio(env, inherited):
     """New sys.stdin/stdout/stderr on fds 0-2, built the way CPython builds them at startup
     (line buffering on terminals, stderr always line-buffered, PYTHONUNBUFFERED and
-    PYTHONIOENCODING from the client's environment; otherwise the worker's encoding)."""
+    PYTHONIOENCODING from the client's environment; otherwise the worker's encoding); None
+    for a closed descriptor."""
     made = make_stdio(env, inherited)
     # Objects that preloaded modules may still hold also write to fds 0-2 now; flush
     # them at exit like the new ones.
@@ -153,6 +154,11 @@ def make_stdio(env, inherited):
     made = []
     names = ("<stdin>", "<stdout>", "<stderr>")
     for fd, name, (old_encoding, old_errors) in zip((0, 1, 2), names, inherited):
+        try:
+            os.fstat(fd)
+        except OSError:  # closed (the client's map left it out): None, as CPython has it
+            made.append(None)
+            continue
         encoding = enc_override or old_encoding or "utf-8"
         if fd == 2:
             errors = "backslashreplace"
