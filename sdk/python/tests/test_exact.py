@@ -352,6 +352,12 @@ class Extensions(unittest.TestCase):
             os.close(r_)
             os.close(w_)
 
+    def test_emulated_stdin_terminal_is_still_the_controlling_terminal(self):
+        r = self.w.run("ftty", ["read"], env=client_env(), tty=(1, 1, 1), stdin=b"typed\n")
+        got = json.loads(bytes(r.stdout).split(b"\n")[0])
+        self.assertEqual((got["isatty"], got["dev_tty"], got["data"]),
+                         ([True, True, True], True, "typed\n"))
+
     def test_winsize_resizes_an_emulated_terminal(self):
         r = self.w.run("fwinch", env=client_env(), tty=(0, 1, 0),
                        interrupt="winsize 120 40 0 0", interrupt_on=b"ready")
