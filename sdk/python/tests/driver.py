@@ -292,8 +292,8 @@ class Worker:
                 if not (discard_after_interrupt and sent_interrupt):
                     res.stderr += payload
             elif ty == "t":
-                if not fds:
-                    raise ProtocolViolation("t for a session without descriptors")
+                if not fds or not self.negotiated("fds"):
+                    raise ProtocolViolation("t for a session without descriptors or fds")
                 if res.taken is not None or [c for c in res.chunks if c[0] != "n"] != [
                         ("t", len(payload))]:
                     raise ProtocolViolation("t is not the session's first chunk: %r" % res.chunks)
@@ -365,7 +365,7 @@ class Worker:
                 break
             else:
                 raise ProtocolViolation("unexpected chunk %r during a session" % ty)
-        if fds and res.taken is None:
+        if fds and self.negotiated("fds") and res.taken is None:
             raise ProtocolViolation("no t for a session that came with descriptors")
         res.elapsed = time.monotonic() - t0
         return res

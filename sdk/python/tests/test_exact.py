@@ -97,6 +97,18 @@ class Extensions(unittest.TestCase):
                 self.assertNotIn(f, hello["features"])
             r = w.run("fexit", ["kill"], env=client_env())
             self.assertEqual(r.raw_exit, b"137\n")
+            # Descriptors without the feature: closed, no t, the session relayed.
+            r_, w_ = os.pipe()
+            try:
+                r = w.run("fcat", env=client_env(), stdin=b"relayed", fds=[r_, w_, w_])
+                self.assertEqual((r.taken, bytes(r.stdout)), (None, b"relayed"))
+                os.close(w_)
+                w_ = -1
+                self.assertEqual(read_to_eof(r_), (b"", True))
+            finally:
+                os.close(r_)
+                if w_ >= 0:
+                    os.close(w_)
             w.quit()
         finally:
             w.close()

@@ -455,8 +455,14 @@ class Worker:
         (`info.fds` is then their map), else `relay`: the descriptors are closed now and
         the session is relayed as in 7. A session with descriptors that `NGW_CLIENT_FDS`
         does not describe is answered `relay` too: ngd learns at once that it relays."""
+        if not self._fds:  # ngd did not offer `fds` (or no command could take them)
+            log("ngw: session %s came with %d descriptors without the fds feature; closed"
+                % (info.session, len(fds)))
+            close_fds(fds)
+            fds[:] = []
+            return
         fd_map = info.fd_map(len(fds))
-        takes = (fd_map is not None and self._fds and cmd is not None and cmd.fork
+        takes = (fd_map is not None and cmd is not None and cmd.fork
                  and (cmd.cold is not None or self._retiring is None))
         if takes:
             info.fds = fd_map

@@ -284,8 +284,8 @@ def fbigwrite(ctx):
 
 @ngw.command("fcatch", fork=True)
 def fcatch(ctx):
-    print("ready", flush=True)
     try:
+        print("ready", flush=True)
         time.sleep(60)
     except KeyboardInterrupt:
         print("caught", flush=True)
