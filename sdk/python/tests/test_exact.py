@@ -419,6 +419,49 @@ class Extensions(unittest.TestCase):
         self.assertLessEqual(r.stdin_sent, (256 << 10) + (64 << 10) + (128 << 10))
 
 
+SCRIPT = """#!%s
+import json, os, signal, sys
+h = signal.getsignal(signal.SIGINT)
+print(json.dumps({"isatty": [os.isatty(i) for i in range(3)],
+                  "sigint": {signal.SIG_IGN: "SIG_IGN", signal.SIG_DFL: "SIG_DFL"}.get(
+                      h, getattr(h, "__name__", "?")),
+                  "args": sys.argv[1:]}))
+"""
+
+
+class ColdFallbackOnTheClientsDescriptors(unittest.TestCase):
+    """A session that must run the cold way (an interpreter-wide setting differs) execs the
+    program on the client's descriptors, with the client's ignored signals."""
+
+    def test_cold_and_warm_see_the_same(self):
+        tmp = tempfile.mkdtemp(prefix="ngw-exact-script-")
+        path = os.path.join(tmp, "probe")
+        with open(path, "w") as f:
+            f.write(SCRIPT % sys.executable)
+        os.chmod(path, 0o755)
+        w = driver.Worker([sys.executable, "-m", "ngw", "script", "probe=" + path],
+                          host_features=FEATURES)
+        try:
+            self.assertIn("fds", w.hello()["features"])
+            seen = []
+            for env in (client_env(), client_env(PYTHONHASHSEED="1")):
+                master, slave = os.openpty()
+                try:
+                    r = w.run("probe", ["a b"], env=env, fds=[slave, slave, slave],
+                              extra=[("NGW_SIGIGN", "SIGINT")])
+                    self.assertEqual((r.taken, r.code), (b"", 0), r)
+                    seen.append((json.loads(read_all(master, until=b"}")),
+                                 [n["kind"] for n in r.notices]))
+                finally:
+                    os.close(master)
+                    os.close(slave)
+            want = {"isatty": [True, True, True], "sigint": "SIG_IGN", "args": ["a b"]}
+            self.assertEqual(seen, [(want, []), (want, ["fallback"])])
+            w.quit()
+        finally:
+            w.close()
+
+
 class ExtensionsNoPrefork(Extensions):
     """The same without a spare: each child forked at session time."""
 
