@@ -467,6 +467,7 @@ class Worker:
         if takes:
             info.fds = fd_map
             chan.send(_wire.TAKEN)
+            chan.flush_some()  # ngd holds the client's F until it has this
         else:
             if fd_map is None:
                 log("ngw: session %s came with %d descriptors that NGW_CLIENT_FDS=%r does "
@@ -475,6 +476,7 @@ class Worker:
             close_fds(fds)
             fds[:] = []
             chan.send(_wire.TAKEN, b"relay")
+            chan.flush_some()
 
 
 def _env_delta(before, after):

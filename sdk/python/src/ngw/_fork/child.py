@@ -203,9 +203,9 @@ class Child:
                 os.setsid()
             else:
                 try:
-                    os.setpgid(0, 0)
+                    os.setpgid(0, 0)  # the worker does the same; whichever runs first
                 except OSError:
-                    pass  # the worker made it the group's leader already
+                    pass
         # A stdin pty becomes the controlling terminal (/dev/tty works).
         if emulated_ctty:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
