@@ -3,12 +3,14 @@ descriptors (`fds`, chunk `t`), forwarded signals, stops and deaths by signal (`
 chunk `z`), and window-sized stdin (`stdin-window`). The driver plays ngd with all three
 announced; descriptors are real ptys, pipes and files made by the test."""
 
+import array
 import fcntl
 import json
 import os
 import random
 import select
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -417,6 +419,93 @@ class Extensions(unittest.TestCase):
         self.assertEqual(bytes(r.stdout), b"got 'line 0\\n'\n")
         # the window, plus what fits in the pipe before the child exits
         self.assertLessEqual(r.stdin_sent, (256 << 10) + (64 << 10) + (128 << 10))
+
+
+class ChannelDescriptors(unittest.TestCase):
+    """The worker's channel (ngw._channel) on a socketpair in this process: which chunk
+    descriptors belong to, when several chunks arrive in the read that carried them."""
+
+    def setUp(self):
+        from ngw import _channel, _wire
+
+        self.wire = _wire
+        self.ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.chan = _channel.Channel(os.dup(theirs.fileno()))
+        theirs.close()
+
+    def tearDown(self):
+        self.chan.close()
+        self.ours.close()
+
+    def send(self, data, fds=()):
+        if fds:
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+            self.assertEqual(self.ours.sendmsg([data], rights), len(data))
+        else:
+            self.ours.sendall(data)
+
+    def chunks(self):
+        self.assertTrue(self.chan.read_some())
+        out = []
+        while True:
+            c = self.chan.next_chunk()
+            if c is None:
+                return out
+            out.append(c)
+
+    def open_fds(self):
+        return len(os.listdir("/proc/self/fd"))
+
+    def test_header_after_a_ping_in_the_same_read(self):
+        r, w = os.pipe()
+        self.send(driver.encode("p", b"1"))  # a ping, then the header with descriptors
+        self.send(driver.encode("A", b"x") + driver.encode("C", b"cmd"), [r, w])
+        got = self.chunks()
+        self.assertEqual([tuple(c) for c in got], [(ord("p"), b"1"), (ord("A"), b"x"),
+                                                  (ord("C"), b"cmd")])
+        self.assertNotIsInstance(got[0], self.wire.Chunk)
+        self.assertIsInstance(got[1], self.wire.Chunk)
+        fds = got[1].take_fds()
+        self.assertEqual(len(fds), 2)
+        os.write(fds[1], b"through")
+        self.assertEqual(os.read(fds[0], 16), b"through")
+        for fd in fds + [r, w]:
+            os.close(fd)
+
+    def test_descriptors_with_a_ping_are_closed(self):
+        r, w = os.pipe()
+        before = self.open_fds()
+        self.send(driver.encode("p", b"1"), [r, w])
+        self.send(driver.encode("C", b"cmd"))
+        got = self.chunks() + self.chunks()
+        self.assertEqual([tuple(c) for c in got], [(ord("p"), b"1"), (ord("C"), b"cmd")])
+        self.assertFalse(any(isinstance(c, self.wire.Chunk) for c in got))
+        self.assertEqual(self.open_fds(), before)
+        os.close(r)
+        os.close(w)
+
+    def test_too_many_descriptors_are_closed(self):
+        r, w = os.pipe()
+        before = self.open_fds()
+        self.send(driver.encode("C", b"cmd"), [r, w, r, w, r])  # MSG_CTRUNC or over 3
+        got = self.chunks()
+        self.assertEqual([tuple(c) for c in got], [(ord("C"), b"cmd")])
+        self.assertNotIsInstance(got[0], self.wire.Chunk)
+        self.assertEqual(self.open_fds(), before)
+        os.close(r)
+        os.close(w)
+
+    def test_pending_descriptors_are_closed_with_the_channel(self):
+        r, w = os.pipe()
+        before = self.open_fds()
+        self.send(driver.encode("A", b"x")[:3], [r])  # the header's first bytes only
+        self.assertTrue(self.chan.read_some())
+        self.assertIsNone(self.chan.next_chunk())
+        self.assertEqual(self.open_fds(), before + 1)
+        self.chan.close()
+        self.assertEqual(self.open_fds(), before - 1)  # the channel's own socket too
+        os.close(r)
+        os.close(w)
 
 
 SCRIPT = """#!%s
