@@ -372,6 +372,13 @@ class Extensions(unittest.TestCase):
         self.assertEqual((got["isatty"], got["dev_tty"], got["data"]),
                          ([True, True, True], True, "typed\n"))
 
+    def test_emulated_terminal_starts_with_the_clients_size(self):
+        r = self.w.run("ftty", env=client_env(LINES="10", COLUMNS="20"), tty=(0, 1, 0),
+                       extra=[("NGW_CLIENT_WINSIZE", "132 43 0 0")])
+        self.assertEqual(json.loads(bytes(r.stdout).split(b"\n")[0])["size"], [132, 43])
+        r = self.w.run("ftty", env=client_env(LINES="10", COLUMNS="20"), tty=(0, 1, 0))
+        self.assertEqual(json.loads(bytes(r.stdout).split(b"\n")[0])["size"], [20, 10])
+
     def test_winsize_resizes_an_emulated_terminal(self):
         r = self.w.run("fwinch", env=client_env(), tty=(0, 1, 0),
                        interrupt="winsize 120 40 0 0", interrupt_on=b"ready")

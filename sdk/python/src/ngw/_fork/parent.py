@@ -295,7 +295,7 @@ class ForkRunner:
         streams = child.streams
         child.streams = None
         replaced = []
-        winsize = winsize_of(info.env)
+        winsize = winsize_of(info.env, info.meta)
         try:
             for n in range(3):
                 if info.tty[n]:
