@@ -1,7 +1,16 @@
 """A stand-in for ngd's plugin host, for tests: spawns a worker with the ngw channel,
 reads its hello, runs sessions exactly as ngd relays a client's (A/E/D/C, one `0` or `.`
-per `S`), and checks the worker's side of the protocol as it goes."""
+per `S`), and checks the worker's side of the protocol as it goes.
 
+The exact-session extensions (docs/ngw.md 15.4-15.6), when the worker is started with
+them in `host_features` and names them in its hello: a session's header is written with
+one `sendmsg` whose SCM_RIGHTS message carries `fds` (attached to the header's first
+byte) and the header gets `NGW_CLIENT_FDS`; the worker's `t` must be the session's first
+chunk, and nothing of stdin (`S`) may follow a `t` that took them; `z` is recorded (and
+answered with `i SIGCONT` when asked); `X` may name a signal; `S` may carry a byte count,
+answered with `0` chunks within it and `.` at end of file."""
+
+import array
 import json
 import os
 import select
@@ -30,11 +39,17 @@ class Result:
         self.chunks = []  # (type, payload length) in arrival order
         self.sends = 0  # S chunks received
         self.stdin_chunks = 0  # 0 chunks sent
+        self.stdin_sent = 0  # bytes sent in them
         self.eof_sent = False
         self.elapsed = None
         self.interrupted_at = None
         self.exit_at = None
         self.notices = []  # n chunks (decoded JSON) received during the session
+        self.taken = None  # the t payload: b"" taken, b"relay" declined; None: no t
+        self.stops = []  # z payloads
+        self.grants = []  # the byte counts of windowed S chunks
+        self.exit_signal = None  # the signal name of an X "<code> <SIGNAME>[ core]"
+        self.core = False
 
     def __repr__(self):
         return "<Result code=%r stdout=%r stderr=%r>" % (
@@ -79,10 +94,22 @@ class Worker:
 
     # -- framing --------------------------------------------------------------------------
 
-    def send(self, ty, payload=b""):
-        if isinstance(ty, str):
-            ty = ord(ty)
-        self.sock.sendall(HEADER.pack(len(payload), ty) + payload)
+    def send(self, ty, payload=b"", fds=None):
+        """One chunk; `fds`: descriptors sent with its first byte (SCM_RIGHTS)."""
+        self.send_raw(encode(ty, payload), fds)
+
+    def send_raw(self, data, fds=None):
+        if fds:
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+            n = self.sock.sendmsg([data], rights)
+            data = data[n:]
+        if data:
+            self.sock.sendall(data)
+
+    def negotiated(self, feature):
+        """Whether both sides named `feature` (docs/ngw.md 15)."""
+        return feature in self.host_features and feature in (
+            self.hello_info or {}).get("features", [])
 
     def _fill(self, timeout):
         r, _, _ = select.select([self.sock], [], [], timeout)
@@ -178,35 +205,53 @@ class Worker:
     # -- sessions -------------------------------------------------------------------------
 
     def start(self, command, args=(), env=None, cwd=None, umask=0o022, tty=(0, 0, 0),
-              extra=()):
-        """Sends a session header the way ngd relays a stock C client's."""
+              extra=(), fds=None, fd_map=None):
+        """Sends a session header the way ngd relays a stock C client's, in one write.
+        `fds`: the client's descriptors, sent with the header's first byte, and
+        `NGW_CLIENT_FDS=<fd_map>` (default: "0,1,2" cut to their number; "" leaves the
+        entry out)."""
         self.assert_quiet()
         self.session_counter += 1
+        data = bytearray()
         for a in args:
-            self.send("A", os.fsencode(a))
+            data += encode("A", os.fsencode(a))
         entries = [("NAILGUN_FILESEPARATOR", "/"), ("NAILGUN_PATHSEPARATOR", ":")]
         entries += [("NAILGUN_TTY_%d" % i, "1" if t else "0") for i, t in enumerate(tty)]
         entries += list((env if env is not None else {}).items())
         entries += [("NGW_UMASK", "%04o" % umask), ("NGW_SESSION", str(self.session_counter))]
+        if fds:
+            if fd_map is None:
+                fd_map = ",".join("012"[: len(fds)])
+            if fd_map != "":
+                entries.append(("NGW_CLIENT_FDS", fd_map))
         entries += list(extra)
         for k, v in entries:
-            self.send("E", os.fsencode(k) + b"=" + os.fsencode(v))
+            data += encode("E", os.fsencode(k) + b"=" + os.fsencode(v))
         if cwd is not None:
-            self.send("D", os.fsencode(cwd))
-        self.send("C", os.fsencode(command))
+            data += encode("D", os.fsencode(cwd))
+        data += encode("C", os.fsencode(command))
+        self.send_raw(bytes(data), fds)
 
     def run(self, command, args=(), env=None, cwd=None, umask=0o022, tty=(0, 0, 0),
             stdin=b"", chunk=2048, interrupt=None, interrupt_after=None, interrupt_on=None,
-            stall=None, timeout=60, extra=(), discard_after_interrupt=False):
+            stall=None, timeout=60, extra=(), discard_after_interrupt=False, fds=None,
+            fd_map=None, continue_stops=False, interrupt_when=None, on_stop=None):
         """One whole session. stdin: bytes sent in `chunk`-sized `0`s, one per `S`, then
         `.`; None means the client never has input (S is left unanswered). interrupt: the
         `i` payload, sent `interrupt_after` seconds after C, or when `interrupt_on` shows
         up in stdout. stall: seconds the client does not read at all after C (then the
-        interrupt, if any, is sent)."""
+        interrupt, if any, is sent). fds, fd_map: see start(); continue_stops: answer
+        each `z` with `i SIGCONT`; on_stop(name): called for each `z` instead;
+        interrupt_when: a function, called every 20 ms, that says when to send the
+        interrupt. With `stdin-window`, a windowed S is answered with `chunk`-sized `0`s
+        within its count, then `.` at end of file."""
         t0 = time.monotonic()
-        self.start(command, args, env, cwd, umask, tty, extra)
+        self.start(command, args, env, cwd, umask, tty, extra, fds, fd_map)
         res = Result()
         outstanding = False
+        credit = 0  # windowed stdin: bytes granted and not yet sent
+        windowed = self.negotiated("stdin-window")
+        signals = self.negotiated("signals")
         pos = 0
         sent_interrupt = False
         if stall:
@@ -219,7 +264,8 @@ class Worker:
         while True:
             if (interrupt is not None and not sent_interrupt and (
                     (interrupt_after is not None and time.monotonic() >= t0 + interrupt_after)
-                    or (interrupt_on is not None and interrupt_on in res.stdout))):
+                    or (interrupt_on is not None and interrupt_on in res.stdout)
+                    or (interrupt_when is not None and interrupt_when()))):
                 self.send("i", interrupt.encode())
                 sent_interrupt = True
                 res.interrupted_at = time.monotonic()
@@ -229,6 +275,8 @@ class Worker:
             wait = deadline - now
             if interrupt is not None and not sent_interrupt and interrupt_after is not None:
                 wait = min(wait, max(0.0, t0 + interrupt_after - now))
+            if interrupt is not None and not sent_interrupt and interrupt_when is not None:
+                wait = min(wait, 0.02)
             try:
                 c = self.read_chunk(wait)
             except TimeoutError:
@@ -243,19 +291,57 @@ class Worker:
             elif ty == "2":
                 if not (discard_after_interrupt and sent_interrupt):
                     res.stderr += payload
+            elif ty == "t":
+                if not fds or not self.negotiated("fds"):
+                    raise ProtocolViolation("t for a session without descriptors or fds")
+                if res.taken is not None or [c for c in res.chunks if c[0] != "n"] != [
+                        ("t", len(payload))]:
+                    raise ProtocolViolation("t is not the session's first chunk: %r" % res.chunks)
+                if payload not in (b"", b"relay"):
+                    raise ProtocolViolation("bad t payload %r" % payload)
+                res.taken = payload
+            elif ty == "z":
+                if not signals:
+                    raise ProtocolViolation("z without the signals feature")
+                res.stops.append(payload.decode())
+                if on_stop is not None:
+                    on_stop(res.stops[-1])
+                elif continue_stops:
+                    self.send("i", b"SIGCONT")
             elif ty == "S":
                 res.sends += 1
-                if outstanding:
-                    raise ProtocolViolation("S while another S is unanswered")
-                if res.eof_sent:
+                if res.taken == b"":
+                    raise ProtocolViolation("S in a session that took the client's descriptors")
+                if res.eof_sent and not (windowed and payload):
                     raise ProtocolViolation("S after stdin EOF was sent")
                 if payload:
-                    raise ProtocolViolation("S with a payload")
+                    if not windowed or not payload.isdigit() or int(payload) < 1:
+                        raise ProtocolViolation("S with a payload %r" % payload)
+                    res.grants.append(int(payload))
+                    credit += int(payload)
+                    if res.eof_sent:
+                        continue  # a top-up that crossed the "." in flight
+                    if stdin is None:
+                        continue
+                    while credit and pos < len(stdin):
+                        piece = stdin[pos : pos + min(chunk, credit)]
+                        self.send("0", piece)
+                        pos += len(piece)
+                        credit -= len(piece)
+                        res.stdin_chunks += 1
+                        res.stdin_sent += len(piece)
+                    if pos >= len(stdin) and credit:
+                        self.send(".")
+                        res.eof_sent = True
+                    continue
+                if outstanding or credit:
+                    raise ProtocolViolation("S while another S is unanswered")
                 if stdin is None:
                     outstanding = True  # the client has no input yet: never answered
                     continue
                 if pos < len(stdin):
                     self.send("0", stdin[pos : pos + chunk])
+                    res.stdin_sent += len(stdin[pos : pos + chunk])
                     pos += chunk
                     res.stdin_chunks += 1
                 else:
@@ -265,15 +351,30 @@ class Worker:
                 res.notices.append(self._notice(payload))
             elif ty == "X":
                 res.raw_exit = payload
-                if not payload.endswith(b"\n") or not payload[:-1].lstrip(b"-").isdigit():
+                words = payload[:-1].split(b" ")
+                if not payload.endswith(b"\n") or not words[0].lstrip(b"-").isdigit() or (
+                        len(words) > 1 and not (
+                            signals and len(words) <= 3 and words[1].startswith(b"SIG")
+                            and words[2:] in ([], [b"core"]))):
                     raise ProtocolViolation("bad X payload %r" % payload)
-                res.code = int(payload)
+                res.code = int(words[0])
+                if len(words) > 1:
+                    res.exit_signal = words[1].decode()
+                    res.core = len(words) == 3
                 res.exit_at = time.monotonic()
                 break
             else:
                 raise ProtocolViolation("unexpected chunk %r during a session" % ty)
+        if fds and self.negotiated("fds") and res.taken is None:
+            raise ProtocolViolation("no t for a session that came with descriptors")
         res.elapsed = time.monotonic() - t0
         return res
+
+
+def encode(ty, payload=b""):
+    if isinstance(ty, str):
+        ty = ord(ty)
+    return HEADER.pack(len(payload), ty) + payload
 
 
 def worker_pids_children(pid):

@@ -1,6 +1,18 @@
 """The worker's end of the ngw channel: a non-blocking stream socket with an inbound
-decoder and an outbound buffer, so the worker never blocks on a peer that stops reading."""
+decoder and an outbound buffer, so the worker never blocks on a peer that stops reading.
 
+Descriptors (docs/ngw.md 15.4). The socket is read with `recvmsg`, room for a few
+descriptors and `MSG_CMSG_CLOEXEC`. The kernel hands descriptors to the read that returns
+the first byte they were sent with and ends that read with their message, so ngd's header,
+sent with one `sendmsg`, starts inside the bytes of the read that carried them; bytes
+before it in the same read are earlier chunks (a ping, a stdin answer crossing an `X`),
+never a header, since ngd sends a header only after the previous session's `X`. So the
+descriptors belong to the first header chunk (`A E D C`) that starts within that read; the
+decoder returns it as a `_wire.Chunk` carrying them. Descriptors whose read has no header
+chunk starting in it, or that came truncated (`MSG_CTRUNC`), are closed at once.
+"""
+
+import array
 import collections
 import os
 import select
@@ -11,6 +23,19 @@ import time
 from . import _wire
 
 _READ_SIZE = 256 << 10
+_FD_SIZE = array.array("i").itemsize
+_CMSG_SPACE = socket.CMSG_SPACE(4 * _FD_SIZE)  # ngd sends at most 3; one more shows excess
+_MAX_PENDING = 16  # reads with descriptors not yet matched to a chunk; more are closed
+_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+_HEADER = (_wire.ARG, _wire.ENV, _wire.DIR, _wire.CMD)
+
+
+def close_fds(fds):
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 class Channel:
@@ -29,6 +54,9 @@ class Channel:
         self.deferred = collections.deque()
         self.eof = False  # ngd closed its sending side (or the socket failed)
         self.dead = False  # writing failed: ngd is gone
+        # Descriptors not yet matched to a chunk: [stream offset where their read began,
+        # offset where it ended, descriptors], in stream order.
+        self.pending_fds = []
 
     def fileno(self):
         return self.fd
@@ -61,22 +89,54 @@ class Channel:
         if self.eof:
             return False
         try:
-            data = self.sock.recv(_READ_SIZE)
+            data, anc, flags, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE, _CLOEXEC)
         except (BlockingIOError, InterruptedError):
             return True
         except OSError:
-            data = b""
+            data, anc, flags = b"", [], 0
+        fds = _received_fds(anc)
+        if fds and (flags & socket.MSG_CTRUNC or not data or len(fds) > 3
+                    or len(self.pending_fds) >= _MAX_PENDING):
+            close_fds(fds)
+            fds = []
         if not data:
             self.eof = True
+            self.drop_pending_fds()
             return False
+        start = self.decoder.end()
         self.decoder.feed(data)
+        if fds:
+            self.pending_fds.append([start, start + len(data), fds])
         return True
 
     def next_chunk(self):
-        """The next decoded chunk, (type, payload), or None. Raises ProtocolError."""
+        """The next decoded chunk, (type, payload), or None. Raises ProtocolError. A
+        header chunk that came with descriptors is a `_wire.Chunk` carrying them."""
         if self.deferred:
             return self.deferred.popleft()
-        return self.decoder.next()
+        c = self.decoder.next()
+        if c is not None and self.pending_fds:
+            c = self._match_fds(c, self.decoder.start)
+        return c
+
+    def _match_fds(self, chunk, start):
+        pending = self.pending_fds
+        while pending:
+            begin, end, fds = pending[0]
+            if start >= end:  # no header chunk started in their read
+                close_fds(fds)
+                pending.pop(0)
+                continue
+            if start >= begin and chunk[0] in _HEADER:
+                pending.pop(0)
+                return _wire.Chunk(chunk[0], chunk[1], fds)
+            break
+        return chunk
+
+    def drop_pending_fds(self):
+        for _, _, fds in self.pending_fds:
+            close_fds(fds)
+        self.pending_fds = []
 
     def push_back(self, chunk):
         self.deferred.appendleft(chunk)
@@ -133,7 +193,24 @@ class Channel:
         return True
 
     def close(self):
+        self.drop_pending_fds()
+        for c in self.deferred:
+            if isinstance(c, _wire.Chunk):
+                close_fds(c.take_fds())
         try:
             self.sock.close()
         except OSError:
             pass
+
+
+def _received_fds(ancdata):
+    fds = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            a = array.array("i")
+            a.frombytes(data[: len(data) - len(data) % _FD_SIZE])
+            fds.extend(a)
+    if fds and not _CLOEXEC:
+        for fd in fds:
+            os.set_inheritable(fd, False)
+    return fds

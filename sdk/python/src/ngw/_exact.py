@@ -283,13 +283,14 @@ def host_features():
     return {f.strip() for f in os.environ.get("NGW_HOST_FEATURES", "").split(",") if f.strip()}
 
 
-def cold_exec(argv, env):
+def cold_exec(argv, env, ignored=()):
     """In a child set up for its session: runs `argv` the cold way (never returns on
-    success). Signal dispositions and mask become what a shell gives a program it runs."""
+    success). Signal dispositions and mask become what a shell gives a program it runs:
+    the defaults, except `ignored` (the client's ignored signals, NGW_SIGIGN)."""
     import signal
 
     for sig in (signal.SIGPIPE, signal.SIGINT, getattr(signal, "SIGXFSZ", None)):
-        if sig is not None:
+        if sig is not None and int(sig) not in ignored:
             signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
     sys.stdout.flush()

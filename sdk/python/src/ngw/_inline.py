@@ -17,24 +17,19 @@ import traceback
 
 from . import _dispatch, _pyexit, _wire
 from ._context import Context, Interrupted
+from ._signals import HARMLESS, Interrupt
 
 _HIGH_WATER = 1 << 20  # bytes queued for ngd before writers block
-
-
-def signal_for(reason):
-    """The signal number an interrupt reason stands for, or None if unknown."""
-    if reason == "hangup":
-        return signal.SIGHUP
-    try:
-        sig = signal.Signals[reason]
-    except KeyError:
-        return None
-    return sig
+#: With `stdin-window`: the most stdin asked for ahead of the command's reads (docs/ngw.md
+#: 15.6); a read tops it up once less than half of it is outstanding or buffered.
+STDIN_WINDOW = 256 << 10
 
 
 class _Pump(threading.Thread):
-    def __init__(self, chan, log, wake):
+    def __init__(self, chan, log, wake, window=0):
         super().__init__(name="ngw-session-io", daemon=True)
+        self.window = window  # 0: classic stdin credit (one S, one answer)
+        self.stdin_bytes = 0  # bytes in self.stdin
         self.chan = chan
         self.log = log
         self.cond = threading.Condition()
@@ -42,7 +37,7 @@ class _Pump(threading.Thread):
         self.queued = 0
         self.stdin = collections.deque()
         self.stdin_eof = False
-        self.credit = False
+        self.credit = 0  # classic: 1 while an S is unanswered; windowed: bytes granted
         self.finishing = False
         self.gone = False
         self.quit = False
@@ -71,15 +66,32 @@ class _Pump(threading.Thread):
             self.queued += len(data)
         self._wake()
 
+    def _ask(self):
+        """Called with the lock held by a read: classic, one S when nothing is buffered or
+        asked for; windowed, an S topping what is asked for and buffered up to the window
+        once it is below half (the command keeps reading, so stdin keeps flowing)."""
+        if self.stdin_eof or self.gone:
+            return
+        if self.window:
+            ahead = self.credit + self.stdin_bytes
+            if ahead > self.window // 2:
+                return
+            grant = self.window - ahead
+            self.credit += grant
+            data = _wire.encode(_wire.SEND_INPUT, b"%d" % grant)
+        elif self.credit or self.stdin:
+            return
+        else:
+            self.credit = 1
+            data = _wire.encode(_wire.SEND_INPUT)
+        self.outq.append(data)
+        self.queued += len(data)
+        self._wake()
+
     def readinto(self, b):
         with self.cond:
             while not self.stdin and not self.stdin_eof and not self.gone:
-                if not self.credit:
-                    self.credit = True
-                    data = _wire.encode(_wire.SEND_INPUT)
-                    self.outq.append(data)
-                    self.queued += len(data)
-                    self._wake()
+                self._ask()
                 self.cond.wait()
             if not self.stdin:
                 return 0
@@ -90,6 +102,9 @@ class _Pump(threading.Thread):
                 self.stdin.popleft()
             else:
                 self.stdin[0] = first[n:]
+            self.stdin_bytes -= n
+            if self.window:
+                self._ask()
             return n
 
     def finish(self, status):
@@ -160,28 +175,32 @@ class _Pump(threading.Thread):
 
     def on_stdin(self, payload):
         with self.cond:
-            self.credit = False
+            self.credit = max(0, self.credit - len(payload)) if self.window else 0
             if payload:
                 self.stdin.append(payload)
+                self.stdin_bytes += len(payload)
             self.cond.notify_all()
 
     def on_stdin_eof(self):
         with self.cond:
-            self.credit = False
+            self.credit = 0
             self.stdin_eof = True
             self.cond.notify_all()
 
     def on_interrupt(self, reason):
-        sig = signal_for(reason)
-        if sig is None:
+        what = Interrupt(reason)
+        if what.kind is None:
             self.log("ngw: ignoring interrupt with unknown reason %r" % reason)
             return
+        if what.kind == "winsize" or what.signum in HARMLESS:
+            return  # nothing to resize; a signal that ignores or stops does not interrupt
+        sig = what.signum
         ctx = self.ctx
         if ctx is not None and ctx.interrupt_reason is None:
-            ctx.interrupt_reason = reason
+            ctx.interrupt_reason = "hangup" if what.kind == "hangup" else sig.name
             ctx.interrupted.set()
             if self.deliver is not None:
-                self.deliver(sig, reason)
+                self.deliver(sig, ctx.interrupt_reason)
 
 
 class _OutRaw(io.RawIOBase):
@@ -220,6 +239,8 @@ class InlineRunner:
         self._pending = None  # (signum, reason) waiting to be raised in the main thread
         self._armed = False
         self._main = threading.main_thread().ident
+        self.signals_on = False  # `signals` negotiated: X stays a code in-process
+        self.stdin_window = False  # `stdin-window` negotiated (docs/ngw.md 15.6)
         # One wakeup pipe for all sessions' I/O threads (no per-session descriptors).
         self._wake = os.pipe()
         for fd in self._wake:
@@ -247,7 +268,7 @@ class InlineRunner:
 
     def run(self, chan, info, cmd):
         """Runs one session to its X. Returns (quit_requested, channel_gone)."""
-        pump = _Pump(chan, self.log, self._wake)
+        pump = _Pump(chan, self.log, self._wake, STDIN_WINDOW if self.stdin_window else 0)
         stdout = io.BufferedWriter(_OutRaw(pump, _wire.STDOUT), 65536)
         stderr = _OutRaw(pump, _wire.STDERR)
 

@@ -1,6 +1,7 @@
 """Session headers: what ngd sends before `C`, turned into a SessionInfo."""
 
 import os
+import signal
 
 from . import _wire
 
@@ -20,7 +21,7 @@ class SessionInfo:
     """Everything the header says about one invocation."""
 
     __slots__ = ("command", "args", "env", "cwd", "umask", "tty", "session", "client_pid",
-                 "meta", "nailgun", "cold")
+                 "meta", "nailgun", "cold", "fds")
 
     def __repr__(self):
         return "<SessionInfo %s %r session=%s>" % (self.command, self.args, self.session)
@@ -46,8 +47,34 @@ class SessionInfo:
         info = cls()
         info.command, info.args, info.env, info.cwd = "", [], env, None
         info.umask, info.tty, info.session, info.client_pid = 0o022, (False,) * 3, "", None
-        info.meta, info.nailgun, info.cold = {}, {}, None
+        info.meta, info.nailgun, info.cold, info.fds = {}, {}, None, None
         return info
+
+    def fd_map(self, count):
+        """Which of fds 0-2 the `count` descriptors that came with the header become
+        (`NGW_CLIENT_FDS`, docs/ngw.md 15.4), as a tuple; None when the entry is missing,
+        malformed (not a strictly increasing subset of 0,1,2) or names another count."""
+        raw = self.meta.get("NGW_CLIENT_FDS")
+        if raw is None:
+            return None
+        try:
+            numbers = tuple(int(p) for p in raw.split(",")) if raw else ()
+        except ValueError:
+            return None
+        if (len(numbers) != count or any(n not in (0, 1, 2) for n in numbers)
+                or list(numbers) != sorted(set(numbers))):
+            return None
+        return numbers
+
+    def ignored_signals(self):
+        """The signals `NGW_SIGIGN` names (docs/ngw.md 15.5), as numbers; unknown names
+        are left out."""
+        found = []
+        for name in self.meta.get("NGW_SIGIGN", "").split(","):
+            sig = getattr(signal.Signals, name.strip(), None) if name.strip() else None
+            if sig is not None and sig not in (signal.SIGKILL, signal.SIGSTOP):
+                found.append(int(sig))
+        return found
 
 
 def _flag(value):
@@ -67,6 +94,10 @@ class HeaderBuilder:
         self.meta = {}
         self.nailgun = {}
         self.cwd = None
+        self.fds = []  # descriptors that came with the header's first chunk
+
+    def empty(self):
+        return not (self.args or self.env or self.meta or self.nailgun or self.cwd is not None)
 
     def add(self, ty, payload):
         if ty == _wire.ARG:
@@ -103,6 +134,7 @@ class HeaderBuilder:
         info.tty = tuple(_flag(self.nailgun.get("NAILGUN_TTY_%d" % i, "0")) for i in range(3))
         info.session = self.meta.get("NGW_SESSION", "")
         info.cold = None  # set by the worker: why this session runs the cold way
+        info.fds = None  # set by the worker: the fd map when the command takes the client's
         try:
             info.client_pid = int(self.meta["NGW_CLIENT_PID"])
         except (KeyError, ValueError):

@@ -40,6 +40,24 @@ PONG = ord("o")
 QUIT = ord("q")
 # Negotiated extensions (docs/ngw.md 15).
 NOTICE = ord("n")
+TAKEN = ord("t")  # descriptors taken (empty) or declined ("relay"), 15.4
+STOPPED = ord("z")  # the command stopped itself, 15.5
+
+
+class Chunk(tuple):
+    """A decoded chunk, (type, payload), that came with descriptors (SCM_RIGHTS,
+    docs/ngw.md 15.4): `fds` lists the descriptors, which whoever holds the chunk owns
+    and must close or hand on (`take_fds`)."""
+
+    def __new__(cls, ty, payload, fds):
+        self = super().__new__(cls, (ty, payload))
+        self.fds = list(fds)
+        return self
+
+    def take_fds(self):
+        """The descriptors, now the caller's (an empty list once taken)."""
+        fds, self.fds = self.fds, []
+        return fds
 
 
 class ProtocolError(Exception):
@@ -63,15 +81,23 @@ class Decoder:
         self.max_chunk = min(max_chunk, HARD_LIMIT - 1)
         self._buf = bytearray()
         self._pos = 0
+        self._base = 0  # stream offset of _buf[0]
+        self.start = 0  # stream offset of the chunk next() returned last
 
     def feed(self, data):
         if self._pos and self._pos == len(self._buf):
+            self._base += self._pos
             self._buf.clear()
             self._pos = 0
         elif self._pos > 65536 and self._pos * 2 > len(self._buf):
+            self._base += self._pos
             del self._buf[: self._pos]
             self._pos = 0
         self._buf += data
+
+    def end(self):
+        """The stream offset after the last byte fed."""
+        return self._base + len(self._buf)
 
     def buffered(self):
         return len(self._buf) - self._pos
@@ -89,6 +115,7 @@ class Decoder:
             )
         if avail < HEADER_LEN + length:
             return None
+        self.start = self._base + self._pos
         start = self._pos + HEADER_LEN
         payload = bytes(self._buf[start : start + length])
         self._pos = start + length

@@ -12,7 +12,7 @@ import traceback
 import warnings
 
 from . import _adaptive, _argv, _exact, _rules, _stale, _wire, _zygotes
-from ._channel import Channel
+from ._channel import Channel, close_fds
 from ._session import HeaderBuilder
 
 PROTOCOL = 1
@@ -183,8 +183,18 @@ class Worker:
             gc.collect()
             if hasattr(gc, "freeze"):
                 gc.freeze()
+        # Exact-session extensions (docs/ngw.md 15.4-15.6): descriptors only where a
+        # command can take them (fork mode); signals and windowed stdin for every session.
+        self._fds = "fds" in offered and self._fork is not None
+        signals = "signals" in offered
+        window = "stdin-window" in offered
+        for runner in (self._fork, self._inline):
+            if runner is not None:
+                runner.signals_on = signals
+                runner.stdin_window = window
         features = ["interrupt"] + (["fork"] if self._fork else []) + (
-            ["notices"] if self.notices.enabled else [])
+            ["notices"] if self.notices.enabled else []) + (["fds"] if self._fds else []) + (
+            ["signals"] if signals else []) + (["stdin-window"] if window else [])
         hello = {
             "protocol": PROTOCOL,
             "pid": os.getpid(),
@@ -387,12 +397,22 @@ class Worker:
             if c is None:
                 return 0  # ngd closed the channel
             ty, payload = c
+            if isinstance(c, _wire.Chunk):
+                # Descriptors ride with the header's first chunk only (docs/ngw.md 15.4).
+                fds = c.take_fds()
+                if header.empty() and not header.fds:
+                    header.fds = fds
+                else:
+                    close_fds(fds)
             if ty in (_wire.ARG, _wire.ENV, _wire.DIR, _wire.LONGARG):
                 header.add(ty, payload)
             elif ty == _wire.CMD:
                 info = header.finish(payload, self._umask)
-                header = HeaderBuilder()
-                quit_, gone = self._session(chan, info)
+                fds, header = header.fds, HeaderBuilder()
+                try:
+                    quit_, gone = self._session(chan, info, fds)
+                finally:
+                    close_fds(fds)  # whatever the session did not take
                 self._idle_since = time.monotonic()
                 if quit_ or gone:
                     return 0
@@ -405,15 +425,12 @@ class Worker:
             else:
                 log("ngw: ignoring chunk %s between sessions" % _wire.type_name(ty))
 
-    def _session(self, chan, info):
+    def _session(self, chan, info, fds):
+        """Runs one session to its X. `fds`: the descriptors that came with its header; a
+        fork-mode command takes them (removed from the list), anything else leaves them
+        to the caller, which closes them."""
         cmd = self.commands.get(info.command)
-        if cmd is None:
-            msg = "ngw: unknown command '%s' (this worker serves: %s)\n" % (
-                info.command, ", ".join(sorted(self.commands)))
-            chan.send(_wire.STDERR, msg.encode("utf-8", "surrogateescape"))
-            chan.send(_wire.EXIT, b"127\n")
-            return False, False
-        stale = self._code.changed()
+        stale = self._code.changed() if cmd is not None else None
         if stale is not None and self._retiring is None:
             # Never a session on code older than its files: this worker retires (ngd
             # starts a fresh one) and what it still runs, it runs the cold way.
@@ -422,6 +439,14 @@ class Worker:
             self.notices.send("retire", "stale code; the next worker loads it afresh",
                               info.session)
             self._conditions.refuse(self._retiring)
+        if fds:
+            self._answer_fds(chan, info, cmd, fds)
+        if cmd is None:
+            msg = "ngw: unknown command '%s' (this worker serves: %s)\n" % (
+                info.command, ", ".join(sorted(self.commands)))
+            chan.send(_wire.STDERR, msg.encode("utf-8", "surrogateescape"))
+            chan.send(_wire.EXIT, b"127\n")
+            return False, False
         if self._retiring is not None and (not cmd.fork or cmd.cold is None):
             msg = ("ngw: %s: %s and the command has no cold form; the worker is being "
                    "replaced: run it again\n" % (info.command, self._retiring))
@@ -429,12 +454,45 @@ class Worker:
             chan.send(_wire.EXIT, b"75\n")
             return True, False
         if cmd.fork:
-            quit_, gone = self._zygotes.run(chan, info, cmd, self._fork.run)
+            taken = None
+            if info.fds is not None:
+                taken, fds[:] = list(fds), []  # the runners own them now
+            quit_, gone = self._zygotes.run(
+                chan, info, cmd, lambda c, i, m: self._fork.run(c, i, m, taken), taken)
         else:
             if self._fork is not None:
                 self._fork.discard_spare()
             quit_, gone = self._inline.run(chan, info, cmd)
         return quit_ or self._retiring is not None, gone
+
+    def _answer_fds(self, chan, info, cmd, fds):
+        """Chunk `t` for a session that came with descriptors, before any other of its
+        chunks (docs/ngw.md 15.4): taken (empty) when a fork-mode command will run on them
+        (`info.fds` is then their map), else `relay`: the descriptors are closed now and
+        the session is relayed as in 7. A session with descriptors that `NGW_CLIENT_FDS`
+        does not describe is answered `relay` too: ngd learns at once that it relays."""
+        if not self._fds:  # ngd did not offer `fds` (or no command could take them)
+            log("ngw: session %s came with %d descriptors without the fds feature; closed"
+                % (info.session, len(fds)))
+            close_fds(fds)
+            fds[:] = []
+            return
+        fd_map = info.fd_map(len(fds))
+        takes = (fd_map is not None and cmd is not None and cmd.fork
+                 and (cmd.cold is not None or self._retiring is None))
+        if takes:
+            info.fds = fd_map
+            chan.send(_wire.TAKEN)
+            chan.flush_some()  # ngd holds the client's F until it has this
+        else:
+            if fd_map is None:
+                log("ngw: session %s came with %d descriptors that NGW_CLIENT_FDS=%r does "
+                    "not describe; relayed" % (info.session, len(fds),
+                                               info.meta.get("NGW_CLIENT_FDS")))
+            close_fds(fds)
+            fds[:] = []
+            chan.send(_wire.TAKEN, b"relay")
+            chan.flush_some()
 
 
 def _env_delta(before, after):

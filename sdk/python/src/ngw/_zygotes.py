@@ -168,10 +168,12 @@ class Zygotes:
 
     # -- routing ---------------------------------------------------------------------------
 
-    def run(self, chan, info, cmd, local):
+    def run(self, chan, info, cmd, local, fds=None):
         """Runs a fork-mode session: in the sub-zygote for its key when one is ready,
         else with `local(chan, info, cmd)` (the root's fork runner, which runs it the
-        cold way when its key differs). Returns (quit_requested, channel_gone)."""
+        cold way when its key differs). `fds` are the client's descriptors the session
+        runs on (docs/ngw.md 15.4; the root already answered `t`), passed on to the
+        sub-zygote with the header. Returns (quit_requested, channel_gone)."""
         if not self.enabled:
             return local(chan, info, cmd)
         self.collect()
@@ -185,7 +187,7 @@ class Zygotes:
         note = None
         if z is not None and z.state == READY and not z.retiring:
             z.used = time.monotonic()
-            result = self._forward(z, chan, info)
+            result = self._forward(z, chan, info, fds)
             if result is not None:
                 return result
             note = "its zygote had exited"
@@ -405,13 +407,13 @@ class Zygotes:
 
     # -- forwarding one session --------------------------------------------------------------
 
-    def _forward(self, z, chan, info):
+    def _forward(self, z, chan, info, fds=None):
         """Runs `info` in sub-zygote `z`, relaying between ngd's channel and its. Returns
         (quit_requested, channel_gone), or None when the sub-zygote turned out to be gone
         before it got the session (nothing was sent to ngd: the session can run here)."""
         sub = z.chan
         header = _header(info)
-        fds = getattr(info, "fds", None) or []
+        fds = fds or []
         try:
             n = socket.send_fds(sub.sock, [header], fds) if fds else sub.sock.send(header)
         except (BlockingIOError, InterruptedError):
@@ -428,10 +430,7 @@ class Zygotes:
                     os.close(fd)
                 except OSError:
                     pass
-            try:
-                info.fds = None
-            except AttributeError:
-                pass
+            fds[:] = []
         sub.out += header[n:]
         quit_ = False
         hung = False
@@ -456,6 +455,8 @@ class Zygotes:
                         break
                     if ty == _wire.NOTICE:
                         self._notice(z, payload)
+                    elif ty == _wire.TAKEN:
+                        pass  # the root answered the descriptors already
                     elif ty in (_wire.HELLO, _wire.PONG):
                         raise _wire.ProtocolError("chunk %s during a session"
                                                   % _wire.type_name(ty))

@@ -237,6 +237,80 @@ def ftty(ctx):
     sys.stdout.write("line1\nline2\n")
 
 
+# -- the exact-session extensions (docs/ngw.md 15.4-15.6) ---------------------------------
+
+def _is_open(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+def _size(fd):
+    try:
+        return list(os.get_terminal_size(fd))
+    except OSError:
+        return None
+
+
+@ngw.command("fprobe", fork=True)
+def fprobe(ctx):
+    """Writes what it runs on to the file args[0] (its fds may be anything), then writes
+    args[1:] (if any) to stdout."""
+    report = {
+        "isatty": [os.isatty(i) for i in range(3)], "open": [_is_open(i) for i in range(3)],
+        "size": [_size(i) for i in range(3)],
+        "std_none": [f is None for f in (sys.stdin, sys.stdout, sys.stderr)],
+        "line_buffering": getattr(sys.stdout, "line_buffering", None),
+        "ctx_tty": list(ctx.tty), "pid": os.getpid(), "pgid": os.getpgrp(),
+        "sid": os.getsid(0), "worker_sid": os.getsid(os.getppid()),
+        "worker_pgid": os.getpgid(os.getppid()),
+        "sigint": _handler(signal.SIGINT), "sighup": _handler(signal.SIGHUP),
+        "sigterm": _handler(signal.SIGTERM), "sigpipe": _handler(signal.SIGPIPE),
+        "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
+        "nailgun_tty": {k: v for k, v in ctx.nailgun_env.items() if "TTY" in k},
+    }
+    with open(ctx.args[0], "w") as f:
+        json.dump(report, f)
+    if ctx.args[1:]:
+        print(" ".join(ctx.args[1:]))
+
+
+@ngw.command("fbigwrite", fork=True)
+def fbigwrite(ctx):
+    sys.stdout.write("x" * (1 << 20))
+
+
+@ngw.command("fcatch", fork=True)
+def fcatch(ctx):
+    try:
+        print("ready", flush=True)
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print("caught", flush=True)
+        return 3
+
+
+@ngw.command("fstop", fork=True)
+def fstop(ctx):
+    print("stopping", flush=True)
+    os.kill(0, signal.SIGTSTP)
+    print("resumed", flush=True)
+
+
+@ngw.command("fwinch", fork=True)
+def fwinch(ctx):
+    got = []
+    signal.signal(signal.SIGWINCH, lambda *a: got.append(1))
+    print("ready", flush=True)
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.02)
+    print(json.dumps({"winch": bool(got), "size": _size(1)}), flush=True)
+
+
+
 def _test_rule(value, env):
     """An environment rule (ngw.environ_rule) for test_fork: derives the variable from the
     client's value and another variable of its environment; "raise" makes it fail."""

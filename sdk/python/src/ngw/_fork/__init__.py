@@ -1,7 +1,8 @@
 """Fork-per-session: the worker (the zygote) has imported what it was told to preload;
 each session runs in a fresh child forked from it, with exact argv, environment, working
 directory and umask, and fd-level standard streams (pipes, or ptys where the client's
-streams are terminals) that the worker relays to and from the channel (docs/ngw.md 11).
+streams are terminals) that the worker relays to and from the channel, or the client's own
+descriptors when ngd passes them (docs/ngw.md 11, 11.6).
 
 Where each part lives:
 

@@ -75,6 +75,8 @@ class Child:
         self._report_path = runner.report_path
         self._inherited = runner.child_closes()
         self._learn = runner.learn  # (module names the zygote has, roots, report path)
+        # With `signals`, the process group is chosen with the session (docs/ngw.md 15.5).
+        self._job_control = runner.signals_on
 
     def run(self, ctl, session, streams):
         status = 126
@@ -87,11 +89,12 @@ class Child:
             else:
                 info, cmd, streams = session.info, session.cmd, session.streams
                 self.prepare(None, streams)
-                fds = [(n, s.child_fd) for n, s in enumerate(streams)]
+                fds = session.fds or [(n, s.child_fd) for n, s in enumerate(streams)]
                 prebuilt = False
             name = info.command
             self.set_up_session(info, cmd, fds, prebuilt)
-            ctx = Context(info, sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer,
+            ctx = Context(info, *(getattr(f, "buffer", None)
+                                  for f in (sys.stdin, sys.stdout, sys.stderr)),
                           forked=True)
 
             def main():
@@ -116,8 +119,11 @@ class Child:
         signal.set_wakeup_fd(-1)
         _reset_signals(self._signals)
         # Own session and process group, so the parent can signal everything the command
-        # starts.
-        os.setsid()
+        # starts. With `signals` the session decides (set_up_session): a process group
+        # of its own in the worker's session, where stops work, unless the command needs
+        # an emulated terminal as its controlling terminal.
+        if not self._job_control:
+            os.setsid()
         if self._prctl is not None:
             self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() != self._pid:  # the worker died before the request took effect
@@ -168,30 +174,52 @@ class Child:
         ctl.close()
         record = marshal.loads(memoryview(buf)[LEN.size:])
         info = SessionInfo.from_wire(record["info"])
-        numbers = record["ptys"]
+        numbers = record["fds"]
         if len(fds) != len(numbers):
             raise OSError("received %d descriptors instead of %d" % (len(fds), len(numbers)))
         return info, self.commands[record["command"]], list(zip(numbers, fds))
 
     def set_up_session(self, info, cmd, fds, prebuilt):
         """The session's part. `fds`: [(0-2, descriptor)] to put on fds 0-2; `prebuilt`:
-        sys.stdin/stdout/stderr were built on pipes already (a spare's)."""
+        sys.stdin/stdout/stderr were built on pipes already (a spare's). A session on the
+        client's descriptors (`info.fds`) has exactly those: an fd its map leaves out is
+        closed, as it was for the client."""
+        taken = info.fds is not None
         for n, fd in fds:
             os.dup2(fd, n)
         for _, fd in fds:
             if fd > 2:
                 os.close(fd)
+        if taken:
+            for n in range(3):
+                if n not in info.fds:
+                    try:
+                        os.close(n)
+                    except OSError:
+                        pass
+        emulated_ctty = info.tty[0] and not taken
+        if self._job_control:
+            if emulated_ctty:
+                os.setsid()
+            else:
+                try:
+                    os.setpgid(0, 0)  # the worker does the same; whichever runs first
+                except OSError:
+                    pass
         # A stdin pty becomes the controlling terminal (/dev/tty works).
-        if info.tty[0]:
+        if emulated_ctty:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        ignored = info.ignored_signals()
+        for sig in ignored:
+            setsignal(sig, _IGN)
         os.umask(info.umask)
         if info.cwd is not None:
             _chdir(info.cwd, info.client_pid)
         if info.cold is not None:
-            _exact.cold_exec(cmd.cold + list(info.args), info.env)
+            _exact.cold_exec(cmd.cold + list(info.args), info.env, ignored)
         self._set_environ(info.env)
         _argv.apply([cmd.argv0] + list(info.args))
-        if not prebuilt or fds or stdio.stdio_key(info.env) != self.stdio_key:
+        if not prebuilt or fds or taken or stdio.stdio_key(info.env) != self.stdio_key:
             stdio.install_stdio(info.env, self._worker_stdio)
         sigmask(signal.SIG_SETMASK, ())
 

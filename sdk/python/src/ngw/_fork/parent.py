@@ -12,6 +12,8 @@ import threading
 import time
 
 from .. import _rules, _wire
+from .._channel import close_fds
+from .._signals import exit_payload
 from . import stdio
 from .child import Child
 from .common import LEN, REPORT, load_libc, sigmask
@@ -23,7 +25,8 @@ _HAND_OVER_TIMEOUT = 5.0  # seconds a spare may take to read its session
 _BACK_TO_BACK = 0.005  # a session this soon after the previous X: fork the next spare at X
 
 #: A session the worker forks a child for at once: its record, command and streams.
-ForkSession = collections.namedtuple("ForkSession", "info cmd streams")
+#: `fds`: [(0-2, descriptor)] of the client's, when the command takes them.
+ForkSession = collections.namedtuple("ForkSession", "info cmd streams fds")
 
 
 def _noop(signum, frame):
@@ -71,6 +74,8 @@ class ForkRunner:
         self._spare_due = False  # fork a spare once the previous session's child is reaped
         self._last_x = None  # when the last fork-mode session ended (time.monotonic())
         self.rehearse_spare = True
+        self.signals_on = False  # `signals` negotiated (docs/ngw.md 15.5)
+        self.stdin_window = False  # `stdin-window` negotiated (docs/ngw.md 15.6)
         # How spares build their stdio ahead of time: as the last session had it.
         self.stdio_key = (False, "")
         self.worker_stdio = None  # stdio.worker_stdio(), read right before each fork
@@ -104,41 +109,72 @@ class ForkRunner:
 
     # -- session --------------------------------------------------------------------------
 
-    def run(self, chan, info, cmd):
-        """Runs one session to its X. Returns (quit_requested, channel_gone)."""
+    def run(self, chan, info, cmd, client_fds=None):
+        """Runs one session to its X. Returns (quit_requested, channel_gone).
+        `client_fds`: the client's descriptors, in the order of `info.fds` (their fd
+        numbers), when the command takes them (docs/ngw.md 15.4); the child gets them and
+        the worker keeps no copy."""
+        try:
+            return self._run(chan, info, cmd, client_fds or [])
+        finally:
+            close_fds(client_fds or [])
+
+    def _run(self, chan, info, cmd, client_fds):
         started = time.monotonic()
         back_to_back = self._last_x is not None and started - self._last_x < _BACK_TO_BACK
         self._spare_due = False  # too late for one: this session forks its own child
         self.reap()
         self.read_reports()
         child, self.spare = self.spare, None
+        taken = info.fds is not None
+        if taken:
+            # The child's terminals are the client's own: what it sees is what it gets.
+            given = dict(zip(info.fds, client_fds))
+            info.tty = tuple(n in given and os.isatty(given[n]) for n in range(3))
         info.cold = self._cold_reason(info, cmd)
         self.stdio_key = stdio.stdio_key(info.env)  # for the next spare
         streams = None
         if child is not None:
-            try:
-                streams, replaced = self._session_streams(child, info)
-            except OSError as e:
-                self.log("ngw: cannot create the standard streams: %s" % e)
-                replaced = None
-            if replaced is not None and not self._hand_over(child, info, cmd, replaced):
+            send = None
+            if taken:
+                close_streams(child.streams)  # no pipes: the client's descriptors instead
+                child.streams = None
+                streams, send = [], list(zip(info.fds, client_fds))
+            else:
+                try:
+                    streams, send = self._session_streams(child, info)
+                except OSError as e:
+                    self.log("ngw: cannot create the standard streams: %s" % e)
+            if send is not None and not self._hand_over(child, info, cmd, send):
                 close_streams(streams)
-                replaced = None
-            if replaced is None:
+                send = None
+            if send is None:
                 self._discard(child)
                 child = streams = None
         if child is None:
             streams = []
+            if not taken:
+                try:
+                    streams = make_streams(info)
+                except OSError as e:
+                    close_streams(streams)
+                    return self._fail(chan, "ngw: cannot create the standard streams: %s\n" % e)
             try:
-                streams = make_streams(info)
-            except OSError as e:
-                close_streams(streams)
-                return self._fail(chan, "ngw: cannot create the standard streams: %s\n" % e)
-            try:
-                child = self._fork(ForkSession(info, cmd, streams))
+                child = self._fork(ForkSession(info, cmd, streams, list(zip(info.fds or (),
+                                                                            client_fds))))
             except OSError as e:
                 close_streams(streams)
                 return self._fail(chan, "ngw: cannot fork: %s\n" % e)
+        close_fds(client_fds)  # the child has them now
+        client_fds[:] = []
+        if self.signals_on and not (info.tty[0] and not taken):
+            # A process group of its own in the worker's session (the child does the same:
+            # whichever runs first), so that signals to the group reach everything it
+            # starts from the first instruction on.
+            try:
+                os.setpgid(child.pid, child.pid)
+            except OSError:
+                pass
         for s in streams:
             close_fd(s.child_fd)
             s.child_fd = -1
@@ -147,7 +183,7 @@ class ForkRunner:
             status = relay.loop()
         finally:
             relay.cleanup()
-        chan.send(_wire.EXIT, b"%d\n" % status)
+        chan.send(_wire.EXIT, exit_payload(relay.status, status, self.signals_on))
         chan.flush_some()
         self._last_x = time.monotonic()
         if relay.error is not None:
@@ -259,7 +295,7 @@ class ForkRunner:
         streams = child.streams
         child.streams = None
         replaced = []
-        winsize = winsize_of(info.env)
+        winsize = winsize_of(info.env, info.meta)
         try:
             for n in range(3):
                 if info.tty[n]:
@@ -275,10 +311,10 @@ class ForkRunner:
         return streams, replaced
 
     def _hand_over(self, child, info, cmd, replaced):
-        """Sends a spare its session and its ptys, if any. False if it is gone (or
-        stuck)."""
+        """Sends a spare its session and the descriptors to put on its fds 0-2 (ptys, or
+        the client's own), if any. False if it is gone (or stuck)."""
         payload = marshal.dumps({"command": cmd.name, "info": info.to_wire(),
-                                 "ptys": [n for n, _ in replaced]})
+                                 "fds": [n for n, _ in replaced]})
         data = LEN.pack(len(payload)) + payload
         ctl, child.ctl = child.ctl, None
         try:

@@ -5,19 +5,25 @@ grant-and-prefetch; interrupts turned into signals to the child's process group
 while the client is not reading and the child is flooding output."""
 
 import errno
+import fcntl
 import os
 import select
 import signal
+import struct
+import termios
 import time
 
 from .. import _dispatch, _wire
-from .._inline import signal_for
-from .stdio import close_fd
+from .._signals import Interrupt, signal_name
+from .stdio import Stream, close_fd
 
 _HIGH_WATER = 1 << 20  # outbound channel bytes before the child's output is left unread
 _DRAIN_IDLE = 0.1  # after the child exits: how long silent streams stay open (grandchildren)
 _CHILD_POLL = 0.5  # seconds between waitpid() checks when no event arrives
 _READ_SIZE = _wire.MAX_OUTPUT_CHUNK
+#: With `stdin-window`: the most stdin the worker asks for ahead of the child (docs/ngw.md
+#: 15.6); topped up once less than half of it is outstanding or waiting for the pipe.
+STDIN_WINDOW = 256 << 10
 
 
 def exit_code_of_status(status):
@@ -29,7 +35,9 @@ def exit_code_of_status(status):
 
 
 class Relay:
-    """The parent's side of one fork session."""
+    """The parent's side of one fork session. `streams`: the child's stdin, stdout and
+    stderr as pipes or ptys; empty when it runs on the client's own descriptors (no stdin
+    is relayed, no output comes through the worker)."""
 
     def __init__(self, runner, chan, pid, streams):
         self.runner = runner
@@ -37,12 +45,16 @@ class Relay:
         self.pid = pid
         self.status = None  # wait status, from waitpid() or the child's exit report
         self.reaped = False
-        self.stdin = streams[0]
+        self.stopped = False  # stopped (WUNTRACED, `signals`) and not continued since
+        self.stdin = streams[0] if streams else Stream(-1, -1, False)
         self.stdin_buf = bytearray()
-        self.stdin_done = False  # no more S: EOF relayed, stdin closed, or hangup
+        self.stdin_done = not streams  # no more S: EOF relayed, stdin closed, or hangup
         self.stdin_last_nl = True
-        self.credit = False
-        self.outs = [streams[1], streams[2]]
+        # Stdin asked for and not yet received: classic, True while one S is unanswered;
+        # windowed, the bytes still granted.
+        self.window = STDIN_WINDOW if runner.stdin_window else 0
+        self.credit = 0
+        self.outs = [streams[1], streams[2]] if streams else []
         self.all_streams = streams
         self.hangup = False
         self.kill_at = None
@@ -125,15 +137,26 @@ class Relay:
     # -- child lifecycle ------------------------------------------------------------------
 
     def _reap(self):
-        try:
-            pid, st = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            self.status = 255 << 8
-            self.reaped = True
-            return
-        if pid:
+        flags = os.WNOHANG | (os.WUNTRACED if self.runner.signals_on else 0)
+        while True:
+            try:
+                pid, st = os.waitpid(self.pid, flags)
+            except ChildProcessError:
+                self.status = 255 << 8
+                self.reaped = True
+                return
+            if not pid:
+                return
+            if os.WIFSTOPPED(st):
+                # The command stopped (itself, or a forwarded SIGTSTP): ngd stops the
+                # client and continues the command with `i SIGCONT` (docs/ngw.md 15.5).
+                self.stopped = True
+                name = signal_name(os.WSTOPSIG(st)) or "SIGSTOP"
+                self.chan.send(_wire.STOPPED, name.encode())
+                continue
             self.status = st
             self.reaped = True
+            return
 
     def _signal(self, sig):
         try:
@@ -149,11 +172,14 @@ class Relay:
             pass
 
     def on_interrupt(self, reason):
-        sig = signal_for(reason)
-        if sig is None:
+        what = Interrupt(reason)
+        if what.kind is None:
             self.log("ngw: ignoring interrupt with unknown reason %r" % reason)
             return
-        if reason == "hangup":
+        if what.kind == "winsize":
+            self._resize(what.size)
+            return
+        if what.kind == "hangup":
             if self.hangup:
                 return
             self.hangup = True
@@ -162,7 +188,37 @@ class Relay:
             if not self.stdin.pty:
                 self._close_stdin()
             self.kill_at = time.monotonic() + self.runner.kill_grace
-        self._signal(sig)
+        if what.signum == signal.SIGCONT:
+            self.stopped = False
+        if what.process:
+            try:
+                os.kill(self.pid, what.signum)
+            except OSError:
+                pass
+        else:
+            self._signal(what.signum)
+        if what.kind == "hangup" and self.stopped:
+            self.stopped = False
+            self._signal(signal.SIGCONT)  # a stopped command could not see its SIGHUP
+
+    def _resize(self, size):
+        """The client's window changed: an emulated terminal takes the size (the kernel
+        signals a controlling terminal's foreground group itself); the command's group
+        gets SIGWINCH when it runs on the client's terminal, or its emulated terminals
+        are only output ones (which are nobody's controlling terminal)."""
+        cols, rows, xpixel, ypixel = size
+        resized = ctty = False
+        for n, s in enumerate(self.all_streams):
+            if s.pty and s.fd >= 0:
+                try:
+                    fcntl.ioctl(s.fd, termios.TIOCSWINSZ,
+                                struct.pack("HHHH", rows, cols, xpixel, ypixel))
+                    resized = True
+                    ctty = ctty or n == 0
+                except OSError:
+                    pass
+        if not self.all_streams or (resized and not ctty):
+            self._signal(signal.SIGWINCH)
 
     def cleanup(self):
         if self.status is None:
@@ -192,7 +248,7 @@ class Relay:
             self.kill_at = time.monotonic()
 
     def on_stdin(self, payload):
-        self.credit = False
+        self.credit = max(0, self.credit - len(payload)) if self.window else 0
         if not self.stdin_done and self.stdin.fd >= 0:
             self.stdin_buf += payload
             if payload:
@@ -200,7 +256,7 @@ class Relay:
             self._write_stdin()
 
     def on_stdin_eof(self):
-        self.credit = False
+        self.credit = 0
         if not self.stdin_done and self.stdin.fd >= 0:
             self.stdin_done = True
             if self.stdin.pty:
@@ -210,9 +266,18 @@ class Relay:
             self._write_stdin()
 
     def _grant(self):
-        if (self.stdin.fd >= 0 and not self.stdin_done and not self.credit
-                and not self.stdin_buf and self.status is None):
-            self.credit = True
+        """Grant-and-prefetch (docs/ngw.md 11.4): classic, one S whenever nothing is asked
+        for and everything received is in the pipe; windowed, an S topping the bytes
+        asked for and not yet in the pipe up to the window, once they are below half."""
+        if self.stdin.fd < 0 or self.stdin_done or self.status is not None:
+            return
+        if self.window:
+            ahead = self.credit + len(self.stdin_buf)
+            if ahead <= self.window // 2:
+                self.credit += self.window - ahead
+                self.chan.send(_wire.SEND_INPUT, b"%d" % (self.window - ahead))
+        elif not self.credit and not self.stdin_buf:
+            self.credit = 1
             self.chan.send(_wire.SEND_INPUT)
 
     # -- child's streams ------------------------------------------------------------------

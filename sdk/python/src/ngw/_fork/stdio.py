@@ -33,7 +33,7 @@ def make_streams(info):
     """The session's stdin, stdout and stderr: pipes, or ptys where the client's are
     terminals. Without `info` (a spare's, made before its session is known): pipes."""
     streams = []
-    winsize = winsize_of(info.env) if info is not None else None
+    winsize = winsize_of(info.env, info.meta) if info is not None else None
     try:
         for n in range(3):
             if info is not None and info.tty[n]:
@@ -52,14 +52,22 @@ def make_streams(info):
     return streams
 
 
-def winsize_of(env):
+def winsize_of(env, meta=None):
+    """An emulated terminal's size, (rows, cols, xpixel, ypixel): the client's terminal's
+    when ngd passes it (`NGW_CLIENT_WINSIZE=<cols> <rows> <xpixel> <ypixel>`), else
+    `LINES`x`COLUMNS` from the client's environment, else 24x80."""
+    raw = (meta or {}).get("NGW_CLIENT_WINSIZE", "").split()
+    if len(raw) == 4 and all(w.isdigit() for w in raw):
+        cols, rows, xpixel, ypixel = (int(w) for w in raw)
+        if 0 < rows <= 0xFFFF and 0 < cols <= 0xFFFF and xpixel <= 0xFFFF and ypixel <= 0xFFFF:
+            return rows, cols, xpixel, ypixel
     try:
         rows, cols = int(env.get("LINES", "")), int(env.get("COLUMNS", ""))
-        if rows > 0 and cols > 0:
-            return rows, cols
+        if 0 < rows <= 0xFFFF and 0 < cols <= 0xFFFF:
+            return rows, cols, 0, 0
     except ValueError:
         pass
-    return 24, 80
+    return 24, 80, 0, 0
 
 
 def configure_pty(slave, for_input, winsize):
@@ -88,7 +96,7 @@ def configure_pty(slave, for_input, winsize):
         cc[termios.VMIN] = 1
         cc[termios.VTIME] = 0
     termios.tcsetattr(slave, termios.TCSANOW, [iflag, oflag, cflag, lflag, ispeed, ospeed, cc])
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", winsize[0], winsize[1], 0, 0))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *winsize))
 
 
 class Stream:
@@ -136,7 +144,8 @@ def rebuild_stdio(info):
 def install_stdio(env, inherited):
     """New sys.stdin/stdout/stderr on fds 0-2, built the way CPython builds them at startup
     (line buffering on terminals, stderr always line-buffered, PYTHONUNBUFFERED and
-    PYTHONIOENCODING from the client's environment; otherwise the worker's encoding)."""
+    PYTHONIOENCODING from the client's environment; otherwise the worker's encoding); None
+    for a closed descriptor."""
     made = make_stdio(env, inherited)
     # Objects that preloaded modules may still hold also write to fds 0-2 now; flush
     # them at exit like the new ones.
@@ -153,6 +162,11 @@ def make_stdio(env, inherited):
     made = []
     names = ("<stdin>", "<stdout>", "<stderr>")
     for fd, name, (old_encoding, old_errors) in zip((0, 1, 2), names, inherited):
+        try:
+            os.fstat(fd)
+        except OSError:  # closed (the client's map left it out): None, as CPython has it
+            made.append(None)
+            continue
         encoding = enc_override or old_encoding or "utf-8"
         if fd == 2:
             errors = "backslashreplace"
