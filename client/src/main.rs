@@ -52,6 +52,12 @@
 
 #![cfg_attr(not(test), no_main)]
 
+// The C library, linked statically into the `ng` binary (and its unit tests) when build.rs
+// found `libc.a`: a static PIE (see build.rs).
+#[cfg(ng_static_libc)]
+#[link(name = "c", kind = "static")]
+extern "C" {}
+
 mod args;
 mod autostart;
 mod exit;
