@@ -26,9 +26,15 @@
 //! started is left out, so the command's stays closed too). A stock server passes the
 //! announcement on as environment entries and nothing else changes.
 //!
-//! Start-up does nothing the exchange does not need: parse argv, connect, then gather the
-//! environment and cwd and send the header in one write.
-//!
+//! Start-up does nothing the exchange does not need, and as little as possible between
+//! connecting and sending the header: argv is parsed, the terminals, environment, cwd,
+//! umask and window size are gathered and the signal handlers set
+//! ([`signals::Catcher::install`]) before connecting; once connected, `ng` arms the
+//! handlers (one system call) and the header leaves in one write. The server, woken by
+//! the connection, then finds the whole header waiting and serves it in one go instead
+//! of waking a second time for it. Until armed, the handlers act like the default
+//! actions, so `^C` during a slow connect or an autostart ends `ng` as it always did.
+
 //! # Entry point
 //!
 //! `ng` is `#![no_main]`: the C runtime calls [`main`] directly and Rust's own start-up is
@@ -45,6 +51,12 @@
 //! runtime itself.
 
 #![cfg_attr(not(test), no_main)]
+
+// The C library, linked statically into the `ng` binary (and its unit tests) when build.rs
+// found `libc.a`: a static PIE (see build.rs).
+#[cfg(ng_static_libc)]
+#[link(name = "c", kind = "static")]
+extern "C" {}
 
 mod args;
 mod autostart;
@@ -152,13 +164,25 @@ fn run() -> Result<Ending, ClientError> {
         transport::default_socket_path,
     )?;
     let args = request::load_args(args)?;
+    let context = request::Context::current();
+    let winsize = if context.ttys.contains(&true) {
+        signals::window_size()
+    } else {
+        None
+    };
+    let startup = STARTUP.load(Ordering::Relaxed);
+    let catcher = signals::Catcher::install(startup & 8 != 0).ok();
     let socket = match transport::connect(&target) {
         Ok(socket) => socket,
         Err(e) => autostart_and_connect(&target, e, no_autostart)?,
     };
-    let context = request::Context::current();
-    let startup = STARTUP.load(Ordering::Relaxed);
-    let catcher = signals::Catcher::install(startup & 8 != 0).ok();
+    let ignored = catcher
+        .as_ref()
+        .map(signals::Catcher::ignored)
+        .unwrap_or_default();
+    // A catcher that cannot be armed leaves its handlers acting like the default actions,
+    // which is what the session gives every signal without one.
+    let catcher = catcher.and_then(|mut c| c.arm().ok().map(|()| c));
     let mut features = Features::SIGNALS | Features::WINSIZE | Features::STDIN_WINDOW;
     let mut fds = None;
     if socket.is_unix() {
@@ -168,15 +192,8 @@ fn run() -> Result<Ending, ClientError> {
     let extensions = request::Extensions {
         features,
         fds,
-        winsize: if context.ttys.contains(&true) {
-            signals::window_size()
-        } else {
-            None
-        },
-        ignored: catcher
-            .as_ref()
-            .map(signals::Catcher::ignored)
-            .unwrap_or_default(),
+        winsize,
+        ignored,
     };
     let header = request::header(command, args, &env_overrides, context, &extensions);
     let options = session::Options {

@@ -17,10 +17,10 @@
 //!
 //! # The main loop and heartbeats
 //!
-//! The main thread `poll`s the socket and the signal descriptor ([`Catcher`]) with a
-//! timeout at the next heartbeat deadline: `H` goes out when nothing was sent for 500 ms
-//! ([`ClientSession::poll_timeout`]), checked after every read, so heartbeats also flow
-//! while output streams in. A heartbeat that fails with `EPIPE`/`ECONNRESET` is ignored
+//! The main thread waits for the socket with `ppoll`, which also lets the caught signals
+//! in ([`Catcher`]), with a timeout at the next heartbeat deadline: `H` goes out when
+//! nothing was sent for 500 ms ([`ClientSession::poll_timeout`]), checked after every read,
+//! so heartbeats also flow while output streams in. A heartbeat that fails with `EPIPE`/`ECONNRESET` is ignored
 //! (the server may have just sent `X`).
 //!
 //! # Extensions
@@ -47,8 +47,8 @@
 //!
 //! # Signals
 //!
-//! The forwarded signals ([`crate::signals::FORWARDED`]) are caught through a `signalfd`.
-//! What happens to one depends on the server's answer:
+//! The forwarded signals ([`crate::signals::FORWARDED`]) are caught while the main thread
+//! waits ([`crate::signals::Catcher`]). What happens to one depends on the server's answer:
 //!
 //! * `signals` accepted: `K <SIGNAME>` to the server. `SIGWINCH` becomes `W` with the new
 //!   size when `winsize` is accepted. `SIGTSTP` is forwarded, then the client stops itself
@@ -111,7 +111,7 @@ pub struct Options {
     pub announced: Features,
     /// The descriptors to attach to the header (`SCM_RIGHTS`), in `NGD_CLIENT_FDS` order.
     pub fds: Vec<RawFd>,
-    /// The forwarded signals' descriptor, if it could be set up.
+    /// The forwarded signals' catcher, armed, if it could be set up.
     pub catcher: Option<Catcher>,
 }
 
@@ -286,38 +286,46 @@ impl MainLoop {
         }
     }
 
-    /// Waits until the socket or the signal descriptor is readable, or `deadline`.
+    /// Waits until the socket is readable, a caught signal arrives, or `deadline`. Returns
+    /// whether the socket is ready and whether a signal is waiting.
     fn wait(&self, deadline: Option<Instant>) -> Result<(bool, bool), ClientError> {
-        let timeout = match deadline {
-            None => -1,
+        let pending = || self.catcher.as_ref().is_some_and(Catcher::pending);
+        let mut timeout = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let timeout_ptr = match deadline {
+            // A signal that is already waiting makes this only a look at the socket.
+            _ if pending() => &timeout as *const libc::timespec,
+            None => std::ptr::null(),
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
-                // Round up, so the deadline has passed when poll returns.
-                left.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int
+                timeout.tv_sec = left.as_secs().min(i32::MAX as u64) as libc::time_t;
+                timeout.tv_nsec = left.subsec_nanos() as libc::c_long;
+                &timeout as *const libc::timespec
             }
         };
-        let mut fds = [
-            libc::pollfd {
-                fd: self.shared.socket.as_raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.catcher.as_ref().map_or(-1, Catcher::fd),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two valid pollfds (a negative fd is skipped by poll).
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+        let mask = self
+            .catcher
+            .as_ref()
+            .and_then(Catcher::wait_mask)
+            .map_or(std::ptr::null(), |m| m as *const libc::sigset_t);
+        let mut fd = libc::pollfd {
+            fd: self.shared.socket.as_raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; the timeout and mask are null or point at live values.
+        // The caught signals are unblocked for the wait only, so their handler runs here.
+        let n = unsafe { libc::ppoll(&mut fd, 1, timeout_ptr, mask) };
         if n < 0 {
             let err = io::Error::last_os_error();
             if err.kind() == io::ErrorKind::Interrupted {
-                return Ok((false, false));
+                return Ok((false, pending()));
             }
             return Err(ClientError::broken("poll", &err));
         }
-        Ok((fds[0].revents != 0, fds[1].revents != 0))
+        Ok((fd.revents != 0, pending()))
     }
 
     /// Acts on one caught signal.

@@ -3,14 +3,26 @@
 //!
 //! # Catching
 //!
-//! [`Catcher::install`] blocks the forwarded signals ([`FORWARDED`]) and opens a
-//! `signalfd` for them, so they arrive as readable data the session loop polls next to the
-//! socket: no handler runs, nothing races with a blocking read, and the stdin thread
-//! inherits the mask. It costs two system calls, and a `sigaction` query per signal to
-//! leave alone those the parent set to "ignore" (`nohup`, a background job of a
-//! non-interactive shell): an ignored signal is neither caught nor forwarded, and is
-//! reported to the server ([`Catcher::ignored`]) so the command ignores it as a cold run
-//! would have.
+//! Catching happens in two steps, so that almost none of it stands between connecting and
+//! sending the header:
+//!
+//! 1. [`Catcher::install`], before connecting, gives each forwarded signal ([`FORWARDED`])
+//!    a handler. Setting it returns the disposition the parent left, so the same
+//!    `sigaction` call tells whether the signal was ignored (`nohup`, a background job of
+//!    a non-interactive shell): an ignored signal gets its "ignore" back, is neither caught
+//!    nor forwarded, and is reported to the server ([`Catcher::ignored`]) so the command
+//!    ignores it as a cold run would have. Until the next step the handler does exactly
+//!    what the default action would (die, stop for `SIGTSTP`, nothing for `SIGWINCH` and
+//!    `SIGCONT`), so `^C` during a slow connect or an autostart still ends `ng` at once.
+//! 2. [`Catcher::arm`], once connected, makes the handler only record the signal in an
+//!    atomic bit set, and blocks the signals. The session loop waits with `ppoll`, which
+//!    unblocks them for the duration of the wait only: a signal that arrived earlier is
+//!    delivered as the wait begins, one that arrives during it ends the wait, and no
+//!    handler ever interrupts anything else (the stdin thread inherits the mask and never
+//!    runs one).
+//!
+//! That is one `sigaction` per signal before connecting (and a query each for `SIGTTIN`
+//! and `SIGTTOU`, which are only reported), one `sigprocmask` after, and no descriptor.
 //!
 //! # Acting like the default
 //!
@@ -27,11 +39,13 @@
 //! signal. A core dump happens only when the command dumped core: otherwise
 //! `RLIMIT_CORE` is set to 0 first (the shell's "(core dumped)" follows the command, and
 //! `ng` never leaves a core of its own for a command that left none). A signal whose
-//! default action does not kill falls back to the classic exit status.
+//! default action does not kill falls back to the classic exit status. [`die_by`] and
+//! [`stop_by`] make only async-signal-safe calls, so the unarmed handler uses them too.
 
 use ng_proto::SignalName;
 use std::io;
 use std::mem;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The signals `ng` catches and forwards: the terminal's (`SIGINT`, `SIGQUIT`, `SIGTSTP`,
 /// `SIGWINCH`), a hangup, the usual `kill` ones, and `SIGCONT` after a stop.
@@ -126,21 +140,88 @@ fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
     set
 }
 
-/// The forwarded signals, caught through a `signalfd`.
-#[derive(Debug)]
+/// The forwarded signals that arrived and were not taken yet, one bit per signal number.
+static CAUGHT: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the handler records signals ([`Catcher::arm`]) rather than acting on them.
+static ARMED: AtomicBool = AtomicBool::new(false);
+
+/// The handler of every caught signal. Armed, it records the signal (an atomic update is
+/// async-signal-safe); before that it gives the signal its default action, using only
+/// async-signal-safe calls (`sigaction`, `raise`, the signal mask, `_exit`).
+extern "C" fn on_signal(signo: libc::c_int) {
+    if !(1..64).contains(&signo) {
+        return;
+    }
+    if ARMED.load(Ordering::SeqCst) {
+        CAUGHT.fetch_or(1 << signo, Ordering::SeqCst);
+        return;
+    }
+    match signo {
+        libc::SIGWINCH | libc::SIGCONT => {}
+        libc::SIGTSTP => stop_by(signo),
+        _ => {
+            die_by(signo, true);
+            // SAFETY: ending the process; _exit is async-signal-safe.
+            unsafe { libc::_exit(128 + signo) };
+        }
+    }
+}
+
+/// The forwarded signals, caught by [`on_signal`].
 pub struct Catcher {
-    fd: libc::c_int,
-    /// The signals the parent left ignored (neither caught nor forwarded).
+    /// The signals caught (the forwarded ones the parent did not leave ignored).
+    caught: libc::sigset_t,
+    /// Once armed, the signal mask to wait with: the one `ng` started with, minus the
+    /// caught signals.
+    wait_mask: Option<libc::sigset_t>,
+    /// The signals the parent left ignored (neither caught nor forwarded), in
+    /// [`INHERITED_IGNORE`] order.
     ignored: Vec<libc::c_int>,
 }
 
+impl std::fmt::Debug for Catcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catcher")
+            .field("armed", &self.wait_mask.is_some())
+            .field("ignored", &self.ignored)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Catcher {
-    /// Blocks the forwarded signals that are not ignored and opens a non-blocking
-    /// `signalfd` for them. `pipe_ignored` says whether `SIGPIPE` was ignored when `ng`
-    /// started (`ng` ignores it itself from then on).
+    /// Gives the forwarded signals that are not ignored the handler, still acting like
+    /// their default action until [`Catcher::arm`]. `pipe_ignored` says whether `SIGPIPE`
+    /// was ignored when `ng` started (`ng` ignores it itself from then on).
     pub fn install(pipe_ignored: bool) -> io::Result<Catcher> {
-        let mut ignored = Vec::new();
-        for &signo in &INHERITED_IGNORE {
+        // SAFETY: an all-zero sigaction is valid storage; the fields that matter are set.
+        let mut act: libc::sigaction = unsafe { mem::zeroed() };
+        act.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // Armed, the handler runs only inside `ppoll`; before that (and in the moment
+        // between arming and blocking) interrupted calls are restarted.
+        act.sa_flags = libc::SA_RESTART;
+        // SAFETY: `act.sa_mask` is valid storage.
+        unsafe { libc::sigemptyset(&mut act.sa_mask) };
+        let mut ignored_bits = 0u64;
+        let mut caught = Vec::with_capacity(FORWARDED.len());
+        for &signo in &FORWARDED {
+            // SAFETY: an all-zero sigaction is valid storage for the old disposition.
+            let mut old: libc::sigaction = unsafe { mem::zeroed() };
+            // SAFETY: a valid handler for a catchable signal; `old` is writable.
+            if unsafe { libc::sigaction(signo, &act, &mut old) } != 0 {
+                let err = io::Error::last_os_error();
+                restore_default(&caught);
+                return Err(err);
+            }
+            if old.sa_sigaction == libc::SIG_IGN && INHERITED_IGNORE.contains(&signo) {
+                // SAFETY: putting back the disposition just read.
+                unsafe { libc::sigaction(signo, &old, std::ptr::null_mut()) };
+                ignored_bits |= 1 << signo;
+            } else {
+                caught.push(signo);
+            }
+        }
+        for &signo in INHERITED_IGNORE.iter().filter(|s| !FORWARDED.contains(s)) {
             let is_ignored = if signo == libc::SIGPIPE {
                 pipe_ignored
             } else {
@@ -152,33 +233,53 @@ impl Catcher {
                 }
             };
             if is_ignored {
-                ignored.push(signo);
+                ignored_bits |= 1 << signo;
             }
         }
-        let caught: Vec<libc::c_int> = FORWARDED
+        let ignored = INHERITED_IGNORE
             .iter()
             .copied()
-            .filter(|s| !ignored.contains(s))
+            .filter(|&s| ignored_bits & (1 << s) != 0)
             .collect();
-        let set = sigset(&caught);
-        // SAFETY: `set` is initialised; the old mask is not wanted.
-        if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new signalfd for an initialised set.
-        let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
-        if fd < 0 {
-            let err = io::Error::last_os_error();
-            // SAFETY: as above.
-            unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
-            return Err(err);
-        }
-        Ok(Catcher { fd, ignored })
+        Ok(Catcher {
+            caught: sigset(&caught),
+            wait_mask: None,
+            ignored,
+        })
     }
 
-    /// The descriptor to poll for readability.
-    pub fn fd(&self) -> libc::c_int {
-        self.fd
+    /// From now on the caught signals are recorded for the session loop, and blocked
+    /// outside its waits. On failure nothing changes: they keep their default action.
+    pub fn arm(&mut self) -> io::Result<()> {
+        ARMED.store(true, Ordering::SeqCst);
+        // SAFETY: an all-zero sigset_t is valid storage for the old mask.
+        let mut wait_mask: libc::sigset_t = unsafe { mem::zeroed() };
+        // SAFETY: `caught` is initialised; `wait_mask` receives the old mask.
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &self.caught, &mut wait_mask) };
+        if rc != 0 {
+            ARMED.store(false, Ordering::SeqCst);
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        // A signal the parent left blocked is caught all the same.
+        for signo in FORWARDED {
+            // SAFETY: both sets are initialised.
+            if unsafe { libc::sigismember(&self.caught, signo) } == 1 {
+                // SAFETY: as above.
+                unsafe { libc::sigdelset(&mut wait_mask, signo) };
+            }
+        }
+        self.wait_mask = Some(wait_mask);
+        Ok(())
+    }
+
+    /// Once armed, the mask to wait with (`ppoll`): the caught signals unblocked.
+    pub fn wait_mask(&self) -> Option<&libc::sigset_t> {
+        self.wait_mask.as_ref()
+    }
+
+    /// True if a caught signal is waiting to be taken with [`Catcher::next`].
+    pub fn pending(&self) -> bool {
+        CAUGHT.load(Ordering::Relaxed) != 0
     }
 
     /// The names of the signals the parent left ignored.
@@ -186,38 +287,39 @@ impl Catcher {
         self.ignored.iter().filter_map(|&s| name_of(s)).collect()
     }
 
-    /// The next caught signal, if one is pending.
+    /// The next caught signal (the lowest number first), if one is pending.
     pub fn next(&self) -> Option<libc::c_int> {
-        // SAFETY: an all-zero signalfd_siginfo is valid storage.
-        let mut info: libc::signalfd_siginfo = unsafe { mem::zeroed() };
-        let size = mem::size_of::<libc::signalfd_siginfo>();
-        // SAFETY: `info` is writable for `size` bytes.
-        let n = unsafe {
-            libc::read(
-                self.fd,
-                (&mut info as *mut libc::signalfd_siginfo).cast(),
-                size,
-            )
-        };
-        (n == size as isize).then_some(info.ssi_signo as libc::c_int)
+        let bits = CAUGHT.load(Ordering::Relaxed);
+        if bits == 0 {
+            return None;
+        }
+        let signo = bits.trailing_zeros();
+        CAUGHT.fetch_and(!(1 << signo), Ordering::Relaxed);
+        Some(signo as libc::c_int)
     }
 
-    /// Takes a pending `SIGCONT` without waiting; true if there was one.
+    /// Takes a `SIGCONT` that arrived (caught, or still pending while blocked) without
+    /// waiting; true if there was one.
     pub fn take_cont(&self) -> bool {
+        let bit = 1 << libc::SIGCONT;
+        let caught = CAUGHT.fetch_and(!bit, Ordering::Relaxed) & bit != 0;
         let set = sigset(&[libc::SIGCONT]);
         let zero = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
         };
         // SAFETY: an initialised set and a zero timeout; no siginfo wanted.
-        unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) == libc::SIGCONT }
+        let pending =
+            unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) == libc::SIGCONT };
+        caught || pending
     }
 }
 
-impl Drop for Catcher {
-    fn drop(&mut self) {
-        // SAFETY: the descriptor is ours.
-        unsafe { libc::close(self.fd) };
+/// Puts the default disposition back on `signals` (after a failed install).
+fn restore_default(signals: &[libc::c_int]) {
+    for &signo in signals {
+        // SAFETY: restoring the default disposition has no preconditions.
+        unsafe { libc::signal(signo, libc::SIG_DFL) };
     }
 }
 

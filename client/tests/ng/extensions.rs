@@ -4,7 +4,8 @@
 
 use crate::util::{code, env_value, finish, temp_dir, Chunk, Got, Running, Server, STEP};
 use std::io::Write as _;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -365,5 +366,131 @@ fn passed_descriptors_are_the_clients_own() {
     peer.send(b'F', b"fds");
     peer.exit("0\n");
     assert_eq!(code(&finish(child)), 0);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn signals_the_parent_ignored_are_reported_and_stay_ignored() {
+    let server = Server::tcp();
+    let mut cmd = server.ng();
+    cmd.arg("cmd");
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            for s in [
+                libc::SIGINT,
+                libc::SIGQUIT,
+                libc::SIGTERM,
+                libc::SIGUSR1,
+                libc::SIGPIPE,
+                libc::SIGTSTP,
+                libc::SIGTTIN,
+            ] {
+                libc::signal(s, libc::SIG_DFL);
+            }
+            for s in [libc::SIGHUP, libc::SIGUSR2, libc::SIGTTOU] {
+                libc::signal(s, libc::SIG_IGN);
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    let mut peer = server.accept();
+    let header = peer.header();
+    assert_eq!(
+        env_value(&header, "NGD_CLIENT_SIGIGN").unwrap(),
+        b"SIGHUP,SIGUSR2,SIGTTOU"
+    );
+    peer.send(b'F', b"signals");
+    std::thread::sleep(Duration::from_millis(50));
+    // Ignored: neither forwarded nor acted on. Had either been caught, its `K` would
+    // come before the `K SIGINT`.
+    kill(&child, libc::SIGHUP);
+    kill(&child, libc::SIGUSR2);
+    std::thread::sleep(Duration::from_millis(50));
+    kill(&child, libc::SIGINT);
+    assert_eq!(data(&mut peer), Chunk::new(b'K', b"SIGINT"));
+    peer.exit("0\n");
+    assert_eq!(code(&finish(child)), 0);
+}
+
+#[test]
+fn a_signal_while_connecting_has_its_default_action() {
+    // A Unix listener that never accepts, with its queue full: `ng`'s connect blocks
+    // there, after it has set its signal handlers and before it arms them.
+    let dir = temp_dir("connecting");
+    let path = dir.join("full.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    // SAFETY: lowering the backlog of our own listening socket.
+    assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+    let mut queued = Vec::new();
+    loop {
+        // SAFETY: a new non-blocking socket, owned below.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        };
+        assert!(fd >= 0);
+        // SAFETY: `fd` is ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: an all-zero sockaddr_un is valid; the path fits.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (d, s) in addr.sun_path.iter_mut().zip(path.as_os_str().as_bytes()) {
+            *d = *s as libc::c_char;
+        }
+        // SAFETY: a valid address of its full size.
+        let rc = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            assert_eq!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EAGAIN)
+            );
+            break;
+        }
+        queued.push(fd);
+        assert!(queued.len() < 64, "the listen queue never filled");
+    }
+    let mut cmd = crate::util::ng();
+    cmd.args([
+        "--nailgun-server",
+        &format!("local:{}", path.display()),
+        "cmd",
+    ]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    // Wait until ng is blocked in connect(2).
+    let syscall = format!("/proc/{}/syscall", child.id());
+    let deadline = std::time::Instant::now() + STEP;
+    loop {
+        let now = std::fs::read_to_string(&syscall).unwrap_or_default();
+        if now.split_whitespace().next() == Some(&libc::SYS_connect.to_string()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ng is not connecting: {now}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    kill(&child, libc::SIGINT);
+    let out = finish(child);
+    assert_eq!(out.status.signal(), Some(libc::SIGINT), "{:?}", out.status);
+    drop((queued, listener));
     std::fs::remove_dir_all(dir).unwrap();
 }
