@@ -22,15 +22,27 @@
 //! empty); its [`Output`]s send `1`/`2` chunks of at most 64 KiB. When the client goes away
 //! the session is told ([`Session::hung_up`]), its stdin reads end of file and its output
 //! is discarded; the handler's return value is still sent as the session's `X`.
+//!
+//! Extensions of `docs/ngw.md` §15 are used when the host names them in
+//! `NGW_HOST_FEATURES` and the hello asks for them: `mux` ([`Hello::max_sessions`]),
+//! `notices` ([`Session::notice`]), `fds` ([`Hello::client_fds`],
+//! [`Session::take_client_fds`]), `signals` ([`Hello::signals`], [`Interrupt`],
+//! [`Session::stopped`], [`Session::exit_by_signal`]) and `stdin-window`
+//! ([`Hello::stdin_window`]).
 
 mod bridge;
 mod channel;
+mod fds;
 mod session;
 pub mod testing;
 
 pub use bridge::BridgeConfig;
-pub use channel::{exit_spawn_error, Channel, Error, Hello};
-pub use session::{Interrupt, Output, Session, Stdin};
+pub use channel::{
+    exit_spawn_error, Channel, Error, FdPolicy, Hello, Negotiated, DEFAULT_STDIN_WINDOW, STOPPED,
+    TAKEN,
+};
+pub use fds::ClientFds;
+pub use session::{signal_name, signal_number, Interrupt, Output, Session, Stdin};
 
 /// A session handler: runs one command and returns its exit code (0–255).
 ///

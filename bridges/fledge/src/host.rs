@@ -360,7 +360,8 @@ impl Bridge {
                 recv(done_rx) -> st => break st.ok().and_then(Result::ok),
                 recv(s.interrupts()) -> i => {
                     let sig = match i {
-                        Ok(ngw::Interrupt::Signal(name)) => signal_number(&name),
+                        Ok(ngw::Interrupt::Signal(name) | ngw::Interrupt::ProcessSignal(name)) => signal_number(&name),
+                        Ok(ngw::Interrupt::WindowSize(_)) => Some(libc::SIGWINCH),
                         Ok(ngw::Interrupt::Hangup) => Some(libc::SIGHUP),
                         Err(_) => None,
                     };
