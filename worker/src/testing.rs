@@ -429,6 +429,22 @@ impl Driver {
         }
     }
 
+    /// Reads (answering every session's `S` meanwhile) until what session `id` has sent so
+    /// far satisfies `done` (say, a `z` arrived, or its stderr says it is ready).
+    pub fn wait_until(&mut self, id: u64, done: impl Fn(&Outcome) -> bool) -> io::Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            match self.sessions.get(&id) {
+                Some(s) if done(&s.out) => return Ok(()),
+                Some(s) if s.done => {
+                    return Err(bad(format!("session {id} ended first: {:?}", s.out)))
+                }
+                Some(_) => self.pump(deadline)?,
+                None => return Err(bad(format!("no session {id}"))),
+            }
+        }
+    }
+
     /// Reads and handles one chunk (waiting until `deadline`).
     fn pump(&mut self, deadline: Instant) -> io::Result<()> {
         let (ty, payload) = self

@@ -275,7 +275,10 @@ impl Helper {
 /// Prompts drawn by dialoguer on a terminal the bridge holds.
 #[derive(Debug)]
 pub struct TermUi {
+    /// Where keys are read (the helper's stdin).
     tty: OwnedFd,
+    /// Where the prompt is drawn (the helper's stdout and stderr); `tty` when `None`.
+    output: Option<OwnedFd>,
     helper: Helper,
     cwd: PathBuf,
     running: Arc<Mutex<Option<u32>>>,
@@ -286,15 +289,31 @@ impl TermUi {
     pub fn new(tty: OwnedFd, helper: Helper, cwd: PathBuf) -> Self {
         Self {
             tty,
+            output: None,
             helper,
             cwd,
             running: Arc::new(Mutex::new(None)),
         }
     }
 
-    fn stdio(&self) -> Result<Stdio, String> {
-        self.tty
-            .try_clone()
+    /// A terminal UI reading keys from `input` and drawing on `output` (the client's fds
+    /// 0 and 2, which are both the terminal in an interactive shell).
+    pub fn split(input: OwnedFd, output: OwnedFd, helper: Helper, cwd: PathBuf) -> Self {
+        Self {
+            tty: input,
+            output: Some(output),
+            helper,
+            cwd,
+            running: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    fn output(&self) -> &OwnedFd {
+        self.output.as_ref().unwrap_or(&self.tty)
+    }
+
+    fn stdio(fd: &OwnedFd) -> Result<Stdio, String> {
+        fd.try_clone()
             .map(Stdio::from)
             .map_err(|e| format!("terminal: {e}"))
     }
@@ -365,9 +384,9 @@ impl TermUi {
             .arg(HELPER_FLAG)
             .arg(question_json(question).to_string())
             .current_dir(&self.cwd)
-            .stdin(self.stdio().map_err(failed)?)
-            .stdout(self.stdio().map_err(failed)?)
-            .stderr(self.stdio().map_err(failed)?);
+            .stdin(Self::stdio(&self.tty).map_err(failed)?)
+            .stdout(Self::stdio(self.output()).map_err(failed)?)
+            .stderr(Self::stdio(self.output()).map_err(failed)?);
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
@@ -389,7 +408,7 @@ impl TermUi {
         // never another process.
         *self.running.lock().unwrap_or_else(|p| p.into_inner()) = None;
         // Show the cursor again whatever happened (dialoguer hides it while drawing).
-        if let Ok(tty) = self.tty.try_clone() {
+        if let Ok(tty) = self.output().try_clone() {
             let _ = std::fs::File::from(tty).write_all(b"\x1b[?25h");
         }
         let status = status.map_err(|e| failed(e.to_string()))?;
