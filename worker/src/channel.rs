@@ -253,6 +253,21 @@ struct WriterState {
 }
 
 impl Writer {
+    /// A writer on a plain (not `mux`) channel, for tests of what sessions send.
+    #[cfg(test)]
+    pub(crate) fn plain(stream: UnixStream, negotiated: Negotiated) -> Self {
+        Self {
+            inner: Mutex::new(WriterState {
+                stream,
+                mux: false,
+                notices: false,
+                selected: None,
+                buf: BytesMut::new(),
+            }),
+            negotiated,
+        }
+    }
+
     /// Sends a session chunk, selecting the session first on a `mux` channel.
     pub(crate) fn send(&self, session: u64, ty: ChunkType, payload: &[u8]) -> io::Result<()> {
         let mut w = lock(&self.inner);

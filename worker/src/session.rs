@@ -419,7 +419,9 @@ impl Session {
             .map(|v| v.as_bytes() == b"1")
     }
 
-    /// The session's stdin (lazy: input is asked for only when a read finds none).
+    /// The session's stdin (lazy: input is asked for only when a read finds none; with
+    /// `stdin-window`, a window at a time, topped up once half of it has been read). Reads
+    /// end of file at once when the session took the client's descriptors.
     pub fn stdin(&mut self) -> &mut Stdin {
         &mut self.stdin
     }
@@ -610,6 +612,59 @@ impl Write for Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::net::UnixStream;
+
+    /// Reads one chunk (type and payload) from the peer of a writer.
+    fn chunk(peer: &mut UnixStream) -> (u8, Vec<u8>) {
+        let mut head = [0u8; 5];
+        peer.read_exact(&mut head).unwrap();
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let mut payload = vec![0; len];
+        peer.read_exact(&mut payload).unwrap();
+        (head[4], payload)
+    }
+
+    #[test]
+    fn windowed_stdin_asks_for_a_window_and_tops_it_up_at_half() {
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let writer = Arc::new(Writer::plain(
+            ours,
+            Negotiated {
+                stdin_window: Some(100),
+                ..Negotiated::default()
+            },
+        ));
+        let (shared, _rx) = Shared::new();
+        let mut stdin = Stdin {
+            writer,
+            session: 0,
+            shared: shared.clone(),
+            current: Vec::new(),
+            pos: 0,
+        };
+        let reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            stdin.read_to_end(&mut all).unwrap();
+            all
+        });
+        // The first read asks for a whole window.
+        assert_eq!(chunk(&mut peer), (b'S', b"100".to_vec()));
+        // Several `0` chunks answer one `S`; once 60 of the 100 bytes are taken for
+        // reading, 60 more are asked for.
+        shared.push_stdin(vec![b'a'; 30]);
+        shared.push_stdin(vec![b'b'; 30]);
+        assert_eq!(chunk(&mut peer), (b'S', b"60".to_vec()));
+        shared.push_stdin(vec![b'c'; 40]);
+        shared.push_stdin(vec![b'd'; 60]);
+        assert_eq!(chunk(&mut peer), (b'S', b"100".to_vec()));
+        shared.stdin_eof();
+        let all = reader.join().unwrap();
+        assert_eq!(all.len(), 160);
+        assert!(all.starts_with(&[b'a'; 30]) && all.ends_with(&[b'd'; 60]));
+        // Nothing more was asked for after end of file: the channel ends (the reader's
+        // end dropped the writer) with no further chunk.
+        assert_eq!(peer.read(&mut [0u8; 1]).unwrap(), 0);
+    }
 
     #[test]
     fn header_takes_metadata_out_and_keeps_the_last_value() {

@@ -94,11 +94,13 @@ pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
         );
     }
     // Every command runs on the client's descriptors when ngd passes them: plugin output
-    // straight to the client's stdout, questions on its terminal.
+    // straight to the client's stdout, questions on its terminal. Relayed stdin (a plugin
+    // without `protocol` reading its stdin) streams in windows.
     let hello = ngw::Hello::new(commands.keys().cloned())
         .max_sessions(options.max_sessions)
         .client_fds(true)
         .signals(true)
+        .stdin_window(ngw::DEFAULT_STDIN_WINDOW)
         .runtime(format!(
             "fledge-v1 ({} commands in {})",
             commands.len(),

@@ -134,10 +134,9 @@ fn the_bridge_takes_the_client_descriptors_and_signals() {
     let w = World::new();
     let d = bridge(&w);
     let f = features(&d);
-    assert!(
-        f.contains(&"fds".into()) && f.contains(&"signals".into()),
-        "{f:?}"
-    );
+    for name in ["mux", "fds", "signals", "stdin-window"] {
+        assert!(f.contains(&name.to_owned()), "{name} in {f:?}");
+    }
 }
 
 #[test]
@@ -398,4 +397,17 @@ fn without_a_terminal_questions_are_line_prompts_on_the_client_descriptors() {
     assert!(stderr.contains("? Name: [world] Bob\n"), "{stderr}");
     // No terminal on fd 2: no progress drawn.
     assert!(!stderr.contains("Working"), "{stderr}");
+}
+
+#[test]
+fn relayed_stdin_streams_in_windows_to_a_plugin_without_protocol() {
+    let w = World::new();
+    let mut d = bridge(&w);
+    let text: String = (0..40_000).map(|i| format!("line {i}\n")).collect();
+    let out = d
+        .run(&request(&w, "legacy", &["cat"]).stdin(text.clone()))
+        .unwrap();
+    assert_eq!((out.taken, out.code), (None, 0), "{}", out.stderr_str());
+    let expected = format!("args: cat\ndir: legacy\n{}", text.to_uppercase());
+    assert!(out.stdout_str() == expected, "{} bytes", out.stdout.len());
 }
