@@ -6,10 +6,14 @@
 //! and stderr. When the session took the client's descriptors ([`Streams`]) those are
 //! used directly: the plugin's stderr (and a plugin without `protocol`'s stdio) is the
 //! client's own descriptor, and questions are asked on the client's terminal; otherwise
-//! they are copied to and from the streams ngd relays. The next process for each command is started ahead (the spare, waiting for
-//! `init` on its stdin) and used only when the invocation's environment, working directory
-//! and umask equal those it was started with and neither the program nor `plugin.toml`
-//! changed since; otherwise it is stopped and a process is started as usual.
+//! they are copied to and from the streams ngd relays.
+//!
+//! The next process for each command is started ahead (the spare, waiting for `init` on
+//! its stdin) and used only when the invocation's environment, working directory, umask
+//! and ignored signals equal those it was started with and neither the program nor
+//! `plugin.toml` changed since; otherwise it is stopped and a process is started as usual.
+//! A run whose stderr is the client's terminal starts its own process (the spare's stderr
+//! is a pipe).
 
 use crate::context::{self, Client};
 use crate::discover::{self, Options, Resolved};
