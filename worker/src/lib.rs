@@ -29,6 +29,26 @@
 //! [`Session::take_client_fds`]), `signals` ([`Hello::signals`], [`Interrupt`],
 //! [`Session::stopped`], [`Session::exit_by_signal`]) and `stdin-window`
 //! ([`Hello::stdin_window`]).
+//!
+//! A worker whose commands run on the client's own terminal, pipes and files when ngd
+//! passes them (our `ng` on ngd's Unix socket), and on the relayed streams otherwise:
+//!
+//! ```no_run
+//! use std::io::Write;
+//! let channel = ngw::Channel::from_env().unwrap_or_else(|e| ngw::exit_spawn_error(&e));
+//! let hello = ngw::Hello::new(["where"]).client_fds(true).signals(true);
+//! channel.serve(hello, |s: &mut ngw::Session| {
+//!     match s.take_client_fds().and_then(|mut fds| fds.take(1)) {
+//!         Some(fd) => {
+//!             let _ = writeln!(std::fs::File::from(fd), "written to the client's own stdout");
+//!         }
+//!         None => {
+//!             let _ = writeln!(s.stdout(), "relayed by ngd");
+//!         }
+//!     }
+//!     0
+//! }).unwrap();
+//! ```
 
 mod bridge;
 mod channel;
