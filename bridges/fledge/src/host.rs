@@ -706,7 +706,9 @@ impl<'a> Run<'a> {
                     self.streams.dup(out),
                     Helper::current(),
                 ) {
-                    return Box::new(TermUi::split(input, output, helper, cwd));
+                    return Box::new(
+                        TermUi::split(input, output, helper, cwd).client_env(&self.session.env),
+                    );
                 }
             }
             let input: Box<dyn BufRead + Send> = match self.streams.dup(0) {

@@ -281,8 +281,25 @@ pub struct TermUi {
     output: Option<OwnedFd>,
     helper: Helper,
     cwd: PathBuf,
+    /// The client's values of the variables that decide how the prompt is drawn, when
+    /// known.
+    terminal_env: Option<Vec<(OsString, OsString)>>,
     running: Arc<Mutex<Option<u32>>>,
 }
+
+/// The variables console and dialoguer read to decide colours and characters: the helper
+/// gets the client's values (or none), not the bridge's, so the prompt looks as it would
+/// under fledge in the client's shell.
+pub const TERMINAL_VARS: [&str; 8] = [
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "CLICOLOR",
+    "CLICOLOR_FORCE",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+];
 
 impl TermUi {
     /// A terminal UI on `tty` (a descriptor for the client's terminal).
@@ -292,6 +309,7 @@ impl TermUi {
             output: None,
             helper,
             cwd,
+            terminal_env: None,
             running: Arc::new(Mutex::new(None)),
         }
     }
@@ -304,8 +322,21 @@ impl TermUi {
             output: Some(output),
             helper,
             cwd,
+            terminal_env: None,
             running: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// Draws prompts as the client's environment `env` says (its [`TERMINAL_VARS`]);
+    /// without this the helper keeps the bridge's own values.
+    pub fn client_env(mut self, env: &[(OsString, OsString)]) -> Self {
+        self.terminal_env = Some(
+            env.iter()
+                .filter(|(k, _)| TERMINAL_VARS.iter().any(|v| k == v))
+                .cloned()
+                .collect(),
+        );
+        self
     }
 
     fn output(&self) -> &OwnedFd {
@@ -380,6 +411,12 @@ impl TermUi {
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let answer_fd = write.as_raw_fd();
         let mut cmd = Command::new(&self.helper.program);
+        if let Some(env) = &self.terminal_env {
+            for v in TERMINAL_VARS {
+                cmd.env_remove(v);
+            }
+            cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        }
         cmd.args(&self.helper.args)
             .arg(HELPER_FLAG)
             .arg(question_json(question).to_string())

@@ -2,9 +2,11 @@
 //! `ngw::testing::Driver`: on a pseudo-terminal passed as fds 0, 1 and 2, questions are
 //! fledge's own prompts answered with keys, progress and output are drawn on the screen,
 //! and the plugin's stderr is the terminal; Ctrl-C at a prompt and a forwarded SIGINT
-//! cancel the run; a plugin without `protocol` runs on the descriptors themselves, its
-//! stops and death by signal reported (`signals`). Sessions without descriptors keep the
-//! relayed behaviour.
+//! cancel the run; without a terminal, line prompts use the descriptors; a plugin without
+//! `protocol` runs on the descriptors themselves, gets forwarded signals and window sizes,
+//! starts with the client's ignored signals, and its stops and death by signal are
+//! reported (`signals`). Sessions without descriptors keep the relayed behaviour, with
+//! windowed stdin.
 
 mod common;
 
@@ -339,7 +341,7 @@ fn a_stop_is_reported_and_sigcont_resumes_it() {
 }
 
 #[test]
-fn a_process_signal_reaches_the_plugin() {
+fn a_window_size_and_a_process_signal_reach_the_plugin() {
     let w = World::new();
     let mut d = bridge(&w);
     let (mut r, wr) = pipe();
@@ -349,11 +351,35 @@ fn a_process_signal_reaches_the_plugin() {
     let mut ready = [0u8; 6];
     r.read_exact(&mut ready).unwrap();
     assert_eq!(&ready, b"ready\n");
+    // A resize reaches the plugin as SIGWINCH.
+    d.interrupt(id, "winsize 120 40 0 0").unwrap();
+    let mut winch = [0u8; 10];
+    r.read_exact(&mut winch).unwrap();
+    assert_eq!(&winch, b"got WINCH\n");
     d.interrupt(id, "SIGTERM process").unwrap();
     let out = d.finish(id).unwrap();
     let mut rest = String::new();
     r.read_to_string(&mut rest).unwrap();
     assert_eq!((rest.as_str(), out.code), ("got TERM\n", 7));
+}
+
+#[test]
+fn signals_the_client_parent_ignored_start_ignored() {
+    let w = World::new();
+    let mut d = bridge(&w);
+    let mask = |d: &mut Driver, ignored: Option<&str>| {
+        let mut req = request(&w, "sig", &["sigign"]);
+        if let Some(list) = ignored {
+            req = req.env("NGW_SIGIGN", list);
+        }
+        let out = d.run(&req).unwrap();
+        u64::from_str_radix(out.stdout_str().trim(), 16).unwrap()
+    };
+    let bit = |sig: i32| 1u64 << (sig - 1);
+    let plain = mask(&mut d, None);
+    let ignored = mask(&mut d, Some("SIGHUP,SIGUSR1"));
+    assert_eq!(plain & (bit(libc::SIGHUP) | bit(libc::SIGUSR1)), 0);
+    assert_eq!(ignored, plain | bit(libc::SIGHUP) | bit(libc::SIGUSR1));
 }
 
 #[test]
@@ -410,4 +436,34 @@ fn relayed_stdin_streams_in_windows_to_a_plugin_without_protocol() {
     assert_eq!((out.taken, out.code), (None, 0), "{}", out.stderr_str());
     let expected = format!("args: cat\ndir: legacy\n{}", text.to_uppercase());
     assert!(out.stdout_str() == expected, "{} bytes", out.stdout.len());
+}
+
+#[test]
+fn prompts_and_logs_follow_the_client_colour_settings() {
+    let w = World::new();
+    let mut d = bridge(&w);
+    let mut pty = Pty::open();
+    let id = d
+        .start(
+            &request(&w, "polite", &[])
+                .env("NO_COLOR", "1")
+                .fds(pty.fds(), "0,1,2"),
+        )
+        .unwrap();
+    pty.prompt("gamma", pty.wait_for("Pick one:", 0));
+    pty.keys(b"\x1b[B");
+    pty.keys(b"\r");
+    let out = d.finish(id).unwrap();
+    let screen = pty.text();
+    assert_eq!(out.code, 0, "{screen}");
+    assert!(screen.contains("? Pick one:"), "{screen}");
+    assert!(
+        screen.contains("  INFO [fledge-polite] polite: thanks"),
+        "{screen}"
+    );
+    assert!(screen.contains("picked alpha"), "{screen}");
+    assert!(
+        !screen.contains("\x1b[33m") && !screen.contains("\x1b[36m"),
+        "{screen:?}"
+    );
 }
