@@ -433,6 +433,13 @@ impl TermUi {
                 Ok(())
             });
         }
+        // The terminal's modes before the question: a helper killed while it reads a key
+        // (the question abandoned) leaves the terminal in raw mode, which is put back.
+        // SAFETY: tcgetattr fills a termios for a descriptor we hold.
+        let saved = unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            (libc::tcgetattr(self.tty.as_raw_fd(), &mut t) == 0).then_some(t)
+        };
         let mut child = cmd
             .spawn()
             .map_err(|e| failed(format!("prompt helper: {e}")))?;
@@ -449,6 +456,10 @@ impl TermUi {
             let _ = std::fs::File::from(tty).write_all(b"\x1b[?25h");
         }
         let status = status.map_err(|e| failed(e.to_string()))?;
+        if let (Some(t), Some(_)) = (saved, status.signal()) {
+            // SAFETY: restoring the modes read above on the same descriptor.
+            unsafe { libc::tcsetattr(self.tty.as_raw_fd(), libc::TCSANOW, &t) };
+        }
         match serde_json::from_str::<Value>(&text) {
             Ok(v) if status.success() => Ok(v),
             _ if status.signal() == Some(libc::SIGINT) || status.code() == Some(130) => {

@@ -106,9 +106,13 @@ impl Pty {
 
 /// The bridge binary as ngd starts it, announcing every extension the driver speaks.
 fn bridge(w: &World) -> Driver {
+    bridge_with(w, json!({"max_sessions": 4}))
+}
+
+fn bridge_with(w: &World, options: Value) -> Driver {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ng-bridge-fledge"));
     cmd.args(["bridge", "fledge-v1", "--"])
-        .env("NGW_BRIDGE_CONFIG", w.config(json!({"max_sessions": 4})));
+        .env("NGW_BRIDGE_CONFIG", w.config(options));
     let mut d = Driver::spawn(cmd).unwrap();
     d.timeout = Duration::from_secs(60);
     d
@@ -466,4 +470,33 @@ fn prompts_and_logs_follow_the_client_colour_settings() {
         !screen.contains("\x1b[33m") && !screen.contains("\x1b[36m"),
         "{screen:?}"
     );
+}
+
+/// The pty's local modes.
+fn lflag(pty: &Pty) -> libc::tcflag_t {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcgetattr fills a termios for a descriptor we hold.
+    unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        assert_eq!(libc::tcgetattr(pty.slave.as_raw_fd(), &mut t), 0);
+        t.c_lflag
+    }
+}
+
+#[test]
+fn a_prompt_timeout_leaves_the_terminal_as_it_was() {
+    let w = World::new();
+    let mut d = bridge_with(&w, json!({"prompt_timeout_ms": 1500}));
+    let pty = Pty::open();
+    let before = lflag(&pty);
+    assert_ne!(before & libc::ICANON, 0);
+    let id = d
+        .start(&request(&w, "polite", &[]).fds(pty.fds(), "0,1,2"))
+        .unwrap();
+    // Nobody answers: the question is abandoned while the prompt is in raw mode.
+    let out = d.finish(id).unwrap();
+    let screen = pty.text();
+    assert!(screen.contains("polite: cancelled (timeout)"), "{screen}");
+    assert_eq!(out.code, 130, "{screen}");
+    assert_eq!(lflag(&pty), before);
 }
