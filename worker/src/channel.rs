@@ -1,16 +1,18 @@
-//! The channel to ngd: the hello, the reader loop that routes chunks to sessions, and the
-//! shared writer.
+//! The channel to ngd: the hello and the extensions it negotiates, the reader loop that
+//! routes chunks (and passed descriptors) to sessions, and the shared writer.
 
+use crate::fds::{self, Batches, ClientFds};
 use crate::session::{lock, Header, Interrupt, Session, Shared};
 use crate::Handler;
 use bytes::BytesMut;
 use ng_proto::codec::{encode, Decoder, Limits};
+use ng_proto::ext::{SignalName, WinSize};
 use ng_proto::ChunkType;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::{self, Read, Write};
-use std::os::fd::{FromRawFd, RawFd};
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -48,12 +50,49 @@ pub fn exit_spawn_error(e: &Error) -> ! {
     std::process::exit(2)
 }
 
+/// Chunk `t` (worker → ngd, `fds`): the answer to a session that came with descriptors.
+pub const TAKEN: ChunkType = ChunkType(b't');
+/// Chunk `z` (worker → ngd, `signals`): the command stopped itself.
+pub const STOPPED: ChunkType = ChunkType(b'z');
+
+/// The stdin window a worker asks for when it opts into `stdin-window` without a size.
+pub const DEFAULT_STDIN_WINDOW: u32 = 256 * 1024;
+
+/// Which commands take the client's descriptors (`fds`); decided from the command name
+/// alone, because the answer (`t`) goes out as soon as the header is read.
+#[derive(Clone)]
+pub struct FdPolicy(Arc<dyn Fn(&str) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for FdPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FdPolicy(..)")
+    }
+}
+
+/// The extensions both sides named for this channel (`docs/ngw.md` §15).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Negotiated {
+    /// `mux`: several sessions at once.
+    pub mux: bool,
+    /// `notices`: `n` chunks reach ngd.
+    pub notices: bool,
+    /// `fds`: sessions may come with the client's descriptors.
+    pub fds: bool,
+    /// `signals`: `i` carries `SIGNAME process` and `winsize`, `z` and signal `X` reports
+    /// are understood.
+    pub signals: bool,
+    /// `stdin-window`: the window each `S` asks for.
+    pub stdin_window: Option<u32>,
+}
+
 /// The worker's hello (`docs/ngw.md` §5).
 #[derive(Clone, Debug)]
 pub struct Hello {
     commands: Vec<String>,
     max_sessions: u32,
-    notices: bool,
+    client_fds: Option<FdPolicy>,
+    signals: bool,
+    stdin_window: Option<u32>,
     kill_grace_ms: Option<u64>,
     sdk: String,
     runtime: Option<String>,
@@ -70,7 +109,9 @@ impl Hello {
         Self {
             commands: commands.into_iter().map(Into::into).collect(),
             max_sessions: 1,
-            notices: false,
+            client_fds: None,
+            signals: false,
+            stdin_window: None,
             kill_grace_ms: None,
             sdk: format!("ngw-rust/{}", env!("CARGO_PKG_VERSION")),
             runtime: None,
@@ -81,6 +122,34 @@ impl Hello {
     /// Runs up to `n` sessions at once (`mux`, `docs/ngw.md` §15.1); at least 1.
     pub fn max_sessions(mut self, n: u32) -> Self {
         self.max_sessions = n.clamp(1, 1024);
+        self
+    }
+
+    /// Takes the client's descriptors (`fds`, `docs/ngw.md` §15.4) for every command
+    /// (`true`) or none (`false`). Sessions that take them get
+    /// [`Session::take_client_fds`]; ngd then relays no stdin for them.
+    pub fn client_fds(self, take: bool) -> Self {
+        self.client_fds_when(move |_| take)
+    }
+
+    /// Takes the client's descriptors for the commands `take` accepts (by name).
+    pub fn client_fds_when(mut self, take: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.client_fds = Some(FdPolicy(Arc::new(take)));
+        self
+    }
+
+    /// Understands forwarded signals, window sizes, stops and deaths by signal
+    /// (`signals`, `docs/ngw.md` §15.5): [`Interrupt::ProcessSignal`],
+    /// [`Interrupt::WindowSize`], [`Session::stopped`], [`Session::exit_by_signal`].
+    pub fn signals(mut self, on: bool) -> Self {
+        self.signals = on;
+        self
+    }
+
+    /// Asks for stdin in windows of `bytes` (`stdin-window`, `docs/ngw.md` §15.6; 1 byte
+    /// to 64 MiB, [`DEFAULT_STDIN_WINDOW`] is a good size).
+    pub fn stdin_window(mut self, bytes: u32) -> Self {
+        self.stdin_window = Some(bytes.clamp(1, ng_proto::ext::MAX_STDIN_GRANT));
         self
     }
 
@@ -113,13 +182,35 @@ impl Hello {
         &self.commands
     }
 
-    fn to_json(&self) -> Value {
+    /// What this hello asks for, given what the host supports.
+    fn negotiate(&self, host: &Channel) -> Negotiated {
+        Negotiated {
+            mux: self.max_sessions > 1 && host.host_supports("mux"),
+            notices: host.host_supports("notices"),
+            fds: self.client_fds.is_some() && host.host_supports("fds"),
+            signals: self.signals && host.host_supports("signals"),
+            stdin_window: self
+                .stdin_window
+                .filter(|_| host.host_supports("stdin-window")),
+        }
+    }
+
+    fn to_json(&self, n: &Negotiated) -> Value {
         let mut features = vec!["interrupt"];
-        if self.max_sessions > 1 {
+        if n.mux {
             features.push("mux");
         }
-        if self.notices {
+        if n.notices {
             features.push("notices");
+        }
+        if n.fds {
+            features.push("fds");
+        }
+        if n.signals {
+            features.push("signals");
+        }
+        if n.stdin_window.is_some() {
+            features.push("stdin-window");
         }
         let mut v = json!({
             "protocol": PROTOCOL,
@@ -127,7 +218,7 @@ impl Hello {
             "commands": self.commands,
             "features": features,
             "max_chunk": MAX_CHUNK,
-            "max_sessions": self.max_sessions,
+            "max_sessions": if n.mux { self.max_sessions } else { 1 },
             "sdk": self.sdk,
         });
         let map = v.as_object_mut().expect("an object");
@@ -148,6 +239,8 @@ impl Hello {
 #[derive(Debug)]
 pub(crate) struct Writer {
     inner: Mutex<WriterState>,
+    /// What the hello negotiated.
+    pub(crate) negotiated: Negotiated,
 }
 
 #[derive(Debug)]
@@ -160,6 +253,21 @@ struct WriterState {
 }
 
 impl Writer {
+    /// A writer on a plain (not `mux`) channel, for tests of what sessions send.
+    #[cfg(test)]
+    pub(crate) fn plain(stream: UnixStream, negotiated: Negotiated) -> Self {
+        Self {
+            inner: Mutex::new(WriterState {
+                stream,
+                mux: false,
+                notices: false,
+                selected: None,
+                buf: BytesMut::new(),
+            }),
+            negotiated,
+        }
+    }
+
     /// Sends a session chunk, selecting the session first on a `mux` channel.
     pub(crate) fn send(&self, session: u64, ty: ChunkType, payload: &[u8]) -> io::Result<()> {
         let mut w = lock(&self.inner);
@@ -298,24 +406,22 @@ impl Channel {
     ///
     /// Sessions run one at a time unless both the hello asks for more and the host supports
     /// `mux`.
-    pub fn serve<H: Handler>(self, mut hello: Hello, handler: H) -> Result<(), Error> {
-        if !self.host_supports("mux") {
-            hello.max_sessions = 1;
-        }
-        hello.notices = self.host_supports("notices");
+    pub fn serve<H: Handler>(self, hello: Hello, handler: H) -> Result<(), Error> {
+        let negotiated = hello.negotiate(&self);
         let handler = Arc::new(handler);
         let writer = Arc::new(Writer {
             inner: Mutex::new(WriterState {
                 stream: self.stream.try_clone()?,
-                mux: hello.max_sessions > 1,
-                notices: self.host_supports("notices"),
+                mux: negotiated.mux,
+                notices: negotiated.notices,
                 selected: None,
                 buf: BytesMut::new(),
             }),
+            negotiated,
         });
         writer.send_control(
             ChunkType::WORKER_HELLO,
-            hello.to_json().to_string().as_bytes(),
+            hello.to_json(&negotiated).to_string().as_bytes(),
         )?;
         let mut reader = Reader {
             stream: self.stream,
@@ -323,7 +429,10 @@ impl Channel {
                 max_chunk_len: MAX_CHUNK,
             }),
             buf: BytesMut::with_capacity(64 * 1024),
-            mux: hello.max_sessions > 1,
+            consumed: 0,
+            batches: Batches::default(),
+            mux: negotiated.mux,
+            take_fds: hello.client_fds.clone(),
             selected: None,
             headers: HashMap::new(),
             running: Arc::new(Running::default()),
@@ -382,7 +491,13 @@ struct Reader {
     stream: UnixStream,
     decoder: Decoder,
     buf: BytesMut,
+    /// Stream offset of `buf`'s first byte (bytes decoded so far).
+    consumed: u64,
+    /// Descriptors waiting for their session.
+    batches: Batches,
     mux: bool,
+    /// Which commands take the client's descriptors (`None`: the worker never does).
+    take_fds: Option<FdPolicy>,
     /// The session selected by ngd's last `s` (always `Some(0)`-like on a plain channel).
     selected: Option<u64>,
     /// Headers being received.
@@ -396,28 +511,69 @@ struct Reader {
 /// [`Session::id`] when present.
 const PLAIN: u64 = u64::MAX;
 
+/// Parses an `i` payload other than `hangup` (`docs/ngw.md` §8, §15.5).
+pub(crate) fn parse_interrupt(payload: &[u8]) -> Option<Interrupt> {
+    if let Some(size) = payload.strip_prefix(b"winsize ") {
+        return WinSize::parse(size).map(Interrupt::WindowSize);
+    }
+    if let Some(name) = payload.strip_suffix(b" process") {
+        return SignalName::new(name).map(|n| Interrupt::ProcessSignal(n.as_str().to_owned()));
+    }
+    SignalName::new(payload).map(|n| Interrupt::Signal(n.as_str().to_owned()))
+}
+
 impl Reader {
     fn run<H: Handler>(&mut self, handler: &Arc<H>) -> Result<(), Error> {
         let mut scratch = vec![0u8; 64 * 1024];
         loop {
-            while let Some(chunk) = self
-                .decoder
-                .decode(&mut self.buf)
-                .map_err(|e| Error::Protocol(e.to_string()))?
-            {
-                self.on_chunk(chunk.ty, chunk.payload.to_vec(), handler)?;
+            loop {
+                let before = self.buf.len();
+                let Some(chunk) = self
+                    .decoder
+                    .decode(&mut self.buf)
+                    .map_err(|e| Error::Protocol(e.to_string()))?
+                else {
+                    break;
+                };
+                let start = self.consumed;
+                self.consumed += (before - self.buf.len()) as u64;
+                self.on_chunk(start, chunk.ty, chunk.payload.to_vec(), handler)?;
                 if self.quitting && self.headers.is_empty() {
                     return Ok(());
                 }
             }
-            let n = match self.stream.read(&mut scratch) {
-                Ok(0) => return Ok(()),
-                Ok(n) => n,
+            // Every byte before `consumed` is decoded: batches whose read is all decoded
+            // and that no header still being received claims are closed now.
+            self.settle_batches(self.consumed, None);
+            let got = match fds::recv_with_fds(self.stream.as_raw_fd(), &mut scratch) {
+                Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e.into()),
             };
-            self.buf.extend_from_slice(&scratch[..n]);
+            if got.len == 0 {
+                return Ok(());
+            }
+            let start = self.consumed + self.buf.len() as u64;
+            if got.truncated {
+                // Some of the descriptors were lost: none of them can be used.
+                eprintln!("ngw: descriptors from ngd arrived truncated; closed them");
+                drop(got.fds);
+            } else {
+                self.batches.arrived(start, start + got.len as u64, got.fds);
+            }
+            self.buf.extend_from_slice(&scratch[..got.len]);
         }
+    }
+
+    /// Tells the descriptor batches a chunk starts at `at` (starting session `starts`). A
+    /// claimed batch waits while its session's header is being received (with `mux`, from
+    /// its `s` on).
+    fn settle_batches(&mut self, at: u64, starts: Option<u64>) {
+        let (headers, running, selected, mux) =
+            (&self.headers, &self.running, self.selected, self.mux);
+        self.batches.chunk_at(at, starts, |id| {
+            headers.contains_key(&id) || (mux && selected == Some(id) && running.get(id).is_none())
+        });
     }
 
     fn current(&self) -> Result<u64, Error> {
@@ -429,12 +585,38 @@ impl Reader {
         }
     }
 
+    /// The session a chunk starts, for the descriptor batches: an `s` naming a session
+    /// that is not running yet, or on a plain channel the first chunk of a header.
+    fn starts_session(&self, ty: ChunkType, payload: &[u8]) -> Option<u64> {
+        match ty {
+            ChunkType::WORKER_SELECT if self.mux => {
+                let id = std::str::from_utf8(payload).ok()?.parse().ok()?;
+                self.running.get(id).is_none().then_some(id)
+            }
+            ChunkType::ARGUMENT
+            | ChunkType::ENVIRONMENT
+            | ChunkType::WORKING_DIR
+            | ChunkType::COMMAND
+                if !self.mux && !self.headers.contains_key(&PLAIN) =>
+            {
+                Some(PLAIN)
+            }
+            _ => None,
+        }
+    }
+
     fn on_chunk<H: Handler>(
         &mut self,
+        start: u64,
         ty: ChunkType,
         payload: Vec<u8>,
         handler: &Arc<H>,
     ) -> Result<(), Error> {
+        let starts = self.starts_session(ty, &payload);
+        if starts == Some(PLAIN) {
+            self.header(PLAIN);
+        }
+        self.settle_batches(start, starts);
         match ty {
             ChunkType::WORKER_PING => {
                 self.writer.send_control(ChunkType::WORKER_PONG, &payload)?;
@@ -463,8 +645,10 @@ impl Reader {
             }
             ChunkType::COMMAND => {
                 let id = self.current()?;
+                let end = start + 5 + payload.len() as u64;
+                let passed = self.batches.header_done(id, end);
                 let header = self.headers.remove(&id).unwrap_or_default();
-                self.start(id, payload, header, handler);
+                self.start(id, payload, header, passed, handler);
             }
             ChunkType::STDIN => {
                 if let Some(s) = self.session(self.current()?) {
@@ -480,9 +664,13 @@ impl Reader {
                 if let Some(s) = self.session(self.current()?) {
                     if payload == b"hangup" {
                         s.hang_up();
+                    } else if let Some(i) = parse_interrupt(&payload) {
+                        let _ = s.interrupts.send(i);
                     } else {
-                        let name = String::from_utf8_lossy(&payload).into_owned();
-                        let _ = s.interrupts.send(Interrupt::Signal(name));
+                        eprintln!(
+                            "ngw: ignored an unknown interrupt {:?}",
+                            String::from_utf8_lossy(&payload)
+                        );
                     }
                 }
             }
@@ -500,23 +688,82 @@ impl Reader {
         self.running.get(id)
     }
 
-    fn start<H: Handler>(&mut self, id: u64, command: Vec<u8>, header: Header, handler: &Arc<H>) {
+    /// Decides about the descriptors a header came with (`docs/ngw.md` §15.4): the
+    /// session's [`ClientFds`] when they match `NGW_CLIENT_FDS` and the worker takes them
+    /// for `command`; otherwise they are closed. Sends `t` for every session that came
+    /// with descriptors (or whose header says it did).
+    fn client_fds(
+        &self,
+        id: u64,
+        command: &str,
+        header: &Header,
+        passed: Option<Vec<OwnedFd>>,
+    ) -> Option<ClientFds> {
+        if !self.writer.negotiated.fds {
+            if passed.is_some() {
+                eprintln!("ngw: descriptors from ngd without `fds`; closed them");
+            }
+            return None;
+        }
+        if passed.is_none() && header.client_fds.is_none() {
+            return None;
+        }
+        let map = header.client_fds.and_then(|m| m);
+        let fds = match (map, passed) {
+            (Some(map), Some(fds)) if fds.len() == map.count() => Some((map, fds)),
+            (map, fds) => {
+                eprintln!(
+                    "ngw: session {command}: NGW_CLIENT_FDS {} but {} descriptors arrived; closed them",
+                    map.map(|m| m.to_value()).unwrap_or_else(|| "absent or malformed".into()),
+                    fds.map_or(0, |f| f.len())
+                );
+                None
+            }
+        };
+        let take = fds.is_some() && self.take_fds.as_ref().is_some_and(|p| (p.0)(command));
+        let answer: &[u8] = if take { b"" } else { b"relay" };
+        let _ = self.writer.send(id, TAKEN, answer);
+        let (map, fds) = fds.filter(|_| take)?;
+        let mut slots: [Option<OwnedFd>; 3] = [None, None, None];
+        for (fd, n) in fds.into_iter().zip(map.fds()) {
+            slots[n] = Some(fd);
+        }
+        Some(ClientFds::new(slots))
+    }
+
+    fn start<H: Handler>(
+        &mut self,
+        id: u64,
+        command: Vec<u8>,
+        header: Header,
+        passed: Option<Vec<OwnedFd>>,
+        handler: &Arc<H>,
+    ) {
         let (shared, interrupts) = Shared::new();
         let public_id = if id == PLAIN {
             header.ngw_session.unwrap_or(0)
         } else {
             id
         };
+        let name = String::from_utf8_lossy(&command).into_owned();
+        let client_fds = self.client_fds(id, &name, &header, passed);
+        if client_fds.is_some() {
+            // ngd relays no stdin for a session that took the descriptors.
+            shared.stdin_eof();
+        }
         lock(&self.running.sessions).insert(id, shared.clone());
         *lock(&self.running.threads) += 1;
         let mut session = Session::new(
             public_id,
-            command,
+            id,
+            name,
             header,
             self.writer.clone(),
             shared,
             interrupts,
         );
+        session.took_fds = client_fds.is_some();
+        session.client_fds = client_fds;
         let handler = handler.clone();
         let running = self.running.clone();
         let writer = self.writer.clone();
@@ -530,12 +777,12 @@ impl Reader {
                     let _ = session.stderr().write_all(b"ngw: the command panicked\n");
                     1
                 });
+                let payload = session.exit_payload(code);
                 let shared = session.shared.clone();
                 drop(session);
                 shared.end();
-                let code = code.clamp(0, 255);
                 lock(&running.sessions).remove(&id);
-                let _ = writer.send(id, ChunkType::EXIT, format!("{code}\n").as_bytes());
+                let _ = writer.send(id, ChunkType::EXIT, &payload);
                 running.thread_ended();
             });
         if spawned.is_err() {
@@ -545,6 +792,43 @@ impl Reader {
                 .send(id, ChunkType::STDERR, b"ngw: cannot start a thread\n");
             let _ = self.writer.send(id, ChunkType::EXIT, b"1\n");
             self.running.thread_ended();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interrupts_parse_every_form() {
+        assert_eq!(
+            parse_interrupt(b"SIGINT"),
+            Some(Interrupt::Signal("SIGINT".into()))
+        );
+        assert_eq!(
+            parse_interrupt(b"SIGTERM process"),
+            Some(Interrupt::ProcessSignal("SIGTERM".into()))
+        );
+        assert_eq!(
+            parse_interrupt(b"winsize 120 40 0 0"),
+            Some(Interrupt::WindowSize(WinSize {
+                cols: 120,
+                rows: 40,
+                xpixel: 0,
+                ypixel: 0
+            }))
+        );
+        for bad in [
+            &b"sigint"[..],
+            b"SIG",
+            b"SIGINT group",
+            b"winsize 1 2 3",
+            b"winsize 1 2 3 99999999",
+            b"",
+            b"\xff",
+        ] {
+            assert_eq!(parse_interrupt(bad), None, "{bad:?}");
         }
     }
 }

@@ -22,15 +22,47 @@
 //! empty); its [`Output`]s send `1`/`2` chunks of at most 64 KiB. When the client goes away
 //! the session is told ([`Session::hung_up`]), its stdin reads end of file and its output
 //! is discarded; the handler's return value is still sent as the session's `X`.
+//!
+//! Extensions of `docs/ngw.md` §15 are used when the host names them in
+//! `NGW_HOST_FEATURES` and the hello asks for them: `mux` ([`Hello::max_sessions`]),
+//! `notices` ([`Session::notice`]), `fds` ([`Hello::client_fds`],
+//! [`Session::take_client_fds`]), `signals` ([`Hello::signals`], [`Interrupt`],
+//! [`Session::stopped`], [`Session::exit_by_signal`]) and `stdin-window`
+//! ([`Hello::stdin_window`]).
+//!
+//! A worker whose commands run on the client's own terminal, pipes and files when ngd
+//! passes them (our `ng` on ngd's Unix socket), and on the relayed streams otherwise:
+//!
+//! ```no_run
+//! use std::io::Write;
+//! let channel = ngw::Channel::from_env().unwrap_or_else(|e| ngw::exit_spawn_error(&e));
+//! let hello = ngw::Hello::new(["where"]).client_fds(true).signals(true);
+//! channel.serve(hello, |s: &mut ngw::Session| {
+//!     match s.take_client_fds().and_then(|mut fds| fds.take(1)) {
+//!         Some(fd) => {
+//!             let _ = writeln!(std::fs::File::from(fd), "written to the client's own stdout");
+//!         }
+//!         None => {
+//!             let _ = writeln!(s.stdout(), "relayed by ngd");
+//!         }
+//!     }
+//!     0
+//! }).unwrap();
+//! ```
 
 mod bridge;
 mod channel;
+mod fds;
 mod session;
 pub mod testing;
 
 pub use bridge::BridgeConfig;
-pub use channel::{exit_spawn_error, Channel, Error, Hello};
-pub use session::{Interrupt, Output, Session, Stdin};
+pub use channel::{
+    exit_spawn_error, Channel, Error, FdPolicy, Hello, Negotiated, DEFAULT_STDIN_WINDOW, STOPPED,
+    TAKEN,
+};
+pub use fds::ClientFds;
+pub use session::{signal_name, signal_number, Interrupt, Output, Session, Stdin};
 
 /// A session handler: runs one command and returns its exit code (0–255).
 ///

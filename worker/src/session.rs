@@ -1,8 +1,10 @@
-//! One session as a handler sees it: the client's request, its stdin and output, and the
-//! interrupts ngd forwards.
+//! One session as a handler sees it: the client's request, its stdin and output (or the
+//! client's own descriptors), the interrupts ngd forwards, and how it ends.
 
-use crate::channel::Writer;
+use crate::channel::{Negotiated, Writer, STOPPED};
+use crate::fds::ClientFds;
 use crossbeam_channel::{Receiver, Sender};
+use ng_proto::ext::{ExitReport, FdMap, SignalName, WinSize};
 use ng_proto::ChunkType;
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
@@ -14,13 +16,94 @@ use std::sync::{Arc, Condvar, Mutex};
 /// The largest output chunk a session sends.
 pub const MAX_OUTPUT_CHUNK: usize = 64 * 1024;
 
-/// An interrupt ngd forwarded for a session (`docs/ngw.md` §8).
+/// An interrupt ngd forwarded for a session (`docs/ngw.md` §8, §15.5).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Interrupt {
     /// The client is gone: stdin has ended and output is discarded.
     Hangup,
-    /// A signal the client received, by name (`SIGINT`, `SIGTERM`, `SIGWINCH`, ...).
+    /// A signal the client received, by name (`SIGINT`, `SIGTERM`, `SIGWINCH`, ...), for
+    /// the command's process group (`i SIGNAME`).
     Signal(String),
+    /// A signal for the command's own process only (`i "SIGNAME process"`, `signals`).
+    ProcessSignal(String),
+    /// The client's terminal was resized (`i "winsize <cols> <rows> <xp> <yp>"`,
+    /// `signals`): a command on the client's terminal gets SIGWINCH, an emulated terminal
+    /// takes the new size.
+    WindowSize(WinSize),
+}
+
+/// The number of signal `name` on this system (`SIGINT` → 2), for the names ngd forwards.
+pub fn signal_number(name: &str) -> Option<i32> {
+    Some(match name {
+        "SIGHUP" => libc::SIGHUP,
+        "SIGINT" => libc::SIGINT,
+        "SIGQUIT" => libc::SIGQUIT,
+        "SIGILL" => libc::SIGILL,
+        "SIGTRAP" => libc::SIGTRAP,
+        "SIGABRT" => libc::SIGABRT,
+        "SIGBUS" => libc::SIGBUS,
+        "SIGFPE" => libc::SIGFPE,
+        "SIGKILL" => libc::SIGKILL,
+        "SIGUSR1" => libc::SIGUSR1,
+        "SIGSEGV" => libc::SIGSEGV,
+        "SIGUSR2" => libc::SIGUSR2,
+        "SIGPIPE" => libc::SIGPIPE,
+        "SIGALRM" => libc::SIGALRM,
+        "SIGTERM" => libc::SIGTERM,
+        "SIGCHLD" => libc::SIGCHLD,
+        "SIGCONT" => libc::SIGCONT,
+        "SIGSTOP" => libc::SIGSTOP,
+        "SIGTSTP" => libc::SIGTSTP,
+        "SIGTTIN" => libc::SIGTTIN,
+        "SIGTTOU" => libc::SIGTTOU,
+        "SIGURG" => libc::SIGURG,
+        "SIGXCPU" => libc::SIGXCPU,
+        "SIGXFSZ" => libc::SIGXFSZ,
+        "SIGVTALRM" => libc::SIGVTALRM,
+        "SIGPROF" => libc::SIGPROF,
+        "SIGWINCH" => libc::SIGWINCH,
+        "SIGIO" => libc::SIGIO,
+        "SIGSYS" => libc::SIGSYS,
+        _ => return None,
+    })
+}
+
+/// The name of signal number `n` (2 → `SIGINT`), for the names [`signal_number`] knows.
+pub fn signal_name(n: i32) -> Option<&'static str> {
+    const NAMES: [&str; 29] = [
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGSYS",
+    ];
+    NAMES
+        .into_iter()
+        .find(|name| signal_number(name) == Some(n))
 }
 
 /// The stdin state shared by the channel reader and the session's [`Stdin`].
@@ -28,8 +111,10 @@ pub enum Interrupt {
 pub(crate) struct StdinState {
     /// Chunks received and not yet read.
     pub(crate) queue: VecDeque<Vec<u8>>,
-    /// An `S` is outstanding.
+    /// An `S` is outstanding (classic stdin).
     pub(crate) credit: bool,
+    /// Bytes granted by windowed `S` chunks and not yet received (`stdin-window`).
+    pub(crate) window_left: u64,
     /// `.` arrived, or the client hung up.
     pub(crate) eof: bool,
 }
@@ -59,6 +144,7 @@ impl Shared {
     pub(crate) fn push_stdin(&self, data: Vec<u8>) {
         let mut st = lock(&self.stdin);
         st.credit = false;
+        st.window_left = st.window_left.saturating_sub(data.len() as u64);
         if !st.eof && !data.is_empty() {
             st.queue.push_back(data);
         }
@@ -121,11 +207,21 @@ pub struct Session {
     pub umask: Option<u32>,
     /// The client's pid (`NGW_CLIENT_PID`), when ngd knows it.
     pub client_pid: Option<u32>,
+    /// Signals the client's parent left ignored (`NGW_SIGIGN`), which a cold command
+    /// would inherit as ignored.
+    pub ignored_signals: Vec<String>,
     pub(crate) stdin: Stdin,
     pub(crate) stdout: Output,
     pub(crate) stderr: Output,
     pub(crate) interrupts: Receiver<Interrupt>,
     pub(crate) shared: Arc<Shared>,
+    pub(crate) client_fds: Option<ClientFds>,
+    /// The session took the client's descriptors.
+    pub(crate) took_fds: bool,
+    /// The session's id on the channel (for chunks).
+    channel_id: u64,
+    /// Set by [`Session::exit_by_signal`].
+    exit_signal: Option<(SignalName, bool)>,
 }
 
 /// A session's header as it arrives, before `C`.
@@ -137,6 +233,10 @@ pub(crate) struct Header {
     pub(crate) umask: Option<u32>,
     pub(crate) client_pid: Option<u32>,
     pub(crate) ngw_session: Option<u64>,
+    /// `NGW_CLIENT_FDS`: `Some(None)` when present but malformed.
+    pub(crate) client_fds: Option<Option<FdMap>>,
+    /// `NGW_SIGIGN`.
+    pub(crate) sigign: Vec<String>,
 }
 
 impl Header {
@@ -156,6 +256,13 @@ impl Header {
                 b"UMASK" => self.umask = u32::from_str_radix(text, 8).ok(),
                 b"CLIENT_PID" => self.client_pid = text.parse().ok(),
                 b"SESSION" => self.ngw_session = text.parse().ok(),
+                b"CLIENT_FDS" => self.client_fds = Some(FdMap::parse(value)),
+                b"SIGIGN" => {
+                    self.sigign = ng_proto::ext::parse_signal_list(value)
+                        .iter()
+                        .map(|n| n.as_str().to_owned())
+                        .collect();
+                }
                 _ => {}
             }
             return;
@@ -173,7 +280,8 @@ impl Header {
 impl Session {
     pub(crate) fn new(
         id: u64,
-        command: Vec<u8>,
+        channel_id: u64,
+        command: String,
         header: Header,
         writer: Arc<Writer>,
         shared: Arc<Shared>,
@@ -181,21 +289,22 @@ impl Session {
     ) -> Self {
         let output = |ty| Output {
             writer: writer.clone(),
-            session: id,
+            session: channel_id,
             ty,
             shared: shared.clone(),
         };
         Self {
             id,
-            command: String::from_utf8_lossy(&command).into_owned(),
+            command,
             args: header.args,
             env: header.env,
             cwd: header.cwd.unwrap_or_else(|| PathBuf::from("/")),
             umask: header.umask,
             client_pid: header.client_pid,
+            ignored_signals: header.sigign,
             stdin: Stdin {
                 writer: writer.clone(),
-                session: id,
+                session: channel_id,
                 shared: shared.clone(),
                 current: Vec::new(),
                 pos: 0,
@@ -204,7 +313,87 @@ impl Session {
             stderr: output(ChunkType::STDERR),
             interrupts,
             shared,
+            client_fds: None,
+            took_fds: false,
+            channel_id,
+            exit_signal: None,
         }
+    }
+
+    /// What the channel negotiated (`docs/ngw.md` §15).
+    pub fn negotiated(&self) -> Negotiated {
+        self.stdout.writer.negotiated
+    }
+
+    /// Whether this session took the client's descriptors (`fds`, `docs/ngw.md` §15.4);
+    /// stays true after [`Session::take_client_fds`].
+    pub fn has_client_fds(&self) -> bool {
+        self.took_fds()
+    }
+
+    fn took_fds(&self) -> bool {
+        self.took_fds
+    }
+
+    /// The client's descriptors, when the session came with them and the worker takes
+    /// them ([`crate::Hello::client_fds`]); given once. The command runs on them: ngd
+    /// relays no stdin ([`Session::stdin`] reads end of file), while [`Session::stdout`]
+    /// and [`Session::stderr`] still reach the client, for the worker's own messages.
+    pub fn take_client_fds(&mut self) -> Option<ClientFds> {
+        self.client_fds.take()
+    }
+
+    /// Ends the session as a death by signal `name` (`SIGKILL`, `SIGSEGV`, ...), `core`
+    /// when a core was dumped: its `X` is `"<128+N> <SIGNAME>[ core]\n"` when `signals`
+    /// was negotiated, `"<128+N>\n"` otherwise, whatever the handler returns. `false`
+    /// (and no effect) for a name this system does not know.
+    pub fn exit_by_signal(&mut self, name: &str, core: bool) -> bool {
+        match (SignalName::new(name.as_bytes()), signal_number(name)) {
+            (Some(n), Some(_)) => {
+                self.exit_signal = Some((n, core));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The `X` payload for a handler that returned `code`.
+    pub(crate) fn exit_payload(&self, code: i32) -> Vec<u8> {
+        match &self.exit_signal {
+            Some((name, core)) => {
+                let code = 128 + signal_number(name.as_str()).unwrap_or(0);
+                if self.negotiated().signals {
+                    ExitReport::Signal {
+                        code,
+                        signal: name.clone(),
+                        core: *core,
+                    }
+                    .to_payload()
+                } else {
+                    format!("{}\n", code.clamp(0, 255)).into_bytes()
+                }
+            }
+            None => format!("{}\n", code.clamp(0, 255)).into_bytes(),
+        }
+    }
+
+    /// Tells ngd the command stopped itself with signal `name` (`z`, `signals`): ngd stops
+    /// the client too and continues the command with [`Interrupt::Signal`] `SIGCONT` once
+    /// the client is resumed. `Ok(false)` when `signals` was not negotiated (nothing sent).
+    pub fn stopped(&self, name: &str) -> io::Result<bool> {
+        if !self.negotiated().signals {
+            return Ok(false);
+        }
+        let Some(n) = SignalName::new(name.as_bytes()) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("not a signal name: {name:?}"),
+            ));
+        };
+        self.stdout
+            .writer
+            .send(self.channel_id, STOPPED, n.as_bytes())?;
+        Ok(true)
     }
 
     /// The arguments as (lossy) UTF-8.
@@ -230,7 +419,9 @@ impl Session {
             .map(|v| v.as_bytes() == b"1")
     }
 
-    /// The session's stdin (lazy: input is asked for only when a read finds none).
+    /// The session's stdin (lazy: input is asked for only when a read finds none; with
+    /// `stdin-window`, a window at a time, topped up once half of it has been read). Reads
+    /// end of file at once when the session took the client's descriptors.
     pub fn stdin(&mut self) -> &mut Stdin {
         &mut self.stdin
     }
@@ -302,6 +493,34 @@ pub struct Stdin {
     pos: usize,
 }
 
+impl Stdin {
+    /// With `stdin-window`: once half the window has arrived and been taken for reading,
+    /// asks for as much again, so input streams without a round trip per chunk while at
+    /// most one window is buffered or in flight.
+    fn top_up(&self, st: &mut StdinState) {
+        let Some(window) = self.writer.negotiated.stdin_window else {
+            return;
+        };
+        let window = u64::from(window);
+        let buffered: u64 = st.queue.iter().map(|c| c.len() as u64).sum();
+        let used = window.saturating_sub(st.window_left + buffered);
+        if st.eof || used < window.div_ceil(2) {
+            return;
+        }
+        if self
+            .writer
+            .send(
+                self.session,
+                ChunkType::SEND_INPUT,
+                used.to_string().as_bytes(),
+            )
+            .is_ok()
+        {
+            st.window_left += used;
+        }
+    }
+}
+
 impl Read for Stdin {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if buf.is_empty() {
@@ -318,12 +537,31 @@ impl Read for Stdin {
             if let Some(next) = st.queue.pop_front() {
                 self.current = next;
                 self.pos = 0;
+                self.top_up(&mut st);
                 continue;
             }
             if st.eof {
                 return Ok(0);
             }
-            if !st.credit {
+            if let Some(window) = self.writer.negotiated.stdin_window {
+                if st.window_left == 0 {
+                    // Sent under the stdin lock, as below.
+                    st.window_left = u64::from(window);
+                    if self
+                        .writer
+                        .send(
+                            self.session,
+                            ChunkType::SEND_INPUT,
+                            window.to_string().as_bytes(),
+                        )
+                        .is_err()
+                    {
+                        return Ok(0);
+                    }
+                    drop(st);
+                    continue;
+                }
+            } else if !st.credit {
                 // Sent under the stdin lock: the session's end sets `eof` under the same
                 // lock before its `X` goes out, so no `S` can follow the `X`.
                 st.credit = true;
@@ -374,6 +612,59 @@ impl Write for Output {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::net::UnixStream;
+
+    /// Reads one chunk (type and payload) from the peer of a writer.
+    fn chunk(peer: &mut UnixStream) -> (u8, Vec<u8>) {
+        let mut head = [0u8; 5];
+        peer.read_exact(&mut head).unwrap();
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let mut payload = vec![0; len];
+        peer.read_exact(&mut payload).unwrap();
+        (head[4], payload)
+    }
+
+    #[test]
+    fn windowed_stdin_asks_for_a_window_and_tops_it_up_at_half() {
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let writer = Arc::new(Writer::plain(
+            ours,
+            Negotiated {
+                stdin_window: Some(100),
+                ..Negotiated::default()
+            },
+        ));
+        let (shared, _rx) = Shared::new();
+        let mut stdin = Stdin {
+            writer,
+            session: 0,
+            shared: shared.clone(),
+            current: Vec::new(),
+            pos: 0,
+        };
+        let reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            stdin.read_to_end(&mut all).unwrap();
+            all
+        });
+        // The first read asks for a whole window.
+        assert_eq!(chunk(&mut peer), (b'S', b"100".to_vec()));
+        // Several `0` chunks answer one `S`; once 60 of the 100 bytes are taken for
+        // reading, 60 more are asked for.
+        shared.push_stdin(vec![b'a'; 30]);
+        shared.push_stdin(vec![b'b'; 30]);
+        assert_eq!(chunk(&mut peer), (b'S', b"60".to_vec()));
+        shared.push_stdin(vec![b'c'; 40]);
+        shared.push_stdin(vec![b'd'; 60]);
+        assert_eq!(chunk(&mut peer), (b'S', b"100".to_vec()));
+        shared.stdin_eof();
+        let all = reader.join().unwrap();
+        assert_eq!(all.len(), 160);
+        assert!(all.starts_with(&[b'a'; 30]) && all.ends_with(&[b'd'; 60]));
+        // Nothing more was asked for after end of file: the channel ends (the reader's
+        // end dropped the writer) with no further chunk.
+        assert_eq!(peer.read(&mut [0u8; 1]).unwrap(), 0);
+    }
 
     #[test]
     fn header_takes_metadata_out_and_keeps_the_last_value() {

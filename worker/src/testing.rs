@@ -1,7 +1,10 @@
 //! A test driver that plays ngd's side of the channel: spawn a worker (or take a stream),
 //! read its hello, run sessions one at a time or concurrently (`mux`), and collect each
-//! session's stdout, stderr and exit code. Blocking, with a timeout on every wait; meant for
-//! tests of workers and bridges, not for production.
+//! session's stdout, stderr and exit code. It speaks the extensions of `docs/ngw.md` §15:
+//! a request may pass descriptors (`fds`, sent with `SCM_RIGHTS` on the header's first
+//! byte), stdin answers windowed `S` (`stdin-window`), and an [`Outcome`] records the `t`
+//! answer, the `z` stops and the raw `X` payload (`signals`). Blocking, with a timeout on
+//! every wait; meant for tests of workers and bridges, not for production.
 
 use bytes::BytesMut;
 use ng_proto::codec::{encode, Decoder, Limits};
@@ -10,12 +13,13 @@ use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One session to run.
@@ -33,6 +37,8 @@ pub struct Request {
     pub stdin: Vec<u8>,
     /// Never answer `S` (for interrupt tests): the session waits for input.
     pub hold_stdin: bool,
+    /// Descriptors passed with the header and their `NGW_CLIENT_FDS` map.
+    pub fds: Option<(Arc<Vec<OwnedFd>>, String)>,
 }
 
 impl Request {
@@ -50,7 +56,22 @@ impl Request {
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             stdin: Vec::new(),
             hold_stdin: false,
+            fds: None,
         }
+    }
+
+    /// Passes `fds` with the header, as ngd passes the client's (`docs/ngw.md` §15.4), with
+    /// `NGW_CLIENT_FDS=<map>` (e.g. `0,1,2`; the map is sent as given, so tests can send a
+    /// wrong one).
+    pub fn fds(mut self, fds: Vec<OwnedFd>, map: &str) -> Self {
+        self.fds = Some((Arc::new(fds), map.to_owned()));
+        self
+    }
+
+    /// Never answers `S` until [`Driver::release_stdin`].
+    pub fn hold_stdin(mut self) -> Self {
+        self.hold_stdin = true;
+        self
     }
 
     /// Sets stdin.
@@ -79,8 +100,17 @@ pub struct Outcome {
     pub stdout: Vec<u8>,
     /// Its stderr.
     pub stderr: Vec<u8>,
-    /// Its exit code (the `X` payload).
+    /// Its exit code (the `X` payload's number).
     pub code: i32,
+    /// The raw `X` payload (`"130\n"`, `"137 SIGKILL\n"`).
+    pub exit: Vec<u8>,
+    /// The `t` answer: `Some(true)` taken, `Some(false)` declined (`relay`), `None` none.
+    pub taken: Option<bool>,
+    /// The `z` payloads (stops), in order.
+    pub stops: Vec<String>,
+    /// Chunks the session sent before its `t`, when it sent a `t` late (a protocol error
+    /// the tests look for).
+    pub before_taken: usize,
 }
 
 impl Outcome {
@@ -100,6 +130,12 @@ struct Running {
     stdin: VecDeque<Vec<u8>>,
     hold: bool,
     eof_sent: bool,
+    /// A classic `S` is unanswered (held).
+    asked: bool,
+    /// Windowed credit not yet used.
+    grant: u64,
+    /// Chunks seen so far.
+    chunks: usize,
     out: Outcome,
     done: bool,
 }
@@ -126,17 +162,22 @@ pub struct Driver {
 }
 
 /// The host features the driver announces.
-pub const HOST_FEATURES: &str = "mux,notices";
+pub const HOST_FEATURES: &str = "mux,notices,fds,signals,stdin-window";
 
 impl Driver {
     /// Spawns `cmd` as a worker (channel on fd 3, `NGW_FD`, `NGW_VERSION`,
-    /// `NGW_HOST_FEATURES`) and reads its hello.
-    pub fn spawn(mut cmd: Command) -> io::Result<Self> {
+    /// `NGW_HOST_FEATURES` = [`HOST_FEATURES`]) and reads its hello.
+    pub fn spawn(cmd: Command) -> io::Result<Self> {
+        Self::spawn_with(cmd, HOST_FEATURES)
+    }
+
+    /// [`Driver::spawn`] announcing `features` instead.
+    pub fn spawn_with(mut cmd: Command, features: &str) -> io::Result<Self> {
         let (ours, theirs) = UnixStream::pair()?;
         let fd = theirs.as_raw_fd();
         cmd.env("NGW_FD", "3")
             .env("NGW_VERSION", "1")
-            .env("NGW_HOST_FEATURES", HOST_FEATURES);
+            .env("NGW_HOST_FEATURES", features);
         // SAFETY: dup2 and fcntl are async-signal-safe.
         unsafe {
             cmd.pre_exec(move || {
@@ -226,7 +267,7 @@ impl Driver {
         ids.into_iter().map(|id| self.finish(id)).collect()
     }
 
-    /// Sends a session's header; returns its id.
+    /// Sends a session's header (with the request's descriptors, if any); returns its id.
     pub fn start(&mut self, req: &Request) -> io::Result<u64> {
         let id = self.next_id;
         self.next_id += 1;
@@ -247,13 +288,25 @@ impl Driver {
             format!("NGW_SESSION={id}").as_bytes(),
             &mut out,
         );
+        if let Some((_, map)) = &req.fds {
+            encode(
+                ChunkType::ENVIRONMENT,
+                format!("NGW_CLIENT_FDS={map}").as_bytes(),
+                &mut out,
+            );
+        }
         encode(
             ChunkType::WORKING_DIR,
             req.cwd.as_os_str().as_bytes(),
             &mut out,
         );
         encode(ChunkType::COMMAND, req.command.as_bytes(), &mut out);
-        self.stream.write_all(&out)?;
+        let fds: Vec<RawFd> = req
+            .fds
+            .iter()
+            .flat_map(|(f, _)| f.iter().map(AsRawFd::as_raw_fd))
+            .collect();
+        self.send_raw(&out, &fds)?;
         let stdin = req.stdin.chunks(64 * 1024).map(<[u8]>::to_vec).collect();
         self.sessions.insert(
             id,
@@ -266,6 +319,21 @@ impl Driver {
         Ok(id)
     }
 
+    /// Writes `bytes` to the channel with one `sendmsg`, `fds` riding on the first byte
+    /// (`SCM_RIGHTS`), for tests of what a worker does with odd input.
+    pub fn send_raw(&mut self, bytes: &[u8], fds: &[RawFd]) -> io::Result<()> {
+        if fds.is_empty() {
+            return self.stream.write_all(bytes);
+        }
+        let n = send_with_fds(self.stream.as_raw_fd(), bytes, fds)?;
+        self.stream.write_all(&bytes[n..])
+    }
+
+    /// The id the next [`Driver::start`] will use.
+    pub fn next_id(&self) -> u64 {
+        self.next_id
+    }
+
     fn select(&mut self, id: u64, out: &mut BytesMut) {
         if self.mux && self.selected_out != Some(id) {
             encode(ChunkType::WORKER_SELECT, id.to_string().as_bytes(), out);
@@ -273,25 +341,78 @@ impl Driver {
         }
     }
 
-    /// Sends `i` with `payload` (`hangup` or a signal name) to session `id`.
+    /// Sends `i` with `payload` (`hangup`, `SIGINT`, `SIGTERM process`,
+    /// `winsize 80 24 0 0`) to session `id`. Before a hangup, an outstanding `S` is
+    /// answered with `.`, as ngd does.
     pub fn interrupt(&mut self, id: u64, payload: &str) -> io::Result<()> {
-        let mut out = BytesMut::new();
-        self.select(id, &mut out);
         if payload == "hangup" {
             if let Some(s) = self.sessions.get_mut(&id) {
                 s.hold = false;
                 s.stdin.clear();
             }
+            self.answer_stdin(id)?;
         }
+        let mut out = BytesMut::new();
+        self.select(id, &mut out);
         encode(ChunkType::WORKER_INTERRUPT, payload.as_bytes(), &mut out);
         self.stream.write_all(&out)
     }
 
-    /// Releases a held stdin: the next `S` gets the rest of the request's stdin.
-    pub fn release_stdin(&mut self, id: u64) {
+    /// Releases a held stdin: a pending `S` (and every later one) is answered from the
+    /// rest of the request's stdin.
+    pub fn release_stdin(&mut self, id: u64) -> io::Result<()> {
         if let Some(s) = self.sessions.get_mut(&id) {
             s.hold = false;
         }
+        self.answer_stdin(id)
+    }
+
+    /// Answers what session `id` asked for and is not held: one chunk for a classic `S`,
+    /// chunks up to the granted window for windowed ones, and `.` at the end.
+    fn answer_stdin(&mut self, id: u64) -> io::Result<()> {
+        let Some(s) = self.sessions.get_mut(&id) else {
+            return Ok(());
+        };
+        if s.hold || s.done {
+            return Ok(());
+        }
+        let mut chunks: Vec<(ChunkType, Vec<u8>)> = Vec::new();
+        if s.asked {
+            s.asked = false;
+            match s.stdin.pop_front() {
+                Some(d) if !s.eof_sent => chunks.push((ChunkType::STDIN, d)),
+                _ if !s.eof_sent => {
+                    s.eof_sent = true;
+                    chunks.push((ChunkType::STDIN_EOF, Vec::new()));
+                }
+                _ => {}
+            }
+        }
+        while s.grant > 0 && !s.eof_sent {
+            match s.stdin.pop_front() {
+                Some(mut d) => {
+                    let n = d.len().min(usize::try_from(s.grant).unwrap_or(usize::MAX));
+                    if n < d.len() {
+                        s.stdin.push_front(d.split_off(n));
+                    }
+                    s.grant -= n as u64;
+                    chunks.push((ChunkType::STDIN, d));
+                }
+                None => {
+                    s.eof_sent = true;
+                    chunks.push((ChunkType::STDIN_EOF, Vec::new()));
+                }
+            }
+        }
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        let mut out = BytesMut::new();
+        self.select(id, &mut out);
+        for (ty, data) in chunks {
+            encode(ty, &data, &mut out);
+        }
+        self.stream.write_all(&out)
     }
 
     /// Reads until session `id` has sent its `X`; answers every session's `S` meanwhile.
@@ -305,6 +426,22 @@ impl Driver {
                 return Err(bad(format!("no session {id}")));
             }
             self.pump(deadline)?;
+        }
+    }
+
+    /// Reads (answering every session's `S` meanwhile) until what session `id` has sent so
+    /// far satisfies `done` (say, a `z` arrived, or its stderr says it is ready).
+    pub fn wait_until(&mut self, id: u64, done: impl Fn(&Outcome) -> bool) -> io::Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            match self.sessions.get(&id) {
+                Some(s) if done(&s.out) => return Ok(()),
+                Some(s) if s.done => {
+                    return Err(bad(format!("session {id} ended first: {:?}", s.out)))
+                }
+                Some(_) => self.pump(deadline)?,
+                None => return Err(bad(format!("no session {id}"))),
+            }
         }
     }
 
@@ -326,35 +463,58 @@ impl Driver {
                 self.notices.push(v);
             }
             ChunkType::WORKER_PONG => {}
-            ChunkType::STDOUT | ChunkType::STDERR | ChunkType::SEND_INPUT | ChunkType::EXIT => {
+            ChunkType::STDOUT
+            | ChunkType::STDERR
+            | ChunkType::SEND_INPUT
+            | ChunkType::EXIT
+            | crate::TAKEN
+            | crate::STOPPED => {
                 let id = self.current_in()?;
                 let s = self
                     .sessions
                     .get_mut(&id)
                     .filter(|s| !s.done)
                     .ok_or_else(|| bad(format!("{ty:?} for unknown session {id}")))?;
+                s.chunks += 1;
                 match ty {
                     ChunkType::STDOUT => s.out.stdout.extend_from_slice(&payload),
                     ChunkType::STDERR => s.out.stderr.extend_from_slice(&payload),
                     ChunkType::EXIT => {
                         let text = String::from_utf8_lossy(&payload);
-                        s.out.code = text.trim().parse().map_err(|_| bad("bad X".into()))?;
+                        let number = text.trim_end().split(' ').next().unwrap_or("");
+                        s.out.code = number.parse().map_err(|_| bad(format!("bad X {text:?}")))?;
+                        s.out.exit = payload;
                         s.done = true;
                     }
-                    _ => {
-                        if !s.hold {
-                            let (ty, data) = match s.stdin.pop_front() {
-                                Some(d) if !s.eof_sent => (ChunkType::STDIN, d),
-                                _ => {
-                                    s.eof_sent = true;
-                                    (ChunkType::STDIN_EOF, Vec::new())
-                                }
-                            };
-                            let mut out = BytesMut::new();
-                            self.select(id, &mut out);
-                            encode(ty, &data, &mut out);
-                            self.stream.write_all(&out)?;
+                    crate::TAKEN => {
+                        if s.out.taken.is_some() {
+                            return Err(bad(format!("a second `t` for session {id}")));
                         }
+                        s.out.before_taken = s.chunks - 1;
+                        s.out.taken = Some(match payload.as_slice() {
+                            b"" => true,
+                            b"relay" => false,
+                            other => {
+                                return Err(bad(format!(
+                                    "bad `t` payload {:?}",
+                                    String::from_utf8_lossy(other)
+                                )))
+                            }
+                        });
+                    }
+                    crate::STOPPED => s.out.stops.push(String::from_utf8_lossy(&payload).into()),
+                    _ => {
+                        if payload.is_empty() {
+                            if s.asked || s.grant > 0 {
+                                return Err(bad(format!("`S` with one outstanding, session {id}")));
+                            }
+                            s.asked = true;
+                        } else {
+                            let n = ng_proto::ext::parse_grant(&payload)
+                                .ok_or_else(|| bad(format!("bad windowed `S` {payload:?}")))?;
+                            s.grant += u64::from(n);
+                        }
+                        self.answer_stdin(id)?;
                     }
                 }
             }
@@ -455,6 +615,43 @@ impl Drop for Driver {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+}
+
+/// One `sendmsg` of `bytes` with `fds` as `SCM_RIGHTS`; returns the bytes written.
+fn send_with_fds(fd: RawFd, bytes: &[u8], fds: &[RawFd]) -> io::Result<usize> {
+    let data_len = std::mem::size_of_val(fds);
+    // SAFETY: size computations.
+    let space = unsafe { libc::CMSG_SPACE(data_len as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: msghdr is plain data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: filling the one control message inside the buffer sized for it.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), data_len);
+    }
+    loop {
+        // SAFETY: the buffers outlive the call.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
         }
     }
 }

@@ -34,6 +34,10 @@ fn handler(s: &mut Session) -> i32 {
                 130
             }
             Ok(Interrupt::Hangup) | Err(_) => 129,
+            Ok(other) => {
+                writeln!(s.stdout(), "got {other:?}").unwrap();
+                2
+            }
         },
         "notice" => {
             s.notice("fallback", "ran cold");

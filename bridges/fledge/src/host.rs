@@ -1,23 +1,32 @@
 //! The I/O shell: one ngw session runs one fledge plugin process to exit, as fledge does.
 //!
 //! A protocol plugin gets `init` on its stdin and is then driven by [`crate::protocol::Host`];
-//! its stderr is copied to the client's stderr (never captured, as the spec says). A plugin
-//! without `protocol` runs with its stdin, stdout and stderr relayed and its arguments on the
-//! command line. The next process for each command is started ahead (the spare, waiting for
-//! `init` on its stdin) and used only when the invocation's environment, working directory
-//! and umask equal those it was started with and neither the program nor `plugin.toml`
-//! changed since; otherwise it is stopped and a process is started as usual.
+//! its stderr is the client's stderr (never captured, as the spec says). A plugin without
+//! `protocol` runs with its arguments on the command line and the client's stdin, stdout
+//! and stderr. When the session took the client's descriptors ([`Streams`]) those are
+//! used directly: the plugin's stderr (and a plugin without `protocol`'s stdio) is the
+//! client's own descriptor, and questions are asked on the client's terminal; otherwise
+//! they are copied to and from the streams ngd relays.
+//!
+//! The next process for each command is started ahead (the spare, waiting for `init` on
+//! its stdin) and used only when the invocation's environment, working directory, umask
+//! and ignored signals equal those it was started with and neither the program nor
+//! `plugin.toml` changed since; otherwise it is stopped and a process is started as usual.
+//! A run whose stderr is the client's terminal starts its own process (the spare's stderr
+//! is a pipe).
 
 use crate::context::{self, Client};
 use crate::discover::{self, Options, Resolved};
 use crate::protocol::{self, Effect, Event, Host, Init, PluginInfo, Settings};
-use crate::ui::{LineUi, ProgressView, Ui, UiError};
+use crate::streams::{Sink, Streams};
+use crate::ui::{Helper, LineUi, ProgressView, TermUi, Ui, UiError};
 use crate::{exec, store};
 use crossbeam_channel::{bounded, never, unbounded, Sender};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -40,6 +49,8 @@ struct SpareKey {
     env: Vec<(OsString, OsString)>,
     cwd: PathBuf,
     umask: Option<u32>,
+    /// Signals the process starts with ignored (`NGW_SIGIGN`).
+    ignored: Vec<libc::c_int>,
     stamp: Option<(SystemTime, SystemTime)>,
 }
 
@@ -92,42 +103,93 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
 
 /// Whether stderr lines are styled: console's rule, applied to the client's stderr and
 /// environment.
-fn colour(session: &ngw::Session) -> bool {
+fn colour(session: &ngw::Session, stderr_tty: bool) -> bool {
     let var = |n: &str| session.var(n).map(|v| v.to_string_lossy().into_owned());
     let forced = var("CLICOLOR_FORCE").is_some_and(|v| v != "0");
-    let tty = session.is_tty(2) == Some(true);
     let term = var("TERM").is_some_and(|t| t != "dumb");
-    (tty && term && var("NO_COLOR").is_none() && var("CLICOLOR").is_none_or(|v| v != "0")) || forced
+    (stderr_tty && term && var("NO_COLOR").is_none() && var("CLICOLOR").is_none_or(|v| v != "0"))
+        || forced
+}
+
+/// The signals a session's process starts with ignored: those the client's parent left
+/// ignored (`NGW_SIGIGN`), as a cold process would inherit them.
+fn ignored_signals(session: &ngw::Session) -> Vec<libc::c_int> {
+    session
+        .ignored_signals
+        .iter()
+        .filter_map(|n| ngw::signal_number(n))
+        .collect()
+}
+
+/// How a plugin process's stdio is set up.
+struct Stdio3 {
+    /// Its stdin: a pipe (protocol plugins), or the client's descriptor.
+    stdin: Option<OwnedFd>,
+    /// Its stdout, likewise.
+    stdout: Option<OwnedFd>,
+    /// Its stderr: a pipe copied to the client, or the client's descriptor.
+    stderr: Option<OwnedFd>,
+    /// Client descriptors that were closed: the process's fds of those numbers stay
+    /// closed.
+    closed: [bool; 3],
+}
+
+impl Stdio3 {
+    /// Pipes for all three (copied to and from the relayed streams, or the protocol).
+    fn piped() -> Self {
+        Self {
+            stdin: None,
+            stdout: None,
+            stderr: None,
+            closed: [false; 3],
+        }
+    }
 }
 
 fn spawn_plugin(
     binary: &Path,
     args: &[OsString],
-    env: &[(OsString, OsString)],
-    cwd: &Path,
-    umask: Option<u32>,
+    key: &SpareKey,
     plugin_dir: Option<&Path>,
+    stdio: Stdio3,
 ) -> std::io::Result<Child> {
+    let io = |fd: Option<OwnedFd>, closed: bool| match fd {
+        Some(fd) => Stdio::from(fd),
+        None if closed => Stdio::null(),
+        None => Stdio::piped(),
+    };
     let mut cmd = Command::new(binary);
     cmd.args(args)
         .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .envs(key.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&key.cwd)
+        .stdin(io(stdio.stdin, stdio.closed[0]))
+        .stdout(io(stdio.stdout, stdio.closed[1]))
+        .stderr(io(stdio.stderr, stdio.closed[2]))
         .process_group(0);
     if let Some(dir) = plugin_dir {
         cmd.env("FLEDGE_PLUGIN_DIR", dir);
     }
-    if let Some(mask) = umask {
-        // SAFETY: umask is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || {
+    let umask = key.umask;
+    let ignored = key.ignored.clone();
+    let closed = stdio.closed;
+    // SAFETY: umask, signal and close are async-signal-safe; `ignored` was allocated
+    // before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(mask) = umask {
                 libc::umask(mask as libc::mode_t);
-                Ok(())
-            });
-        }
+            }
+            for &sig in &ignored {
+                libc::signal(sig, libc::SIG_IGN);
+            }
+            for (fd, &c) in closed.iter().enumerate() {
+                if c {
+                    libc::close(fd as libc::c_int);
+                }
+            }
+            Ok(())
+        });
     }
     cmd.spawn()
 }
@@ -161,9 +223,9 @@ impl Bridge {
 
     /// Runs one session; returns its exit code.
     pub fn session(&self, s: &mut ngw::Session) -> i32 {
-        let mut err = s.stderr();
-        let colour = colour(s);
-        let error = |err: &mut ngw::Output, text: &str| {
+        let mut streams = Streams::of(s);
+        let colour = colour(s, streams.tty[2]);
+        let error = |err: &mut Sink, text: &str| {
             let _ = err.write_all(
                 format!(
                     "{} {text}\n",
@@ -172,6 +234,7 @@ impl Bridge {
                 .as_bytes(),
             );
         };
+        let mut err = streams.err.clone();
         let Some(dir) = self.commands.get(&s.command) else {
             error(
                 &mut err,
@@ -207,9 +270,9 @@ impl Bridge {
             );
             return EXIT_HOST;
         }
-        match resolved.protocol.as_deref() {
-            None => self.relay(s, &resolved, colour),
-            Some(protocol::PROTOCOL) => self.protocol(s, &resolved, colour),
+        let code = match resolved.protocol.as_deref() {
+            None => self.relay(s, &mut streams, &resolved),
+            Some(protocol::PROTOCOL) => self.protocol(s, &mut streams, &resolved, colour),
             Some(other) => {
                 error(
                     &mut err,
@@ -219,9 +282,20 @@ impl Bridge {
                         protocol::PROTOCOL
                     ),
                 );
-                EXIT_HOST
+                return EXIT_HOST;
             }
+        };
+        if code != 0 {
+            let name = match resolved.protocol {
+                Some(_) => &resolved.plugin_name,
+                None => &resolved.command,
+            };
+            error(
+                &mut err,
+                &format!("Plugin '{name}' exited with code {code}"),
+            );
         }
+        code
     }
 
     /// The process for this run: the spare when it matches, else a new one.
@@ -246,6 +320,8 @@ impl Bridge {
                 "the working directory differs from the spare process's"
             } else if spare.key.umask != key.umask {
                 "the umask differs from the spare process's"
+            } else if spare.key.ignored != key.ignored {
+                "the ignored signals differ from the spare process's"
             } else {
                 "the environment differs from the spare process's"
             };
@@ -255,15 +331,14 @@ impl Bridge {
             );
             spare.stop();
         }
-        spawn_plugin(&key.binary, &[], &key.env, &key.cwd, key.umask, Some(dir))
+        spawn_plugin(&key.binary, &[], key, Some(dir), Stdio3::piped())
     }
 
     fn start_spare(self: &Bridge, key: SpareKey, command: String, dir: PathBuf) {
         if !self.options.spare || key.stamp.is_none() {
             return;
         }
-        if let Ok(child) = spawn_plugin(&key.binary, &[], &key.env, &key.cwd, key.umask, Some(&dir))
-        {
+        if let Ok(child) = spawn_plugin(&key.binary, &[], &key, Some(&dir), Stdio3::piped()) {
             let old = self.spares().insert(command, Spare { key, child });
             if let Some(old) = old {
                 old.stop();
@@ -271,19 +346,45 @@ impl Bridge {
         }
     }
 
-    fn protocol(&self, s: &mut ngw::Session, r: &Resolved, colour: bool) -> i32 {
+    fn protocol(
+        &self,
+        s: &mut ngw::Session,
+        streams: &mut Streams,
+        r: &Resolved,
+        colour: bool,
+    ) -> i32 {
         let key = SpareKey {
             binary: r.binary.clone(),
             env: sorted_env(&s.env),
             cwd: s.cwd.clone(),
             umask: s.umask,
+            ignored: ignored_signals(s),
             stamp: stamp(r),
         };
-        let mut child = match self.process(s, &key, &r.command, &r.dir) {
+        // On the client's terminal the plugin's stderr is that terminal, as under fledge
+        // (a plugin may style what it writes there). A spare was started with a pipe for
+        // its stderr, so such a run starts its own process and leaves the spare for the
+        // next run that can use it.
+        let direct_stderr = streams.tty[2].then(|| streams.dup(2)).flatten();
+        let direct = direct_stderr.is_some();
+        let spawned = match direct_stderr {
+            Some(fd) => spawn_plugin(
+                &key.binary,
+                &[],
+                &key,
+                Some(&r.dir),
+                Stdio3 {
+                    stderr: Some(fd),
+                    ..Stdio3::piped()
+                },
+            ),
+            None => self.process(s, &key, &r.command, &r.dir),
+        };
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 let _ = writeln!(
-                    s.stderr(),
+                    streams.err,
                     "error: spawning plugin '{}': {e}",
                     r.plugin_name
                 );
@@ -305,101 +406,149 @@ impl Bridge {
             self.options.fledge_version.clone(),
             r.capabilities.clone(),
         );
-        let code = Run::new(s, r, colour, &self.options).drive(&mut child, &init);
-        if code != 0 {
-            let _ = s.stderr().write_all(
-                format!(
-                    "{} Plugin '{}' exited with code {code}\n",
-                    console::style("error:").red().bold().force_styling(colour),
-                    r.plugin_name
-                )
-                .as_bytes(),
-            );
-        }
+        let code = Run::new(s, streams, r, colour, &self.options).drive(&mut child, &init);
         // The next process starts once this run is over, so its start-up does not compete
         // with the run for the CPU.
-        self.start_spare(next, r.command.clone(), r.dir.clone());
+        if !direct {
+            self.start_spare(next, r.command.clone(), r.dir.clone());
+        }
         code
     }
 
-    fn relay(&self, s: &mut ngw::Session, r: &Resolved, colour: bool) -> i32 {
+    /// A plugin without `protocol`: its arguments on the command line, the client's stdio.
+    /// On the client's descriptors the process gets them as its own; otherwise its pipes
+    /// are copied to and from the relayed streams. Signals ngd forwards reach its process
+    /// group (or the process, for `SIGNAME process`); a stop is reported (`z`) and a death
+    /// by signal ends the session as one (`signals`).
+    fn relay(&self, s: &mut ngw::Session, streams: &mut Streams, r: &Resolved) -> i32 {
         // fledge sets FLEDGE_PLUGIN_DIR two levels above the real program.
         let dir = std::fs::canonicalize(&r.binary)
             .ok()
             .and_then(|p| p.parent()?.parent().map(Path::to_path_buf));
-        let mut child =
-            match spawn_plugin(&r.binary, &s.args, &s.env, &s.cwd, s.umask, dir.as_deref()) {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = writeln!(s.stderr(), "error: running plugin '{}': {e}", r.command);
-                    return EXIT_CANNOT_RUN;
-                }
-            };
-        let pgid = child.id() as libc::pid_t;
-        let copy = |from: Option<Box<dyn Read + Send>>, mut to: ngw::Output| {
+        let key = SpareKey {
+            binary: r.binary.clone(),
+            env: s.env.clone(),
+            cwd: s.cwd.clone(),
+            umask: s.umask,
+            ignored: ignored_signals(s),
+            stamp: None,
+        };
+        let stdio = if streams.on_client() {
+            let (i, o, e) = (streams.dup(0), streams.dup(1), streams.dup(2));
+            let closed = [i.is_none(), o.is_none(), e.is_none()];
+            Stdio3 {
+                stdin: i,
+                stdout: o,
+                stderr: e,
+                closed,
+            }
+        } else {
+            Stdio3::piped()
+        };
+        let mut child = match spawn_plugin(&r.binary, &s.args, &key, dir.as_deref(), stdio) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = writeln!(streams.err, "error: running plugin '{}': {e}", r.command);
+                return EXIT_CANNOT_RUN;
+            }
+        };
+        let pid = child.id() as libc::pid_t;
+        let copy = |from: Option<Box<dyn Read + Send>>, mut to: Sink| {
             std::thread::spawn(move || {
                 if let Some(mut from) = from {
                     let _ = std::io::copy(&mut from, &mut to);
                 }
             })
         };
-        let out = copy(child.stdout.take().map(|o| Box::new(o) as _), s.stdout());
-        let errt = copy(child.stderr.take().map(|o| Box::new(o) as _), s.stderr());
+        let out = copy(
+            child.stdout.take().map(|o| Box::new(o) as _),
+            streams.out.clone(),
+        );
+        let errt = copy(
+            child.stderr.take().map(|o| Box::new(o) as _),
+            streams.err.clone(),
+        );
         if let Some(mut stdin) = child.stdin.take() {
             let mut input = s.take_stdin();
             std::thread::spawn(move || {
                 let _ = std::io::copy(&mut input, &mut stdin);
             });
         }
-        let (done_tx, done_rx) = bounded(1);
-        std::thread::spawn(move || {
-            let _ = done_tx.send(child.wait());
-        });
+        let (wait_tx, wait_rx) = unbounded();
+        std::thread::spawn(move || wait_reporting_stops(pid, &wait_tx));
         let status = loop {
             crossbeam_channel::select! {
-                recv(done_rx) -> st => break st.ok().and_then(Result::ok),
+                recv(wait_rx) -> w => match w {
+                    Ok(Waited::Stopped(sig)) => {
+                        if let Some(name) = ngw::signal_name(sig) {
+                            let _ = s.stopped(name);
+                        }
+                    }
+                    Ok(Waited::Exited(st)) => break Some(st),
+                    Err(_) => break None,
+                },
                 recv(s.interrupts()) -> i => {
-                    let sig = match i {
-                        Ok(ngw::Interrupt::Signal(name)) => signal_number(&name),
-                        Ok(ngw::Interrupt::Hangup) => Some(libc::SIGHUP),
-                        Err(_) => None,
+                    let (sig, group) = match i {
+                        Ok(ngw::Interrupt::Signal(name)) => (ngw::signal_number(&name), true),
+                        Ok(ngw::Interrupt::ProcessSignal(name)) => (ngw::signal_number(&name), false),
+                        Ok(ngw::Interrupt::WindowSize(_)) => (Some(libc::SIGWINCH), true),
+                        Ok(ngw::Interrupt::Hangup) => (Some(libc::SIGHUP), true),
+                        Err(_) => (None, true),
                     };
-                    if let Some(sig) = sig {
-                        // SAFETY: signalling the plugin's own group, as a terminal would.
-                        unsafe { libc::killpg(pgid, sig) };
+                    // SAFETY: signalling the plugin's own group (as a terminal would) or
+                    // process; it is not reaped before the waiter reports it.
+                    match sig {
+                        Some(sig) if group => unsafe { libc::killpg(pid, sig); },
+                        Some(sig) => unsafe { libc::kill(pid, sig); },
+                        None => {}
                     }
                 }
             }
         };
         let _ = (out.join(), errt.join());
-        let code = status.map(exit_code).unwrap_or(EXIT_HOST);
-        if code != 0 {
-            let _ = s.stderr().write_all(
-                format!(
-                    "{} Plugin '{}' exited with code {code}\n",
-                    console::style("error:").red().bold().force_styling(colour),
-                    r.command
-                )
-                .as_bytes(),
-            );
+        match status {
+            Some(st) => {
+                if let Some(sig) = st.signal() {
+                    if let Some(name) = ngw::signal_name(sig) {
+                        s.exit_by_signal(name, st.core_dumped());
+                    }
+                }
+                exit_code(st)
+            }
+            None => EXIT_HOST,
         }
-        code
     }
 }
 
-fn signal_number(name: &str) -> Option<libc::c_int> {
-    Some(match name {
-        "SIGINT" => libc::SIGINT,
-        "SIGTERM" => libc::SIGTERM,
-        "SIGHUP" => libc::SIGHUP,
-        "SIGQUIT" => libc::SIGQUIT,
-        "SIGWINCH" => libc::SIGWINCH,
-        "SIGUSR1" => libc::SIGUSR1,
-        "SIGUSR2" => libc::SIGUSR2,
-        "SIGTSTP" => libc::SIGTSTP,
-        "SIGCONT" => libc::SIGCONT,
-        _ => return None,
-    })
+/// What the waiter of a plugin process saw.
+#[derive(Debug)]
+enum Waited {
+    /// It stopped with this signal.
+    Stopped(libc::c_int),
+    /// It ended.
+    Exited(std::process::ExitStatus),
+}
+
+/// Waits for process `pid` (our child, never waited on elsewhere), reporting stops,
+/// until it ends.
+fn wait_reporting_stops(pid: libc::pid_t, to: &Sender<Waited>) {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waiting for our own child by pid.
+        let rc = unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) };
+        if rc == -1 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        if libc::WIFSTOPPED(status) {
+            let _ = to.send(Waited::Stopped(libc::WSTOPSIG(status)));
+            continue;
+        }
+        let _ = to.send(Waited::Exited(std::process::ExitStatus::from_raw(status)));
+        return;
+    }
 }
 
 /// Lines from the plugin's stdout, each at most [`protocol::MAX_LINE`] long (a longer one
@@ -475,7 +624,7 @@ impl PluginStderr {
     }
 
     /// Copies what is available now; `false` at end of file or on an error.
-    fn drain(&self, to: &mut ngw::Output) -> bool {
+    fn drain(&self, to: &mut impl Write) -> bool {
         let mut pipe = self.pipe.lock().unwrap_or_else(|p| p.into_inner());
         let mut buf = [0u8; 16 * 1024];
         loop {
@@ -491,7 +640,7 @@ impl PluginStderr {
         }
     }
 
-    fn copy_until_eof(&self, to: &mut ngw::Output) {
+    fn copy_until_eof(&self, to: &mut impl Write) {
         use std::os::fd::AsRawFd;
         let fd = self
             .pipe
@@ -519,6 +668,7 @@ impl PluginStderr {
 /// One protocol run.
 struct Run<'a> {
     session: &'a mut ngw::Session,
+    streams: &'a mut Streams,
     resolved: &'a Resolved,
     colour: bool,
     options: &'a Options,
@@ -527,36 +677,65 @@ struct Run<'a> {
 impl<'a> Run<'a> {
     fn new(
         session: &'a mut ngw::Session,
+        streams: &'a mut Streams,
         resolved: &'a Resolved,
         colour: bool,
         options: &'a Options,
     ) -> Self {
         Self {
             session,
+            streams,
             resolved,
             colour,
             options,
         }
     }
 
-    /// Line prompts on the session's stderr, answered from its stdin: a session carries
-    /// no descriptor for the client's terminal, which [`crate::ui::TermUi`] needs.
+    /// How questions are asked. On the client's descriptors with a terminal on fd 0:
+    /// fledge's own prompts on that terminal ([`TermUi`]: keys from fd 0, drawn on fd 2,
+    /// or on fd 0 when fd 2 is not a terminal). On the client's descriptors without one:
+    /// line prompts on fd 2 answered from fd 0. Relayed: line prompts on the session's
+    /// stderr answered from its stdin (a relayed session has no terminal to draw on).
     fn ui(&mut self) -> Box<dyn Ui> {
+        let cwd = self.session.cwd.clone();
+        if self.streams.on_client() {
+            if self.streams.tty[0] {
+                let out = if self.streams.tty[2] { 2 } else { 0 };
+                if let (Some(input), Some(output), Some(helper)) = (
+                    self.streams.dup(0),
+                    self.streams.dup(out),
+                    Helper::current(),
+                ) {
+                    return Box::new(
+                        TermUi::split(input, output, helper, cwd).client_env(&self.session.env),
+                    );
+                }
+            }
+            let input: Box<dyn BufRead + Send> = match self.streams.dup(0) {
+                Some(fd) => Box::new(BufReader::new(std::fs::File::from(fd))),
+                None => Box::new(std::io::empty()),
+            };
+            return Box::new(LineUi::new(
+                input,
+                self.streams.err.clone(),
+                self.streams.tty[0],
+                cwd,
+            ));
+        }
         let input = BufReader::new(self.session.take_stdin());
-        let tty = self.session.is_tty(0) == Some(true);
         Box::new(LineUi::new(
             input,
-            self.session.stderr(),
-            tty,
-            self.session.cwd.clone(),
+            self.streams.err.clone(),
+            self.streams.tty[0],
+            cwd,
         ))
     }
 
     fn drive(mut self, child: &mut Child, init: &Init) -> i32 {
         let pgid = child.id() as libc::pid_t;
         let mut stdin: Option<ChildStdin> = child.stdin.take();
-        let mut out = self.session.stdout();
-        let mut err = self.session.stderr();
+        let mut out = self.streams.out.clone();
+        let mut err = self.streams.err.clone();
         let (line_tx, line_rx) = bounded::<Event>(16);
         let mut line_rx = Some(line_rx);
         let (done_tx, done_rx) = unbounded::<Event>();
@@ -572,7 +751,7 @@ impl<'a> Run<'a> {
         // terminal).
         let plugin_err = child.stderr.take().map(|e| Arc::new(PluginStderr::new(e)));
         let err_copy = plugin_err.clone().map(|p| {
-            let mut to = self.session.stderr();
+            let mut to = self.streams.err.clone();
             std::thread::spawn(move || p.copy_until_eof(&mut to))
         });
         // The waiter reaps the child by pid; the `Child` handle is never waited on.
@@ -606,13 +785,8 @@ impl<'a> Run<'a> {
             prompt_timeout: self.options.prompt_timeout,
         };
         let mut host = Host::new(settings);
-        let width = self
-            .session
-            .var("COLUMNS")
-            .and_then(|c| c.to_str()?.parse().ok())
-            .unwrap_or(80u16);
-        let mut progress = if self.session.is_tty(2) == Some(true) {
-            ProgressView::on_output(self.session.stderr(), width, self.colour)
+        let mut progress = if self.streams.tty[2] {
+            ProgressView::on_output(self.streams.err.clone(), self.streams.width, self.colour)
         } else {
             ProgressView::hidden()
         };
@@ -673,7 +847,10 @@ impl<'a> Run<'a> {
                 recv(done_rx) -> e => match e { Ok(e) => e, Err(_) => continue },
                 recv(exit_rx) -> e => match e { Ok(e) => e, Err(_) => continue },
                 recv(self.session.interrupts()) -> i => match i {
-                    Ok(ngw::Interrupt::Signal(name)) if name == "SIGWINCH" => continue,
+                    // A resize, a stop and a continue are not the user giving up.
+                    Ok(ngw::Interrupt::WindowSize(_)) => continue,
+                    Ok(ngw::Interrupt::Signal(name) | ngw::Interrupt::ProcessSignal(name))
+                        if matches!(name.as_str(), "SIGWINCH" | "SIGTSTP" | "SIGCONT") => continue,
                     Ok(_) => Event::Interrupt,
                     Err(_) => continue,
                 },
@@ -710,8 +887,8 @@ impl<'a> Run<'a> {
         effects: Vec<Effect>,
         stdin: &mut Option<ChildStdin>,
         write: &impl Fn(&mut Option<ChildStdin>, &[u8]),
-        out: &mut ngw::Output,
-        err: &mut ngw::Output,
+        out: &mut Sink,
+        err: &mut Sink,
         progress: &mut ProgressView,
         ask: &Sender<(String, protocol::Question)>,
         abort_ui: &Arc<dyn Fn() + Send + Sync>,

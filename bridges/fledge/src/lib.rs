@@ -5,7 +5,8 @@
 //! command of every plugin in `plugins_dir`. Each session runs one plugin process to exit,
 //! as fledge does: [`protocol`] is the host's state machine, [`host`] the I/O around it,
 //! [`discover`] finds plugins and grants, [`context`] computes `init` and `metadata`,
-//! [`store`] and [`exec`] serve those requests, [`ui`] asks the user.
+//! [`store`] and [`exec`] serve those requests, [`ui`] asks the user, [`streams`] says
+//! whether a session runs on the client's own descriptors or on relayed streams.
 
 pub mod context;
 pub mod discover;
@@ -13,6 +14,7 @@ pub mod exec;
 pub mod host;
 pub mod protocol;
 pub mod store;
+pub mod streams;
 pub mod ui;
 
 use serde_json::{Map, Value};
@@ -91,8 +93,14 @@ pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
             format!("no fledge plugin commands in {}", plugins_dir.display()),
         );
     }
+    // Every command runs on the client's descriptors when ngd passes them: plugin output
+    // straight to the client's stdout, questions on its terminal. Relayed stdin (a plugin
+    // without `protocol` reading its stdin) streams in windows.
     let hello = ngw::Hello::new(commands.keys().cloned())
         .max_sessions(options.max_sessions)
+        .client_fds(true)
+        .signals(true)
+        .stdin_window(ngw::DEFAULT_STDIN_WINDOW)
         .runtime(format!(
             "fledge-v1 ({} commands in {})",
             commands.len(),

@@ -275,26 +275,76 @@ impl Helper {
 /// Prompts drawn by dialoguer on a terminal the bridge holds.
 #[derive(Debug)]
 pub struct TermUi {
+    /// Where keys are read (the helper's stdin).
     tty: OwnedFd,
+    /// Where the prompt is drawn (the helper's stdout and stderr); `tty` when `None`.
+    output: Option<OwnedFd>,
     helper: Helper,
     cwd: PathBuf,
+    /// The client's values of the variables that decide how the prompt is drawn, when
+    /// known.
+    terminal_env: Option<Vec<(OsString, OsString)>>,
     running: Arc<Mutex<Option<u32>>>,
 }
+
+/// The variables console and dialoguer read to decide colours and characters: the helper
+/// gets the client's values (or none), not the bridge's, so the prompt looks as it would
+/// under fledge in the client's shell.
+pub const TERMINAL_VARS: [&str; 8] = [
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "CLICOLOR",
+    "CLICOLOR_FORCE",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+];
 
 impl TermUi {
     /// A terminal UI on `tty` (a descriptor for the client's terminal).
     pub fn new(tty: OwnedFd, helper: Helper, cwd: PathBuf) -> Self {
         Self {
             tty,
+            output: None,
             helper,
             cwd,
+            terminal_env: None,
             running: Arc::new(Mutex::new(None)),
         }
     }
 
-    fn stdio(&self) -> Result<Stdio, String> {
-        self.tty
-            .try_clone()
+    /// A terminal UI reading keys from `input` and drawing on `output` (the client's fds
+    /// 0 and 2, which are both the terminal in an interactive shell).
+    pub fn split(input: OwnedFd, output: OwnedFd, helper: Helper, cwd: PathBuf) -> Self {
+        Self {
+            tty: input,
+            output: Some(output),
+            helper,
+            cwd,
+            terminal_env: None,
+            running: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Draws prompts as the client's environment `env` says (its [`TERMINAL_VARS`]);
+    /// without this the helper keeps the bridge's own values.
+    pub fn client_env(mut self, env: &[(OsString, OsString)]) -> Self {
+        self.terminal_env = Some(
+            env.iter()
+                .filter(|(k, _)| TERMINAL_VARS.iter().any(|v| k == v))
+                .cloned()
+                .collect(),
+        );
+        self
+    }
+
+    fn output(&self) -> &OwnedFd {
+        self.output.as_ref().unwrap_or(&self.tty)
+    }
+
+    fn stdio(fd: &OwnedFd) -> Result<Stdio, String> {
+        fd.try_clone()
             .map(Stdio::from)
             .map_err(|e| format!("terminal: {e}"))
     }
@@ -361,13 +411,19 @@ impl TermUi {
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let answer_fd = write.as_raw_fd();
         let mut cmd = Command::new(&self.helper.program);
+        if let Some(env) = &self.terminal_env {
+            for v in TERMINAL_VARS {
+                cmd.env_remove(v);
+            }
+            cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        }
         cmd.args(&self.helper.args)
             .arg(HELPER_FLAG)
             .arg(question_json(question).to_string())
             .current_dir(&self.cwd)
-            .stdin(self.stdio().map_err(failed)?)
-            .stdout(self.stdio().map_err(failed)?)
-            .stderr(self.stdio().map_err(failed)?);
+            .stdin(Self::stdio(&self.tty).map_err(failed)?)
+            .stdout(Self::stdio(self.output()).map_err(failed)?)
+            .stderr(Self::stdio(self.output()).map_err(failed)?);
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
@@ -377,6 +433,13 @@ impl TermUi {
                 Ok(())
             });
         }
+        // The terminal's modes before the question: a helper killed while it reads a key
+        // (the question abandoned) leaves the terminal in raw mode, which is put back.
+        // SAFETY: tcgetattr fills a termios for a descriptor we hold.
+        let saved = unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            (libc::tcgetattr(self.tty.as_raw_fd(), &mut t) == 0).then_some(t)
+        };
         let mut child = cmd
             .spawn()
             .map_err(|e| failed(format!("prompt helper: {e}")))?;
@@ -389,10 +452,14 @@ impl TermUi {
         // never another process.
         *self.running.lock().unwrap_or_else(|p| p.into_inner()) = None;
         // Show the cursor again whatever happened (dialoguer hides it while drawing).
-        if let Ok(tty) = self.tty.try_clone() {
+        if let Ok(tty) = self.output().try_clone() {
             let _ = std::fs::File::from(tty).write_all(b"\x1b[?25h");
         }
         let status = status.map_err(|e| failed(e.to_string()))?;
+        if let (Some(t), Some(_)) = (saved, status.signal()) {
+            // SAFETY: restoring the modes read above on the same descriptor.
+            unsafe { libc::tcsetattr(self.tty.as_raw_fd(), libc::TCSANOW, &t) };
+        }
         match serde_json::from_str::<Value>(&text) {
             Ok(v) if status.success() => Ok(v),
             _ if status.signal() == Some(libc::SIGINT) || status.code() == Some(130) => {

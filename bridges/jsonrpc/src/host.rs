@@ -646,7 +646,8 @@ impl Bridge {
                 recv(s.interrupts()) -> i => {
                     let (reason, code) = match i {
                         Ok(ngw::Interrupt::Hangup) | Err(_) => ("the client went away".to_owned(), 129),
-                        Ok(ngw::Interrupt::Signal(sig)) => match sig.as_str() {
+                        Ok(ngw::Interrupt::WindowSize(_)) => continue,
+                        Ok(ngw::Interrupt::Signal(sig) | ngw::Interrupt::ProcessSignal(sig)) => match sig.as_str() {
                             "SIGINT" | "INT" => (sig, 130),
                             "SIGTERM" | "TERM" => (sig, 143),
                             "SIGHUP" | "HUP" => (sig, 129),

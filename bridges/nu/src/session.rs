@@ -386,7 +386,10 @@ impl Run<'_> {
                 },
                 recv(s.interrupts()) -> i => {
                     match i {
-                        Ok(ngw::Interrupt::Signal(_)) => self.conn.interrupt(),
+                        Ok(ngw::Interrupt::Signal(_) | ngw::Interrupt::ProcessSignal(_)) => {
+                            self.conn.interrupt()
+                        }
+                        Ok(ngw::Interrupt::WindowSize(_)) => {}
                         Ok(ngw::Interrupt::Hangup) | Err(_) => {
                             self.conn.interrupt();
                             if let Some(sid) = out_stream {
