@@ -2,13 +2,15 @@
 //! (handshake deadline, pings, restarts with backoff, disabling) and the ngw sessions.
 //!
 //! Threads: per plugin process a reader (stdout → core; at end of file it reaps the
-//! process) and a writer (framed messages → stdin); one supervisor (ticks the core every
+//! process) and a writer (framed messages → stdin, see [`crate::pipe`]; a session writes
+//! its own request when the pipe takes it at once); one supervisor (ticks the core every
 //! 50 ms, handles exits and restarts); ngw's threads run the sessions. Everything shared is
 //! under one mutex; nothing blocks while holding it except queueing to channels.
 
 use crate::args::{self, Parsed};
 use crate::config::Options;
 use crate::core::{Action, CallError, Core, HostInfo, Outcome};
+use crate::pipe::Stdin;
 use crate::profile::{self, exit, Tool};
 use crate::restart::{Decision, RestartPolicy};
 use crossbeam_channel::{select, Receiver, Sender};
@@ -41,7 +43,7 @@ enum Status {
 #[derive(Debug)]
 struct Proc {
     pid: i32,
-    writer: Sender<Option<Vec<u8>>>,
+    stdin: Arc<Stdin>,
     exited: bool,
 }
 
@@ -232,18 +234,14 @@ impl Bridge {
         };
         st.generation += 1;
         let generation = st.generation;
-        let (wtx, wrx) = crossbeam_channel::unbounded::<Option<Vec<u8>>>();
-        std::thread::Builder::new()
-            .name(format!("jsonrpc-writer-{generation}"))
-            .spawn(move || {
-                let mut stdin = stdin;
-                while let Ok(Some(bytes)) = wrx.recv() {
-                    if stdin.write_all(&bytes).and_then(|_| stdin.flush()).is_err() {
-                        break;
-                    }
-                }
-            })
-            .map_err(|e| format!("cannot start a thread: {e}"))?;
+        let stdin = match Stdin::start(stdin, format!("jsonrpc-writer-{generation}")) {
+            Ok(s) => s,
+            Err(e) => {
+                kill_group(pid);
+                let _ = child.wait();
+                return Err(format!("cannot set up the plugin's stdin: {e}"));
+            }
+        };
         let me = self.clone();
         std::thread::Builder::new()
             .name(format!("jsonrpc-reader-{generation}"))
@@ -251,7 +249,7 @@ impl Bridge {
             .map_err(|e| format!("cannot start a thread: {e}"))?;
         st.proc = Some(Proc {
             pid,
-            writer: wtx,
+            stdin,
             exited: false,
         });
         st.status = Status::Starting;
@@ -325,7 +323,7 @@ impl Bridge {
             match a {
                 Action::Send(bytes) => {
                     if let Some(p) = &st.proc {
-                        let _ = p.writer.send(Some(bytes));
+                        p.stdin.queue(bytes);
                     }
                 }
                 Action::Ready => {
@@ -427,7 +425,7 @@ impl Bridge {
             }
         }
         if let Some(p) = st.proc.take() {
-            let _ = p.writer.send(None);
+            p.stdin.close();
             if !p.exited {
                 kill_group(p.pid);
             }
@@ -583,8 +581,14 @@ impl Bridge {
                     Ok((id, actions)) => {
                         let generation = st.generation;
                         st.calls.insert((generation, id), tx);
-                        self.apply(&mut st, actions);
-                        break Ok((generation, id));
+                        // The request is written by this thread once the lock is released
+                        // (see `pipe`); anything else goes the usual way.
+                        let (sends, others): (Vec<_>, Vec<_>) = actions
+                            .into_iter()
+                            .partition(|a| matches!(a, Action::Send(_)));
+                        self.apply(&mut st, others);
+                        let stdin = st.proc.as_ref().map(|p| p.stdin.clone());
+                        break Ok((generation, id, stdin, sends));
                     }
                     Err(CallError::NotReady) => {
                         st = self.wait(st, Duration::from_millis(100));
@@ -599,7 +603,16 @@ impl Bridge {
             }
         };
         let (generation, id) = match started {
-            Ok(call) => call,
+            Ok((generation, id, stdin, sends)) => {
+                if let Some(stdin) = stdin {
+                    for a in sends {
+                        if let Action::Send(bytes) = a {
+                            stdin.write_or_queue(bytes);
+                        }
+                    }
+                }
+                (generation, id)
+            }
             Err((message, code, notice)) => {
                 if let Some(reason) = notice {
                     s.notice("disabled", &reason);
@@ -711,7 +724,7 @@ impl Bridge {
             self.apply(&mut st, actions);
         }
         if let Some(p) = &st.proc {
-            let _ = p.writer.send(None);
+            p.stdin.close();
         }
         let deadline = Instant::now() + grace;
         while !st.proc.as_ref().is_none_or(|p| p.exited) {
