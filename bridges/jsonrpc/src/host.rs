@@ -2,15 +2,13 @@
 //! (handshake deadline, pings, restarts with backoff, disabling) and the ngw sessions.
 //!
 //! Threads: per plugin process a reader (stdout → core; at end of file it reaps the
-//! process) and a writer (framed messages → stdin, see [`crate::pipe`]; a session writes
-//! its own request when the pipe takes it at once); one supervisor (ticks the core every
+//! process) and a writer (framed messages → stdin); one supervisor (ticks the core every
 //! 50 ms, handles exits and restarts); ngw's threads run the sessions. Everything shared is
 //! under one mutex; nothing blocks while holding it except queueing to channels.
 
 use crate::args::{self, Parsed};
 use crate::config::Options;
 use crate::core::{Action, CallError, Core, HostInfo, Outcome};
-use crate::pipe::Stdin;
 use crate::profile::{self, exit, Tool};
 use crate::restart::{Decision, RestartPolicy};
 use crossbeam_channel::{select, Receiver, Sender};
@@ -43,7 +41,7 @@ enum Status {
 #[derive(Debug)]
 struct Proc {
     pid: i32,
-    stdin: Arc<Stdin>,
+    writer: Sender<Option<Vec<u8>>>,
     exited: bool,
 }
 
@@ -234,14 +232,18 @@ impl Bridge {
         };
         st.generation += 1;
         let generation = st.generation;
-        let stdin = match Stdin::start(stdin, format!("jsonrpc-writer-{generation}")) {
-            Ok(s) => s,
-            Err(e) => {
-                kill_group(pid);
-                let _ = child.wait();
-                return Err(format!("cannot set up the plugin's stdin: {e}"));
-            }
-        };
+        let (wtx, wrx) = crossbeam_channel::unbounded::<Option<Vec<u8>>>();
+        std::thread::Builder::new()
+            .name(format!("jsonrpc-writer-{generation}"))
+            .spawn(move || {
+                let mut stdin = stdin;
+                while let Ok(Some(bytes)) = wrx.recv() {
+                    if stdin.write_all(&bytes).and_then(|_| stdin.flush()).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start a thread: {e}"))?;
         let me = self.clone();
         std::thread::Builder::new()
             .name(format!("jsonrpc-reader-{generation}"))
@@ -249,7 +251,7 @@ impl Bridge {
             .map_err(|e| format!("cannot start a thread: {e}"))?;
         st.proc = Some(Proc {
             pid,
-            stdin,
+            writer: wtx,
             exited: false,
         });
         st.status = Status::Starting;
@@ -323,7 +325,7 @@ impl Bridge {
             match a {
                 Action::Send(bytes) => {
                     if let Some(p) = &st.proc {
-                        p.stdin.queue(bytes);
+                        let _ = p.writer.send(Some(bytes));
                     }
                 }
                 Action::Ready => {
@@ -425,7 +427,7 @@ impl Bridge {
             }
         }
         if let Some(p) = st.proc.take() {
-            p.stdin.close();
+            let _ = p.writer.send(None);
             if !p.exited {
                 kill_group(p.pid);
             }
@@ -581,14 +583,8 @@ impl Bridge {
                     Ok((id, actions)) => {
                         let generation = st.generation;
                         st.calls.insert((generation, id), tx);
-                        // The request is written by this thread once the lock is released
-                        // (see `pipe`); anything else goes the usual way.
-                        let (sends, others): (Vec<_>, Vec<_>) = actions
-                            .into_iter()
-                            .partition(|a| matches!(a, Action::Send(_)));
-                        self.apply(&mut st, others);
-                        let stdin = st.proc.as_ref().map(|p| p.stdin.clone());
-                        break Ok((generation, id, stdin, sends));
+                        self.apply(&mut st, actions);
+                        break Ok((generation, id));
                     }
                     Err(CallError::NotReady) => {
                         st = self.wait(st, Duration::from_millis(100));
@@ -603,16 +599,7 @@ impl Bridge {
             }
         };
         let (generation, id) = match started {
-            Ok((generation, id, stdin, sends)) => {
-                if let Some(stdin) = stdin {
-                    for a in sends {
-                        if let Action::Send(bytes) = a {
-                            stdin.write_or_queue(bytes);
-                        }
-                    }
-                }
-                (generation, id)
-            }
+            Ok(call) => call,
             Err((message, code, notice)) => {
                 if let Some(reason) = notice {
                     s.notice("disabled", &reason);
@@ -724,7 +711,7 @@ impl Bridge {
             self.apply(&mut st, actions);
         }
         if let Some(p) = &st.proc {
-            p.stdin.close();
+            let _ = p.writer.send(None);
         }
         let deadline = Instant::now() + grace;
         while !st.proc.as_ref().is_none_or(|p| p.exited) {

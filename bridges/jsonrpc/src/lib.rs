@@ -6,8 +6,8 @@
 //! Layout: [`frame`] (ndjson and Content-Length framing), [`message`] (envelopes),
 //! [`config`] (the `[[plugin]]` keys), [`profile`] (calls, results, exit codes), [`core`]
 //! (the sans-I/O state machine: handshakes, correlation, grants, pings), [`restart`] (the
-//! restart policy), [`args`] (command lines against JSON Schemas), `host` (processes,
-//! threads and sessions) and `pipe` (the plugin's stdin).
+//! restart policy), [`args`] (command lines against JSON Schemas) and `host` (processes,
+//! threads and sessions).
 
 pub mod args;
 pub mod config;
@@ -15,7 +15,6 @@ pub mod core;
 pub mod frame;
 mod host;
 pub mod message;
-mod pipe;
 pub mod profile;
 pub mod restart;
 
