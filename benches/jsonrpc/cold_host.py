@@ -63,14 +63,17 @@ class Warm:
             self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
 
     def call(self, tool, args):
+        """One call, shaped as the bridge shapes it (for MCP, `_meta.progressToken` = the
+        request id: servers do work for it)."""
         self.next += 1
-        t0 = time.perf_counter()
         if self.profile == "nexo":
             msg = {"jsonrpc": "2.0", "id": self.next, "method": "tool.invoke",
                    "params": {"tool_name": tool, "args": args}}
         else:
             msg = {"jsonrpc": "2.0", "id": self.next, "method": "tools/call",
-                   "params": {"name": tool, "arguments": args}}
+                   "params": {"name": tool, "arguments": args,
+                              "_meta": {"progressToken": self.next}}}
+        t0 = time.perf_counter()
         reply = _rpc(self.proc, msg)
         return reply.get("result"), time.perf_counter() - t0
 

@@ -436,7 +436,7 @@ impl Bridge {
         st.last_failure = reason.clone();
         let now = self.now();
         st.status = if disable {
-            Status::Disabled(format!("disabled: {reason}"))
+            Status::Disabled(reason.clone())
         } else {
             match st.policy.on_failure(now, &reason) {
                 Decision::RestartAfter(ms) => {
@@ -447,7 +447,7 @@ impl Bridge {
             }
         };
         if let Status::Disabled(r) = &st.status {
-            self.log(r);
+            self.log(&format!("disabled: {r}"));
         }
         self.changed.notify_all();
     }
@@ -497,20 +497,25 @@ impl Bridge {
     }
 
     /// Reports a plugin failure seen by this session to ngd (`notices`): a restart, or the
-    /// disabling, whose reason `ngd status` then shows.
-    fn notice_failure(&self, s: &ngw::Session, why: &str) {
+    /// disabling, whose reason `ngd status` then shows (and with which ngd refuses the
+    /// calls that follow). Returns the reason when the plugin is disabled.
+    fn notice_failure(&self, s: &ngw::Session, why: &str) -> Option<String> {
         let mut st = lock(&self.state);
         match &st.status {
-            Status::Disabled(r) if !st.disabled_noticed => {
+            Status::Disabled(r) => {
                 let r = r.clone();
+                let first = !st.disabled_noticed;
                 st.disabled_noticed = true;
                 drop(st);
-                s.notice("disabled", &r);
+                if first {
+                    s.notice("disabled", &r);
+                }
+                Some(r)
             }
-            Status::Disabled(_) => {}
             _ => {
                 drop(st);
                 s.notice("restart", &format!("{why}; restarting it"));
+                None
             }
         }
     }
@@ -549,8 +554,8 @@ impl Bridge {
                         let notice = (!st.disabled_noticed).then(|| r.clone());
                         st.disabled_noticed = true;
                         break Err((
-                            format!("{command}: the plugin is {r}"),
-                            exit::UNAVAILABLE,
+                            format!("{command}: the plugin is disabled: {r}{REVIVE}"),
+                            exit::DISABLED,
                             notice,
                         ));
                     }
@@ -627,7 +632,13 @@ impl Bridge {
                         return fail(s, &format!("{command}: {why}"), exit::FAILED);
                     }
                     Ok(CallMsg::Lost(why)) => {
-                        self.notice_failure(s, &why);
+                        if let Some(r) = self.notice_failure(s, &why) {
+                            return fail(
+                                s,
+                                &format!("{command}: {why} during the call; the plugin is disabled: {r}{REVIVE}"),
+                                exit::DISABLED,
+                            );
+                        }
                         return fail(
                             s,
                             &format!("{command}: {why} during the call; it is being restarted: retry"),
@@ -733,6 +744,9 @@ impl Bridge {
         }
     }
 }
+
+/// Said after a disabled plugin's reason.
+const REVIVE: &str = "; `ngd reload` starts it again";
 
 fn fail(s: &ngw::Session, message: &str, code: i32) -> i32 {
     let _ = writeln!(s.stderr(), "{message}");

@@ -119,9 +119,14 @@ pub mod exit {
     pub const FAILED: i32 = 1;
     /// Bad arguments: usage errors, invalid params, a request too large for the plugin.
     pub const USAGE: i32 = 2;
-    /// The plugin is unavailable: rate limited, restarting, exited during the call,
-    /// disabled. Retrying later may work.
+    /// The plugin is unavailable: rate limited, restarting, exited during the call.
+    /// Retrying later may work.
     pub const UNAVAILABLE: i32 = 69;
+    /// The plugin is disabled (it failed more often than allowed, or refused the
+    /// handshake for good): retrying does not help until `ngd reload`. The same code as
+    /// ngd's refusal for any disabled plugin, which is what callers get once ngd has the
+    /// bridge's `disabled` notice.
+    pub const DISABLED: i32 = 126;
     /// The plugin broke the protocol (an invalid request or parse error reported, an
     /// unreadable reply).
     pub const PROTOCOL: i32 = 70;

@@ -8,7 +8,8 @@ use std::collections::VecDeque;
 pub enum Decision {
     /// Start it again after this many milliseconds.
     RestartAfter(u64),
-    /// Stop trying; the reason is shown to clients and in the log.
+    /// Stop trying; the reason (a sentence about the plugin) is shown to clients, by
+    /// `ngd status` and in the log.
     Disable(String),
 }
 
@@ -42,9 +43,10 @@ impl RestartPolicy {
             }
         }
         if self.restarts.len() >= self.max as usize {
+            let n = self.restarts.len();
             return Decision::Disable(format!(
-                "disabled after {} restarts within {} s (last failure: {reason})",
-                self.restarts.len(),
+                "the plugin failed again after {n} restart{} within {} s (last failure: {reason})",
+                if n == 1 { "" } else { "s" },
                 self.window / 1000
             ));
         }
@@ -70,10 +72,18 @@ mod tests {
         match p.on_failure(40_000, "exited with status 3") {
             Decision::Disable(r) => assert_eq!(
                 r,
-                "disabled after 3 restarts within 600 s (last failure: exited with status 3)"
+                "the plugin failed again after 3 restarts within 600 s (last failure: exited with status 3)"
             ),
             other => panic!("{other:?}"),
         }
+        let mut p = RestartPolicy::new(vec![10], 1, 600_000);
+        assert_eq!(p.on_failure(0, "x"), Decision::RestartAfter(10));
+        assert_eq!(
+            p.on_failure(100, "x"),
+            Decision::Disable(
+                "the plugin failed again after 1 restart within 600 s (last failure: x)".into()
+            )
+        );
         let mut p = RestartPolicy::new(vec![1000, 5000, 25000], 3, 600_000);
         for t in [0, 10, 20] {
             p.on_failure(t, "x");

@@ -312,15 +312,23 @@ fn repeated_crashes_disable_the_plugin_with_its_reason() {
     for _ in 0..3 {
         assert_eq!(b.run("demo_crash", &[]).code, 69);
     }
-    // The fourth failure is one restart too many.
-    assert_eq!(b.run("demo_crash", &[]).code, 69);
-    let o = b.run("demo_inc", &["--n", "1"]);
-    assert_eq!(o.code, 69);
+    // The fourth failure is one restart too many: 126, as ngd's refusals of a disabled
+    // plugin.
+    let o = b.run("demo_crash", &[]);
+    assert_eq!(o.code, 126);
     assert_eq!(
         o.stderr_str(),
-        "demo_inc: the plugin is disabled after 3 restarts within 600 s (last failure: the plugin exited with status 3)\n"
+        "demo_crash: the plugin exited with status 3 during the call; the plugin is disabled: the plugin failed again after 3 restarts within 600 s (last failure: the plugin exited with status 3); `ngd reload` starts it again\n"
     );
-    assert!(b.log().contains("disabled after 3 restarts within 600 s"));
+    let o = b.run("demo_inc", &["--n", "1"]);
+    assert_eq!(o.code, 126);
+    assert_eq!(
+        o.stderr_str(),
+        "demo_inc: the plugin is disabled: the plugin failed again after 3 restarts within 600 s (last failure: the plugin exited with status 3); `ngd reload` starts it again\n"
+    );
+    assert!(b
+        .log()
+        .contains("disabled: the plugin failed again after 3 restarts within 600 s"));
     // ngd hears of the restarts and of the disabling (`notices`), and shows them.
     let kinds: Vec<String> = b
         .d()
@@ -337,7 +345,7 @@ fn repeated_crashes_disable_the_plugin_with_its_reason() {
     assert!(b.d().notices[3]["message"]
         .as_str()
         .unwrap()
-        .starts_with("disabled after 3 restarts within 600 s"));
+        .starts_with("the plugin failed again after 3 restarts within 600 s"));
     assert!(b.children().is_empty(), "{:?}", b.children());
     // The bridge itself still stops cleanly.
     assert_eq!(b.quit(), Some(0));

@@ -4,8 +4,13 @@
 //! other protocol the keys of the table that are not ngw's own are that protocol's options,
 //! collected into [`PluginConfig::options`], checked by the bridge's `validate` when the
 //! configuration loads, and handed to the bridge in `NGW_BRIDGE_CONFIG`.
+//!
+//! A bridge that supervises its plugin has timeouts of its own (the plugin's handshake, its
+//! stop), and ngd must not give up on the bridge before the bridge gives up on its plugin:
+//! for such a protocol, the defaults of `handshake_timeout_ms` and `stop_timeout_ms` come
+//! from the bridge ([`Protocol::ngd_timeouts`]); a value in the table always wins.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -67,6 +72,18 @@ impl Protocol {
             Protocol::FledgeV1 => ng_bridge_fledge::validate(options),
         }
     }
+
+    /// ngd's `(handshake_timeout_ms, stop_timeout_ms)` defaults for this protocol's
+    /// bridge, given its options: above the bridge's own plugin timeouts where it has them.
+    pub fn ngd_timeouts(self, options: &Map<String, Value>) -> (u64, u64) {
+        match self {
+            Protocol::JsonRpc => {
+                let t = ng_bridge_jsonrpc::ngd_timeouts(options);
+                (t.handshake_timeout_ms, t.stop_timeout_ms)
+            }
+            Protocol::Ngw | Protocol::Nu | Protocol::FledgeV1 => (ten_s(), five_s()),
+        }
+    }
 }
 
 /// The keys of a `[[plugin]]` table that are ngw's own (every protocol has them).
@@ -95,7 +112,11 @@ const NGW_KEYS: &[&str] = &[
 ];
 
 /// One plugin: a program kept warm in a pool of worker processes.
+///
+/// Deserialized in two steps (serde's `remote = "Self"`): the derived field rules, then
+/// the protocol's defaults for the timeouts left unset (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(remote = "Self")]
 pub struct PluginConfig {
     /// Unique name; `NGW_PLUGIN`; names the log file.
     pub name: String,
@@ -134,8 +155,8 @@ pub struct PluginConfig {
     /// Stop workers above `min_workers` idle this long (0: never).
     #[serde(default = "five_min")]
     pub idle_timeout_ms: u64,
-    /// Spawn to hello.
-    #[serde(default = "ten_s")]
+    /// Spawn to hello; default 10 s, or the bridge's ([`Protocol::ngd_timeouts`]).
+    #[serde(default = "unset")]
     pub handshake_timeout_ms: u64,
     /// `i hangup` to forced kill.
     #[serde(default = "five_s")]
@@ -146,8 +167,8 @@ pub struct PluginConfig {
     /// A pong must arrive within this.
     #[serde(default = "five_s")]
     pub ping_timeout_ms: u64,
-    /// `q` to SIGTERM when stopping a worker.
-    #[serde(default = "five_s")]
+    /// `q` to SIGTERM when stopping a worker; default 5 s, or the bridge's.
+    #[serde(default = "unset")]
     pub stop_timeout_ms: u64,
     /// First restart delay after a failure; doubles per consecutive failure, up to 30 s.
     #[serde(default = "hundred_ms")]
@@ -162,6 +183,34 @@ pub struct PluginConfig {
     /// here is an unknown field).
     #[serde(flatten)]
     pub options: Map<String, Value>,
+}
+
+/// Marks a timeout the table leaves unset until the protocol's default replaces it. TOML
+/// cannot write it (its integers are at most `i64::MAX`), so no table sets it.
+const UNSET: u64 = u64::MAX;
+
+fn unset() -> u64 {
+    UNSET
+}
+
+impl<'de> Deserialize<'de> for PluginConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut c = PluginConfig::deserialize(deserializer)?;
+        let (handshake, stop) = c.protocol.ngd_timeouts(&c.options);
+        if c.handshake_timeout_ms == UNSET {
+            c.handshake_timeout_ms = handshake;
+        }
+        if c.stop_timeout_ms == UNSET {
+            c.stop_timeout_ms = stop;
+        }
+        Ok(c)
+    }
+}
+
+impl Serialize for PluginConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        PluginConfig::serialize(self, serializer)
+    }
 }
 
 fn one() -> usize {
@@ -377,6 +426,50 @@ mod tests {
         assert_eq!(bridge.env.get("A").map(String::as_str), Some("1"));
         let back = ngw::BridgeConfig::from_json(&bridge.to_json()).unwrap();
         assert_eq!(back, bridge);
+    }
+
+    #[test]
+    fn a_jsonrpc_bridge_gets_handshake_and_stop_timeouts_above_its_plugins() {
+        // ngw and the other bridges: ngd's own defaults.
+        for protocol in ["ngw", "nu"] {
+            let c = parse(&format!("protocol = \"{protocol}\"\n")).unwrap();
+            assert_eq!((c.handshake_timeout_ms, c.stop_timeout_ms), (10_000, 5_000));
+        }
+        // The bridge waits up to 10 s per handshake step (one for nexo) before its hello,
+        // and 5 s for `shutdown`, 5 s more for the exit, before it kills the plugin.
+        let c = parse("protocol = \"jsonrpc\"\nprofile = \"nexo\"\n").unwrap();
+        assert_eq!(
+            (c.handshake_timeout_ms, c.stop_timeout_ms),
+            (15_000, 15_000)
+        );
+        // MCP: `initialize`, then `tools/list`; no `shutdown`.
+        let c = parse("protocol = \"jsonrpc\"\nprofile = \"mcp\"\n").unwrap();
+        assert_eq!(
+            (c.handshake_timeout_ms, c.stop_timeout_ms),
+            (25_000, 10_000)
+        );
+        // They follow the plugin's timeouts...
+        let c = parse(
+            "protocol = \"jsonrpc\"\nprofile = \"nexo\"\nplugin_handshake_timeout_ms = 60000\n\
+             plugin_stop_timeout_ms = 20000\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.handshake_timeout_ms, c.stop_timeout_ms),
+            (65_000, 45_000)
+        );
+        // ...and a value in the table wins.
+        let c = parse(
+            "protocol = \"jsonrpc\"\nprofile = \"nexo\"\nhandshake_timeout_ms = 3000\n\
+             stop_timeout_ms = 4000\n",
+        )
+        .unwrap();
+        assert_eq!((c.handshake_timeout_ms, c.stop_timeout_ms), (3_000, 4_000));
+        // Serialized with the values in effect, and read back the same.
+        let c = parse("protocol = \"jsonrpc\"\nprofile = \"mcp\"\n").unwrap();
+        let text = toml::to_string(&c).unwrap();
+        assert!(text.contains("handshake_timeout_ms = 25000"), "{text}");
+        assert_eq!(toml::from_str::<PluginConfig>(&text).unwrap(), c);
     }
 
     #[test]

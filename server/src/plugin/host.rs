@@ -170,15 +170,15 @@ impl PluginHost {
             scratch: vec![0; 64 << 10],
         };
         for config in init.plugins {
-            host.add_pool(config);
+            host.add_pool(Pool::new(config));
         }
         host.publish();
         host
     }
 
-    fn add_pool(&mut self, config: PluginConfig) -> usize {
+    fn add_pool(&mut self, new: Pool) -> usize {
         let pool = self.pools.len();
-        self.pools.push(Pool::new(config));
+        self.pools.push(new);
         self.publish_routes(pool);
         self.dirty_pools.push(pool);
         pool
@@ -1093,7 +1093,7 @@ impl PluginHost {
 
     /// Re-reads the plugin tables: pools whose table changed (or that were disabled) are
     /// replaced by fresh ones, removed ones retire after their running sessions, new ones
-    /// start. Queued sessions of a replaced pool move to its successor.
+    /// start. A replaced pool's successor takes over its queue and learned commands.
     pub fn reload(&mut self, plugins: &[PluginConfig], now: Instant) -> (usize, usize) {
         let mut kept = Vec::new();
         for pool in 0..self.pools.len() {
@@ -1109,14 +1109,15 @@ impl PluginHost {
             }
         }
         for config in plugins.iter().filter(|c| !kept.contains(&c.name)) {
-            let moved: Vec<_> = self
+            let mut next = Pool::new(config.clone());
+            for old in self
                 .pools
                 .iter_mut()
                 .filter(|p| p.status == PoolStatus::Retiring && p.config.name == config.name)
-                .flat_map(|p| p.queue.drain(..))
-                .collect();
-            let pool = self.add_pool(config.clone());
-            self.pools[pool].queue.extend(moved);
+            {
+                next.take_over(old);
+            }
+            self.add_pool(next);
         }
         self.changed = true;
         (kept.len(), plugins.len() - kept.len())

@@ -8,6 +8,11 @@
 //! rules of `docs/ngw.md` §9 (backoff `restart_backoff_ms · 2^(failures-1)` capped at 30 s,
 //! disable after `max_restarts` consecutive failures with the reason, queue full → 75,
 //! queue timeout → 75) are unit-tested below.
+//!
+//! A pool is also disabled by its worker's `disabled` notice (§15.3): a bridge that gave up
+//! on its plugin says so, and from then on the pool refuses sessions (126) with the
+//! bridge's reason, exactly as if ngd had given up itself. Like every disabled pool, it is
+//! replaced by a fresh one on the next reload, changed table or not.
 
 use super::config::PluginConfig;
 use crate::exit_codes;
@@ -20,6 +25,9 @@ use std::time::{Duration, Instant, SystemTime};
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How many notices a pool keeps (`docs/ngw.md` §15.3).
 pub const NOTICES_KEPT: usize = 8;
+/// The notice kind by which a worker says that what it serves is disabled for good (a
+/// bridge whose plugin crashed too often): the pool is disabled with its message.
+pub const NOTICE_DISABLED: &str = "disabled";
 
 /// Whether a pool takes sessions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -170,6 +178,18 @@ impl Pool {
         }
     }
 
+    /// Takes over from `old`, a pool of the same name that a reload retires: its queued
+    /// sessions, and the commands it learned from its workers' hello when the new table
+    /// names none, so that the commands stay routed (and their sessions wait for the new
+    /// worker's hello) instead of being unknown until then. A hello that lists other
+    /// commands replaces them.
+    pub fn take_over(&mut self, old: &mut Pool) {
+        self.queue.extend(old.queue.drain(..));
+        if self.config.commands.is_empty() && !old.commands.is_empty() {
+            self.commands = old.commands.clone();
+        }
+    }
+
     /// The delay before the next start after `failures` consecutive failures.
     pub fn backoff(&self) -> Duration {
         let base = PluginConfig::ms(self.config.restart_backoff_ms);
@@ -259,8 +279,12 @@ impl Pool {
         self.failures = 0;
     }
 
-    /// Keeps a notice (the last [`NOTICES_KEPT`]) and counts it.
+    /// Keeps a notice (the last [`NOTICES_KEPT`]) and counts it. A `disabled` notice
+    /// disables the pool with the notice's message as the reason.
     pub fn notice(&mut self, notice: Notice) {
+        if notice.kind == NOTICE_DISABLED {
+            self.disable(notice.message.clone());
+        }
         *self.notice_counts.entry(notice.kind.clone()).or_default() += 1;
         if self.notices.len() == NOTICES_KEPT {
             self.notices.pop_front();
@@ -437,6 +461,67 @@ mod tests {
         assert_eq!(p.spawns_wanted(now, census, true), 0, "none while stopping");
         let mut p = Pool::new(config("min_workers = 2\nmax_workers = 2"));
         assert_eq!(p.spawns_wanted(now, Census::default(), false), 2);
+    }
+
+    #[test]
+    fn a_disabled_notice_disables_the_pool_with_its_message_and_refuses_with_126() {
+        let mut p = Pool::new(config("protocol = \"jsonrpc\""));
+        let now = Instant::now();
+        let notice = |kind: &str, message: &str| Notice {
+            kind: kind.into(),
+            message: message.into(),
+            session: Some(7),
+            pid: 1,
+            at_ms: 0,
+        };
+        p.notice(notice(
+            "restart",
+            "the plugin exited with status 3; restarting it",
+        ));
+        assert_eq!(p.status, PoolStatus::Active);
+        let reason = "disabled after 3 restarts within 600 s (last failure: exited with status 3)";
+        p.notice(notice("disabled", reason));
+        assert_eq!(
+            p.status,
+            PoolStatus::Disabled {
+                reason: reason.into()
+            }
+        );
+        assert_eq!(p.last_failure.as_deref(), Some(reason));
+        assert_eq!(p.notice_counts["disabled"], 1);
+        assert_eq!(p.spawns_wanted(now, Census::default(), false), 0);
+        p.admit(key(1), 4, now).unwrap();
+        let refused = p.expire(now, false);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].1.code(), 126);
+        assert_eq!(
+            refused[0].1.message("demo_inc"),
+            format!("ngd: command 'demo_inc' could not start: {reason}")
+        );
+        // A retiring pool (replaced by a reload) stays retiring.
+        let mut p = Pool::new(config(""));
+        p.status = PoolStatus::Retiring;
+        p.notice(notice("disabled", reason));
+        assert_eq!(p.status, PoolStatus::Retiring);
+    }
+
+    #[test]
+    fn a_successor_takes_the_queue_and_the_learned_commands() {
+        let now = Instant::now();
+        let mut old = Pool::new(config(""));
+        old.commands = vec!["a".into(), "b".into()];
+        old.admit(key(1), 0, now).unwrap();
+        old.disable("gave up".into());
+        let mut next = Pool::new(config(""));
+        next.take_over(&mut old);
+        assert_eq!(next.commands, ["a", "b"]);
+        assert_eq!(next.queue.len(), 1);
+        assert!(old.queue.is_empty());
+        assert_eq!(next.status, PoolStatus::Active);
+        // Configured commands are the new table's, not the old pool's.
+        let mut next = Pool::new(config("commands = [\"c\"]"));
+        next.take_over(&mut old);
+        assert_eq!(next.commands, ["c"]);
     }
 
     #[test]
