@@ -8,7 +8,8 @@
 //! * [`host`]: the engine side of one connection (handshake, call and stream routing,
 //!   flow-control windows), sans I/O.
 //! * [`args`]: a command line parsed against a signature, as Nu's parser would.
-//! * [`value`]: Nu values to and from JSON and NUON.
+//! * [`value`]: Nu values to and from JSON, and to NUON.
+//! * [`nuon`]: NUON text read into Nu values.
 //! * [`report`]: errors rendered as nu renders them.
 //! * [`plugin`]: the plugin process, its reader thread, and the warm-process manager.
 //! * [`session`]: one ngw session as one plugin call.
@@ -22,6 +23,7 @@ pub mod codec;
 pub mod host;
 pub mod json;
 pub mod msg;
+pub mod nuon;
 pub mod plugin;
 pub mod report;
 pub mod session;
@@ -99,7 +101,7 @@ impl Options {
                 }
                 "input" => {
                     o.input = v.as_str().and_then(InputMode::parse).ok_or_else(|| {
-                        format!("`input` must be one of raw, lines, json, string, binary, none; not {v}")
+                        format!("`input` must be one of raw, lines, json, nuon, string, binary, none; not {v}")
                     })?
                 }
                 "output" => {

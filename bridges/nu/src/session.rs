@@ -12,6 +12,7 @@ use crate::json::J;
 use crate::msg::{
     self, ByteStreamType, EngineCall, Header, LabeledError, Response, Span, StreamData,
 };
+use crate::nuon;
 use crate::obj;
 use crate::plugin::{Call, Conn, Failure, Manager};
 use crate::report;
@@ -30,6 +31,8 @@ pub enum InputMode {
     Lines,
     /// One value parsed from JSON.
     Json,
+    /// One value parsed from NUON.
+    Nuon,
     /// One string value.
     String,
     /// One binary value.
@@ -45,6 +48,7 @@ impl InputMode {
             "raw" | "stream" => InputMode::Raw,
             "lines" => InputMode::Lines,
             "json" => InputMode::Json,
+            "nuon" => InputMode::Nuon,
             "string" => InputMode::String,
             "binary" => InputMode::Binary,
             "none" => InputMode::None,
@@ -254,7 +258,7 @@ impl Bridge {
             };
             if flag == INPUT_FLAG {
                 input = InputMode::parse(&value).ok_or_else(|| {
-                    format!("nu bridge: {flag} {value}: expected raw, lines, json, string, binary or none\n")
+                    format!("nu bridge: {flag} {value}: expected raw, lines, json, nuon, string, binary or none\n")
                 })?;
             } else {
                 output = OutputMode::parse(&value).ok_or_else(|| {
@@ -292,7 +296,7 @@ impl Run<'_> {
             InputMode::Raw => Header::ByteStream(0, ByteStreamType::Unknown),
             InputMode::Lines => Header::ListStream(0),
             InputMode::None => Header::Empty,
-            InputMode::Json | InputMode::String | InputMode::Binary => {
+            InputMode::Json | InputMode::Nuon | InputMode::String | InputMode::Binary => {
                 let mut data = Vec::new();
                 let limit = self.bridge.max_input as u64;
                 if let Err(e) = s.stdin().take(limit + 1).read_to_end(&mut data) {
@@ -312,6 +316,18 @@ impl Run<'_> {
                             return 1;
                         }
                     },
+                    InputMode::Nuon => {
+                        match std::str::from_utf8(&data)
+                            .map_err(|_| "it is not UTF-8 text".to_owned())
+                            .and_then(|t| nuon::parse(t, span).map_err(|e| e.to_string()))
+                        {
+                            Ok(v) => Header::Value(v),
+                            Err(e) => {
+                                let _ = writeln!(err, "nu bridge: stdin is not NUON: {e}");
+                                return 1;
+                            }
+                        }
+                    }
                     InputMode::String => match String::from_utf8(data) {
                         Ok(t) => Header::Value(
                             obj! {"String" => obj! {"val" => t, "span" => span.to_value()}},
