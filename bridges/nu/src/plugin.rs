@@ -406,7 +406,7 @@ fn reader(
                 Ok(None) => break,
                 Err(e) => break 'outer Failure::new(format!("{name}: {e}")),
             };
-            let routed = lock(&conn.inner).router.on_message(&v);
+            let routed = lock(&conn.inner).router.on_message(v);
             match routed {
                 Routed::Ready => {
                     ready = true;

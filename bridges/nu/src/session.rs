@@ -486,7 +486,7 @@ impl Run<'_> {
         }
         Ok(match self.output {
             OutputMode::Json => {
-                let mut t = value::json_text(&value::to_plain(v)?);
+                let mut t = value::value_json_text(v)?;
                 t.push('\n');
                 t.into_bytes()
             }
@@ -506,7 +506,7 @@ impl Run<'_> {
                     }
                     return Ok(b);
                 }
-                let mut t = value::json_text(&value::to_plain(v)?);
+                let mut t = value::value_json_text(v)?;
                 t.push('\n');
                 t.into_bytes()
             }

@@ -220,6 +220,49 @@ pub fn pretty_float(f: f64) -> String {
     }
 }
 
+/// A Nu value as `to json` writes it: the same text as `json_text(&to_plain(v)?)`,
+/// written straight from the wire value without building the plain copy first.
+pub fn value_json_text(v: &J) -> Result<String, Unprintable> {
+    let mut out = String::new();
+    write_value_json(v, 0, &mut out)?;
+    Ok(out)
+}
+
+fn write_value_json(v: &J, depth: usize, out: &mut String) -> Result<(), Unprintable> {
+    let pad = |n: usize, out: &mut String| out.extend(std::iter::repeat_n(' ', n * 2));
+    if let Some(e) = error_of(v) {
+        return Err(Unprintable::Error(e));
+    }
+    let (tag, body) = parts(v)?;
+    match (tag, body.get("val"), body.get("vals")) {
+        ("String", Some(J::Str(s)), _) => out.push_str(&json_string(s)),
+        ("Record", Some(J::Obj(pairs)), _) if !pairs.is_empty() => {
+            out.push_str("{\n");
+            for (i, (k, item)) in pairs.iter().enumerate() {
+                pad(depth + 1, out);
+                out.push_str(&json_string(k));
+                out.push_str(": ");
+                write_value_json(item, depth + 1, out)?;
+                out.push_str(if i + 1 < pairs.len() { ",\n" } else { "\n" });
+            }
+            pad(depth, out);
+            out.push('}');
+        }
+        ("List", _, Some(J::Arr(items))) if !items.is_empty() => {
+            out.push_str("[\n");
+            for (i, item) in items.iter().enumerate() {
+                pad(depth + 1, out);
+                write_value_json(item, depth + 1, out)?;
+                out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
+            }
+            pad(depth, out);
+            out.push(']');
+        }
+        _ => write_json(&to_plain(v)?, depth, out),
+    }
+    Ok(())
+}
+
 /// Plain JSON data formatted as `to json` does (2-space indentation).
 pub fn json_text(v: &J) -> String {
     let mut out = String::new();
@@ -489,6 +532,23 @@ mod tests {
             nuon_text(&v).unwrap(),
             "{a: 1, b: [2.5, null], c: {}, e: 1000b, i: 1.0, m: 100000000000000000000.0}"
         );
+    }
+
+    #[test]
+    fn json_straight_from_the_value_equals_json_of_the_plain_copy() {
+        let v = crate::nuon::parse(
+            "{a: [1 2.5 \"x\\ny\" null {}], b: {c: []}, d: 0x[01 02], e: 1kb, f: 2020-01-01, g: [[h]; [true]]}",
+            Span::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            value_json_text(&v).unwrap(),
+            json_text(&to_plain(&v).unwrap())
+        );
+        let bad = j(
+            r#"{"List":{"vals":[{"Closure":{"val":{},"span":{"start":0,"end":0}}}],"span":{"start":0,"end":0}}}"#,
+        );
+        assert_eq!(value_json_text(&bad), to_plain(&bad).map(|p| json_text(&p)));
     }
 
     #[test]
