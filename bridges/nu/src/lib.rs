@@ -13,6 +13,7 @@
 //! * [`report`]: errors rendered as nu renders them.
 //! * [`plugin`]: the plugin process, its reader thread, and the warm-process manager.
 //! * [`session`]: one ngw session as one plugin call.
+//! * [`pool`]: reused threads for the calls' input feeders.
 
 // Errors carry a whole `LabeledError` (message, labels, help) to the client; they are the
 // cold path, so their size does not matter.
@@ -25,6 +26,7 @@ pub mod json;
 pub mod msg;
 pub mod nuon;
 pub mod plugin;
+pub mod pool;
 pub mod report;
 pub mod session;
 pub mod value;

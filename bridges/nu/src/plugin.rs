@@ -561,12 +561,12 @@ impl Manager {
         Ok(c)
     }
 
-    /// A call finished.
+    /// A call finished. The GC thread is not woken for it: it checks again by itself
+    /// (at the latest a second later) and a later `last_used` only postpones a stop.
     pub fn release(&self) {
         let mut st = lock(&self.state);
         st.active = st.active.saturating_sub(1);
         st.last_used = Instant::now();
-        self.changed.notify_all();
     }
 
     /// Whether a plugin process is running now.
@@ -611,7 +611,11 @@ fn gc_loop(weak: &std::sync::Weak<Manager>) {
                 }
                 after - idle
             }
-            _ => Duration::from_secs(1),
+            // Busy (or never collected): look again soon, at most a second from now.
+            (Gc::After(after), None) => {
+                after.clamp(Duration::from_millis(50), Duration::from_secs(1))
+            }
+            (Gc::Never, _) => Duration::from_secs(1),
         };
         let _unused = m
             .changed

@@ -15,6 +15,7 @@ use crate::msg::{
 use crate::nuon;
 use crate::obj;
 use crate::plugin::{Call, Conn, Failure, Manager};
+use crate::pool;
 use crate::report;
 use crate::value::{self, Unprintable};
 use crossbeam_channel::select;
@@ -378,19 +379,29 @@ impl Run<'_> {
             return self.failed(&mut err, &f);
         }
         // The input feeder: stdin to the plugin with Nu's flow-control windows.
-        let feeder = match (&c.input, &header) {
-            (Some((sid, acks)), Header::ByteStream(..) | Header::ListStream(_)) => {
-                let stdin = s.take_stdin();
-                let (conn, sid, acks) = (self.conn.clone(), *sid, acks.clone());
-                let lines = mode == InputMode::Lines;
-                let span = self.src.head;
-                std::thread::Builder::new()
-                    .name("nu-input".into())
-                    .spawn(move || feed(stdin, &conn, sid, &acks, lines, span))
-                    .ok()
+        // It runs on a pooled thread; it ends once stdin ends, the plugin drops the stream
+        // or fails.
+        if let (Some((sid, acks)), Header::ByteStream(..) | Header::ListStream(_)) =
+            (&c.input, &header)
+        {
+            let stdin = s.take_stdin();
+            let (conn, sid, acks) = (self.conn.clone(), *sid, acks.clone());
+            let lines = mode == InputMode::Lines;
+            let span = self.src.head;
+            if let Err(e) = pool::spawn("nu-input", move || {
+                feed(stdin, &conn, sid, &acks, lines, span)
+            }) {
+                let _ = self.conn.send(&msg::end(sid));
+                let _ = self.conn.send(&msg::drop_stream(sid));
+                return self.failed(
+                    &mut err,
+                    &Failure {
+                        reason: format!("cannot start a thread for the input: {e}"),
+                        code: 1,
+                    },
+                );
             }
-            _ => None,
-        };
+        }
         let mut env_overlay: Vec<(String, J)> = Vec::new();
         let mut collect = Collect::None;
         let mut out_stream: Option<u64> = None;
@@ -461,8 +472,6 @@ impl Run<'_> {
                 }
             }
         };
-        // The feeder ends once stdin ends, the plugin drops the stream or fails.
-        drop(feeder);
         code
     }
 
