@@ -1,8 +1,9 @@
 //! Times the bridge alone, without ngd and the client: the bridge served in this process
 //! on a socket pair, driven by `ngw::testing::Driver` (which answers stdin requests at
-//! once), against the real plugins from the peers cache. Prints medians per call of a
-//! trivial `inc` (JSON input), the same with raw (byte stream) input, and `from ini` of a
-//! 1 MB document.
+//! once), against the real plugins from the peers cache. Prints medians per call of
+//! `inc --help` (the session and argument parsing, no plugin), `inc` with no input (one
+//! plugin round trip), a trivial `inc` with JSON input (plus reading stdin), the same with
+//! raw (byte stream) input, and `from ini` of a 1 MB document.
 //!
 //! Usage: `cargo run --release -p ng-bridge-nu --example nu-hop [CALLS]`. Not a test.
 
@@ -63,9 +64,20 @@ fn main() {
     let from_ini = Request::new("from", ["ini"])
         .stdin(ini.into_bytes())
         .cwd(&cwd);
+    let help = Request::new("inc", ["--help"]).cwd(&cwd);
+    let none = Request::new("inc", ["--nu-input", "none"]).cwd(&cwd);
+    let mut t_help = Vec::new();
+    let mut t_none = Vec::new();
     let mut t_json = Vec::new();
     let mut t_raw = Vec::new();
     for i in 0..calls + 50 {
+        let t = Instant::now();
+        let o = d.run(&help).expect("run");
+        let h = t.elapsed().as_secs_f64();
+        assert_eq!(o.code, 0, "{}", o.stderr_str());
+        let t = Instant::now();
+        d.run(&none).expect("run");
+        let n = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let o = d.run(&inc_json).expect("run");
         let a = t.elapsed().as_secs_f64();
@@ -75,6 +87,8 @@ fn main() {
         let b = t.elapsed().as_secs_f64();
         assert_eq!(o.stdout_str(), "2.0.0\n", "{}", o.stderr_str());
         if i >= 50 {
+            t_help.push(h);
+            t_none.push(n);
             t_json.push(a);
             t_raw.push(b);
         }
@@ -86,6 +100,8 @@ fn main() {
         t_ini.push(t.elapsed().as_secs_f64());
         assert_eq!(o.code, 0, "{}", o.stderr_str());
     }
+    println!("inc --help           {:8.1} us", median(t_help) * 1e6);
+    println!("inc --nu-input none  {:8.1} us", median(t_none) * 1e6);
     println!("inc --nu-input json  {:8.1} us", median(t_json) * 1e6);
     println!("inc --major (raw)    {:8.1} us", median(t_raw) * 1e6);
     println!("from ini (1 MB)      {:8.2} ms", median(t_ini) * 1e3);

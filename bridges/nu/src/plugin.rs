@@ -243,7 +243,9 @@ impl Conn {
             return Err(f.clone());
         }
         let id = inner.router.start_call();
-        let (tx, rx) = bounded(CALL_QUEUE);
+        // Unbounded, with the cap checked by the reader before each send: a bounded
+        // channel would allocate and initialise all CALL_QUEUE slots for every call.
+        let (tx, rx) = unbounded();
         let input = input.then(|| {
             let sid = inner.router.start_input_stream(id);
             let (itx, irx) = unbounded();
@@ -415,7 +417,10 @@ fn reader(
                 Routed::ToCall(id, ev) => {
                     let inner = lock(&conn.inner);
                     if let Some(s) = inner.sinks.get(&id) {
-                        if s.events.try_send(ev).is_err() && !s.events.is_empty() {
+                        if s.events.len() < CALL_QUEUE {
+                            // An error only when the call has gone: nothing to tell it.
+                            let _ = s.events.send(ev);
+                        } else {
                             drop(inner);
                             break 'outer Failure::new(format!(
                                 "{name} sent more than {CALL_QUEUE} messages to one call without waiting for acknowledgements"
