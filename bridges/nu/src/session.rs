@@ -222,7 +222,8 @@ impl Bridge {
             src: &src,
             conn: &conn,
             output: output_mode,
-            env: s.env_lossy(),
+            // Moved out, not copied: only engine calls read it, as text, when they come.
+            env: std::mem::take(&mut s.env),
             cwd: s.cwd.clone(),
         };
         let code = run.go(s, call, input_mode);
@@ -278,7 +279,7 @@ struct Run<'a> {
     src: &'a Source,
     conn: &'a Arc<Conn>,
     output: OutputMode,
-    env: Vec<(String, String)>,
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
     cwd: PathBuf,
 }
 
@@ -630,12 +631,21 @@ impl Run<'_> {
                     .rev()
                     .find(|(k, _)| *k == name)
                     .map(|(_, v)| v.clone())
-                    .or_else(|| self.env.iter().find(|(k, _)| *k == name).map(|(_, v)| env_value(v)));
+                    .or_else(|| {
+                        self.env
+                            .iter()
+                            .find(|(k, _)| k.to_string_lossy() == name)
+                            .map(|(_, v)| env_value(&v.to_string_lossy()))
+                    });
                 let h = v.map_or(Header::Empty, Header::Value);
                 obj! {"PipelineData" => h.to_value(span)}
             }
             EngineCall::GetEnvVars => {
-                let mut pairs: Vec<(String, J)> = self.env.iter().map(|(k, v)| (k.clone(), env_value(v))).collect();
+                let mut pairs: Vec<(String, J)> = self
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.to_string_lossy().into_owned(), env_value(&v.to_string_lossy())))
+                    .collect();
                 for (k, v) in overlay.iter() {
                     match pairs.iter_mut().find(|(pk, _)| pk == k) {
                         Some(slot) => slot.1 = v.clone(),
