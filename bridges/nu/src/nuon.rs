@@ -534,10 +534,9 @@ fn number(word: &str) -> Option<Num> {
     if !plain.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
         return None;
     }
-    if plain.is_empty()
-        || !plain
-            .chars()
-            .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'))
+    if !plain
+        .chars()
+        .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'))
     {
         return None;
     }
@@ -586,11 +585,14 @@ const FILESIZES: &[(&str, i64)] = &[
     ("eib", 1 << 60),
 ];
 
+/// A value with a unit: `Duration` or `Filesize`, and nanoseconds or bytes (`None` when
+/// out of range).
+type Unit = (&'static str, Option<i64>);
+
 /// A number with a duration or file size unit: the tag and the value in nanoseconds or
 /// bytes (`None` when it overflows); `Err` for a unit after something that is not a
 /// number but starts like one (`1a2b`, which nu refuses too).
-#[allow(clippy::type_complexity)]
-fn with_unit(word: &str) -> Result<Option<(&'static str, Option<i64>)>, ()> {
+fn with_unit(word: &str) -> Result<Option<Unit>, ()> {
     let durations = DURATIONS.iter().filter(|(u, _)| word.ends_with(u));
     let sizes = FILESIZES.iter().filter(|(u, _)| {
         word.len() >= u.len()
