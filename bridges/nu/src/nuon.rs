@@ -3,12 +3,13 @@
 //!
 //! Covered: records (`{a: 1, "b c": x}`), lists (`[1 2 3]`, `[1, 2]`), tables
 //! (`[[a b]; [1 2]]`), strings (bare inside lists and records; `"..."` with Nu's escapes;
-//! `'...'`; `` `...` ``; `r#'...'#`), integers (decimal with `_`, `0x`, `0o`, `0b`), floats (`inf`,
-//! `nan`), `true`/`false`/`null`, durations (`1sec`, `1.5min`), file sizes (`1kb`, `1KiB`),
-//! dates (`2020-01-01`, RFC 3339), binary (`0x[ff 00]`, `0b[..]`, `0o[..]`) and `#`
-//! comments, raw strings (`r#'...'#`). What nu reads as something other than plain data —
-//! ranges (`1..5`), cell paths, variables — is an error here rather than a guess, so a document
-//! is either read as nu reads it or refused (the caller can use JSON instead).
+//! `'...'`; `` `...` ``; `r#'...'#`), integers (decimal with `_`, `0x`, `0o`, `0b`),
+//! floats (`inf`, `nan`), `true`/`false`/`null`, durations (`1sec`, `1.5min`), file sizes
+//! (`1kb`, `1KiB`), dates (`2020-01-01`, RFC 3339), binary (`0x[ff 00]`, `0b[..]`,
+//! `0o[..]`) and `#` comments. What nu reads as something other than plain data — ranges
+//! (`1..5`), cell paths, variables — and what nu refuses is an error here, never a guess
+//! (the caller can send JSON instead). `tests/nuon.rs` checks a table of documents against
+//! the real nu.
 
 use crate::json::J;
 use crate::msg::Span;
