@@ -96,7 +96,8 @@ pub fn to_plain(v: &J) -> Result<J, Unprintable> {
     let val = body.get("val").unwrap_or(&J::Null);
     Ok(match tag {
         "Nothing" => J::Null,
-        "Bool" | "Int" | "Float" | "String" | "Filesize" | "Duration" | "Date" => val.clone(),
+        "Bool" | "Int" | "Float" | "String" | "Filesize" | "Duration" => val.clone(),
+        "Date" => J::Str(date_text(val)),
         "Glob" => val.clone(),
         "Binary" => match val {
             J::Bytes(b) => J::Arr(b.iter().map(|&x| J::from(x)).collect()),
@@ -131,6 +132,16 @@ pub fn to_plain(v: &J) -> Result<J, Unprintable> {
         }
         other => return Err(Unprintable::Type(other.to_lowercase())),
     })
+}
+
+/// A date as nu writes it (`to json`, `to nuon`): RFC 3339 with the offset as `+00:00`,
+/// never `Z` (a plugin's serialiser writes UTC as `Z`).
+fn date_text(val: &J) -> String {
+    let text = val.as_str().unwrap_or("");
+    match text.strip_suffix(['Z', 'z']) {
+        Some(rest) => format!("{rest}+00:00"),
+        None => text.to_owned(),
+    }
 }
 
 fn cell_path_text(val: &J) -> String {
@@ -372,7 +383,7 @@ fn write_nuon(v: &J, out: &mut String, top: bool) -> Result<(), Unprintable> {
         "Duration" => {
             let _ = write!(out, "{}ns", val.to_json());
         }
-        "Date" => out.push_str(val.as_str().unwrap_or("")),
+        "Date" => out.push_str(&date_text(val)),
         "Binary" => {
             out.push_str("0x[");
             for b in bytes_of(val).unwrap_or_default() {

@@ -246,3 +246,44 @@ fn nuon_output_of_formats_matches_to_nuon() {
         );
     }
 }
+
+#[test]
+fn nuon_through_to_plist_and_back_matches_nu() {
+    let formats = peer("nu_plugin_formats");
+    let (mut d, _t) = bridge(&[&formats], "{}");
+    let doc = "{a: 1, b: [1 2], c: 0x[01ff], d: 'x y', e: 2.5, f: true, g: 2020-01-01T12:00:00Z}";
+    let (want, werr, wcode) = nu(&formats, &format!("{doc} | to plist"), None);
+    assert_eq!(wcode, 0, "nu: {werr}");
+    let o = d
+        .run(&req("to", &["plist", "--nu-input", "nuon"], doc.as_bytes()))
+        .unwrap();
+    assert_eq!(
+        (o.stdout_str(), o.code),
+        (want.clone(), 0),
+        "{}",
+        o.stderr_str()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let plist = dir.path().join("a.plist");
+    std::fs::write(&plist, &want).unwrap();
+    // Dates come back from the plugin as `...Z`; nu writes them `+00:00`.
+    for conversion in ["nuon", "json"] {
+        let (back, werr, wcode) = nu(
+            &formats,
+            &format!(
+                "open --raw {} | from plist | to {conversion}",
+                plist.display()
+            ),
+            None,
+        );
+        assert_eq!(wcode, 0, "nu: {werr}");
+        let o = d
+            .run(&req(
+                "from",
+                &["plist", "--nu-output", conversion],
+                want.as_bytes(),
+            ))
+            .unwrap();
+        assert_eq!((o.stdout_str(), o.code), (back, 0), "{}", o.stderr_str());
+    }
+}
