@@ -80,7 +80,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn jobs_run_on_reused_threads() {
+    fn jobs_run_one_after_another_and_many_at_once() {
         let (tx, rx) = crossbeam_channel::unbounded();
         for i in 0..50 {
             let tx = tx.clone();
@@ -89,9 +89,10 @@ mod tests {
             })
             .unwrap();
             // One at a time: each job finds the thread the last one ran on idle (or about
-            // to be).
+            // to be), so few threads serve them all.
             let _ = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         }
+        // Many at once: each gets a thread (idle or new); none waits for another.
         let mut seen = Vec::new();
         for i in 0..20 {
             let tx = tx.clone();
