@@ -116,6 +116,8 @@ pub struct Decoder {
     cap: usize,
     /// For JSON: whether bytes that may end a message arrived since the last attempt.
     maybe_complete: bool,
+    /// For msgpack: how far the message at the front has been scanned.
+    scan: Extent,
 }
 
 impl Decoder {
@@ -126,6 +128,7 @@ impl Decoder {
             buf: Vec::new(),
             cap,
             maybe_complete: false,
+            scan: Extent::new(),
         }
     }
 
@@ -208,9 +211,12 @@ impl Decoder {
         if self.buf.is_empty() {
             return Ok(None);
         }
-        let Some(end) = msgpack_extent(&self.buf, self.cap)? else {
+        // The scan resumes where the last feed left it, so a message that arrives in many
+        // reads is scanned once.
+        let Some(end) = self.scan.scan(&self.buf, self.cap)? else {
             return self.check_cap();
         };
+        self.scan = Extent::new();
         let value = decode_msgpack(&self.buf[..end])?;
         self.buf.drain(..end);
         Ok(Some(value))
@@ -230,85 +236,118 @@ pub fn decode_msgpack(bytes: &[u8]) -> Result<J, CodecError> {
 /// when it is incomplete; an error when a declared length exceeds `cap` or a byte is not
 /// msgpack.
 pub fn msgpack_extent(buf: &[u8], cap: usize) -> Result<Option<usize>, CodecError> {
-    let mut pos = 0usize;
-    // Js still to read at this level and above.
-    let mut pending: u64 = 1;
-    let oversized = || CodecError::Oversized { cap };
-    while pending > 0 {
-        let Some(&b) = buf.get(pos) else {
+    Extent::new().scan(buf, cap)
+}
+
+/// An incremental [`msgpack_extent`]: where the scan of one value stopped (the start of
+/// the first item not yet complete, and how many items are still to come).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pos: usize,
+    pending: u64,
+}
+
+impl Default for Extent {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Extent {
+    /// A scan at the start of a value.
+    pub fn new() -> Self {
+        Self { pos: 0, pending: 1 }
+    }
+
+    /// Scans on from where the last call stopped; `buf` is the same buffer with more
+    /// bytes at its end.
+    pub fn scan(&mut self, buf: &[u8], cap: usize) -> Result<Option<usize>, CodecError> {
+        let mut pos = self.pos;
+        let mut pending = self.pending;
+        let oversized = || CodecError::Oversized { cap };
+        while pending > 0 {
+            let (item_pos, item_pending) = (pos, pending);
+            let Some(&b) = buf.get(pos) else {
+                self.pos = item_pos;
+                self.pending = item_pending;
+                return Ok(None);
+            };
+            pending -= 1;
+            pos += 1;
+            let need = |n: usize| -> Option<u64> {
+                buf.get(pos..pos + n)
+                    .map(|s| s.iter().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)))
+            };
+            // (payload bytes to skip, items that follow)
+            let (skip, items): (u64, u64) = match b {
+                0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+                0x80..=0x8f => (0, u64::from(b & 0x0f) * 2),
+                0x90..=0x9f => (0, u64::from(b & 0x0f)),
+                0xa0..=0xbf => (u64::from(b & 0x1f), 0),
+                0xcc | 0xd0 => (1, 0),
+                0xcd | 0xd1 => (2, 0),
+                0xca | 0xce | 0xd2 => (4, 0),
+                0xcb | 0xcf | 0xd3 => (8, 0),
+                0xd4 => (2, 0),
+                0xd5 => (3, 0),
+                0xd6 => (5, 0),
+                0xd7 => (9, 0),
+                0xd8 => (17, 0),
+                0xc4 | 0xd9 | 0xc5 | 0xda | 0xc6 | 0xdb | 0xc7 | 0xc8 | 0xc9 => {
+                    let width = match b {
+                        0xc4 | 0xd9 | 0xc7 => 1,
+                        0xc5 | 0xda | 0xc8 => 2,
+                        _ => 4,
+                    };
+                    let Some(len) = need(width) else {
+                        self.pos = item_pos;
+                        self.pending = item_pending;
+                        return Ok(None);
+                    };
+                    pos += width;
+                    let ext = u64::from(matches!(b, 0xc7..=0xc9));
+                    (len + ext, 0)
+                }
+                0xdc..=0xdf => {
+                    let width = if matches!(b, 0xdc | 0xde) { 2 } else { 4 };
+                    let Some(len) = need(width) else {
+                        self.pos = item_pos;
+                        self.pending = item_pending;
+                        return Ok(None);
+                    };
+                    pos += width;
+                    (0, if b >= 0xde { len * 2 } else { len })
+                }
+                0xc1 => {
+                    return Err(CodecError::Garbage {
+                        encoding: "msgpack",
+                        detail: format!("byte 0xc1 is never used (bytes {})", show(buf)),
+                    })
+                }
+            };
+            if skip > cap as u64 || items > cap as u64 {
+                return Err(oversized());
+            }
+            pos += skip as usize;
+            if pos > cap {
+                return Err(oversized());
+            }
+            pending += items;
+        }
+        // A payload may reach past the bytes held: the scan waits at its end.
+        self.pos = pos;
+        self.pending = 0;
+        if pos > buf.len() {
             return Ok(None);
-        };
-        pending -= 1;
-        pos += 1;
-        let need = |n: usize| -> Result<Option<u64>, CodecError> {
-            match buf.get(pos..pos + n) {
-                Some(s) => Ok(Some(
-                    s.iter().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)),
-                )),
-                None => Ok(None),
-            }
-        };
-        // (bytes of length field, payload bytes per unit, items per unit)
-        let (skip, items): (u64, u64) = match b {
-            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
-            0x80..=0x8f => (0, u64::from(b & 0x0f) * 2),
-            0x90..=0x9f => (0, u64::from(b & 0x0f)),
-            0xa0..=0xbf => (u64::from(b & 0x1f), 0),
-            0xcc | 0xd0 => (1, 0),
-            0xcd | 0xd1 => (2, 0),
-            0xca | 0xce | 0xd2 => (4, 0),
-            0xcb | 0xcf | 0xd3 => (8, 0),
-            0xd4 => (2, 0),
-            0xd5 => (3, 0),
-            0xd6 => (5, 0),
-            0xd7 => (9, 0),
-            0xd8 => (17, 0),
-            0xc4 | 0xd9 | 0xc5 | 0xda | 0xc6 | 0xdb | 0xc7 | 0xc8 | 0xc9 => {
-                let width = match b {
-                    0xc4 | 0xd9 | 0xc7 => 1,
-                    0xc5 | 0xda | 0xc8 => 2,
-                    _ => 4,
-                };
-                let Some(len) = need(width)? else {
-                    return Ok(None);
-                };
-                pos += width;
-                let ext = u64::from(matches!(b, 0xc7..=0xc9));
-                (len + ext, 0)
-            }
-            0xdc..=0xdf => {
-                let width = if matches!(b, 0xdc | 0xde) { 2 } else { 4 };
-                let Some(len) = need(width)? else {
-                    return Ok(None);
-                };
-                pos += width;
-                (0, if b >= 0xde { len * 2 } else { len })
-            }
-            0xc1 => {
-                return Err(CodecError::Garbage {
-                    encoding: "msgpack",
-                    detail: format!("byte 0xc1 is never used (bytes {})", show(buf)),
-                })
-            }
-        };
-        if skip > cap as u64 || items > cap as u64 {
-            return Err(oversized());
         }
-        pos += skip as usize;
-        if pos > cap {
-            return Err(oversized());
-        }
-        pending += items;
+        Ok(Some(pos))
     }
-    if pos > buf.len() {
-        return Ok(None);
-    }
-    Ok(Some(pos))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::obj;
 
     fn j(text: &str) -> J {
         J::parse(text.as_bytes()).unwrap()
@@ -380,16 +419,20 @@ mod tests {
     }
 
     #[test]
-    fn msgpack_bin_becomes_byte_array() {
+    fn msgpack_bin_stays_one_buffer_and_reads_as_json_bytes_do() {
         // {"Raw": {"Ok": bin8 "ab"}}
         let bytes = [
             0x81, 0xa3, b'R', b'a', b'w', 0x81, 0xa2, b'O', b'k', 0xc4, 2, b'a', b'b',
         ];
         assert_eq!(msgpack_extent(&bytes, 1024), Ok(Some(bytes.len())));
+        let v = decode_msgpack(&bytes).unwrap();
+        assert_eq!(v, obj! {"Raw" => obj! {"Ok" => J::Bytes(b"ab".to_vec())}});
+        let from_json = j(r#"{"Raw": {"Ok": [97, 98]}}"#);
         assert_eq!(
-            decode_msgpack(&bytes),
-            Ok(j(r#"{"Raw": {"Ok": [97, 98]}}"#))
+            crate::msg::bytes_of(&v["Raw"]["Ok"]),
+            crate::msg::bytes_of(&from_json["Raw"]["Ok"])
         );
+        assert_eq!(v.to_json(), from_json.to_json());
     }
 
     #[test]
@@ -420,10 +463,7 @@ mod tests {
         );
         let m = Encoding::MsgPack.encode(&d);
         assert!(m.ends_with(&[0xc4, 2, b'a', b'b']), "{m:?}");
-        assert_eq!(
-            decode_msgpack(&m),
-            Ok(j(r#"{"Data":[0,{"Raw":{"Ok":[97,98]}}]}"#))
-        );
+        assert_eq!(decode_msgpack(&m), Ok(d));
     }
 
     #[test]
@@ -440,6 +480,23 @@ mod tests {
                 "cut {cut}"
             );
         }
-        assert_eq!(decode_msgpack(&bytes), Ok(msg));
+        assert_eq!(decode_msgpack(&bytes), Ok(msg.clone()));
+        // One scan resumed over growing prefixes finds the same end.
+        let mut e = Extent::new();
+        for cut in 0..bytes.len() {
+            assert_eq!(e.scan(&bytes[..cut], 1 << 20), Ok(None), "cut {cut}");
+        }
+        assert_eq!(e.scan(&bytes, 1 << 20), Ok(Some(bytes.len())));
+        let mut d = Decoder::new(Encoding::MsgPack, 1 << 20);
+        for (i, b) in bytes.iter().enumerate() {
+            d.feed(std::slice::from_ref(b));
+            if i + 1 < bytes.len() {
+                assert_eq!(d.next_message(), Ok(None));
+            }
+        }
+        d.feed(&bytes);
+        assert_eq!(d.next_message(), Ok(Some(msg.clone())));
+        assert_eq!(d.next_message(), Ok(Some(msg)));
+        assert_eq!(d.next_message(), Ok(None));
     }
 }

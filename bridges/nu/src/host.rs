@@ -136,9 +136,15 @@ impl Router {
         self.calls.keys().copied().collect()
     }
 
-    /// Routes one decoded message.
-    pub fn on_message(&mut self, value: &J) -> Routed {
-        let msg = match PluginMsg::parse(value) {
+    /// Routes one decoded message (taken by value: a response's value or a stream item
+    /// moves on to its call without a copy).
+    pub fn on_message(&mut self, value: J) -> Routed {
+        let shown = if self.phase == Phase::AwaitHello {
+            msg::brief(&value)
+        } else {
+            String::new()
+        };
+        let msg = match PluginMsg::parse_owned(value) {
             Ok(m) => m,
             Err(e) => return Routed::Fatal(e.to_string()),
         };
@@ -158,10 +164,7 @@ impl Router {
                     self.phase = Phase::Ready;
                     Routed::Ready
                 }
-                _ => Routed::Fatal(format!(
-                    "the plugin's first message is not Hello: {}",
-                    msg::brief(value)
-                )),
+                _ => Routed::Fatal(format!("the plugin's first message is not Hello: {shown}")),
             };
         }
         match msg {
@@ -309,7 +312,7 @@ mod tests {
             r#"{"CallResponse":[2,{"Error":{"msg":"Unable to extract string","labels":[],"code":null,"url":null,"help":null,"inner":[]}}]}"#,
             "\n",
         ));
-        assert_eq!(r.on_message(&msgs[0]), Routed::Ready);
+        assert_eq!(r.on_message(msgs[0].clone()), Routed::Ready);
         assert_eq!(r.plugin_version(), Some("0.115.1"));
         // Metadata and Signature took ids 0 and 1.
         let (m, s) = (r.start_call(), r.start_call());
@@ -319,21 +322,24 @@ mod tests {
         assert_eq!(call, 2);
         assert_eq!(r.start_input_stream(call), 0);
         for m in &msgs[1..4] {
-            assert_eq!(r.on_message(m), Routed::ToInput(2, Event::Ack));
+            assert_eq!(r.on_message(m.clone()), Routed::ToInput(2, Event::Ack));
         }
-        assert_eq!(r.on_message(&msgs[4]), Routed::ToInput(2, Event::Drop));
+        assert_eq!(
+            r.on_message(msgs[4].clone()),
+            Routed::ToInput(2, Event::Drop)
+        );
         assert!(matches!(
-            r.on_message(&msgs[5]),
+            r.on_message(msgs[5].clone()),
             Routed::ToCall(2, Event::Response(Response::Error(_)))
         ));
         r.finish_call(2);
-        assert!(matches!(r.on_message(&msgs[1]), Routed::Ignore(_)));
+        assert!(matches!(r.on_message(msgs[1].clone()), Routed::Ignore(_)));
     }
 
     #[test]
     fn plugin_streams_are_learned_from_responses() {
         let mut r = Router::new();
-        r.on_message(&j(
+        r.on_message(j(
             r#"{"Hello":{"protocol":"nu-plugin","version":"0.115.0","features":[]}}"#,
         ));
         let c = r.start_call();
@@ -342,7 +348,7 @@ mod tests {
             r#"{"CallResponse":[0,{"PipelineData":{"ByteStream":{"id":7,"span":{"start":0,"end":0},"type":"String","metadata":null}}}]}"#,
         );
         assert_eq!(
-            r.on_message(&resp),
+            r.on_message(resp.clone()),
             Routed::ToCall(
                 c,
                 Event::Response(Response::PipelineData(Header::ByteStream(
@@ -352,48 +358,45 @@ mod tests {
             )
         );
         assert_eq!(
-            r.on_message(&j(r#"{"Data":[7,{"Raw":{"Ok":[104,105]}}]}"#)),
+            r.on_message(j(r#"{"Data":[7,{"Raw":{"Ok":[104,105]}}]}"#)),
             Routed::ToCall(c, Event::Data(7, StreamData::Raw(b"hi".to_vec())))
         );
         assert_eq!(
-            r.on_message(&j(r#"{"End":7}"#)),
+            r.on_message(j(r#"{"End":7}"#)),
             Routed::ToCall(c, Event::End(7))
         );
-        assert!(matches!(
-            r.on_message(&j(r#"{"End":7}"#)),
-            Routed::Ignore(_)
-        ));
+        assert!(matches!(r.on_message(j(r#"{"End":7}"#)), Routed::Ignore(_)));
     }
 
     #[test]
     fn handshake_failures_are_fatal_with_a_reason() {
         let mut r = Router::new();
-        let Routed::Fatal(why) = r.on_message(&j(
+        let Routed::Fatal(why) = r.on_message(j(
             r#"{"Hello":{"protocol":"nu-plugin","version":"0.114.0","features":[]}}"#,
         )) else {
             panic!()
         };
         assert!(why.contains("0.114.0"), "{why}");
         let mut r = Router::new();
-        assert!(matches!(r.on_message(&j(r#"{"Ack":0}"#)), Routed::Fatal(_)));
+        assert!(matches!(r.on_message(j(r#"{"Ack":0}"#)), Routed::Fatal(_)));
         let mut r = Router::new();
-        r.on_message(&j(
+        r.on_message(j(
             r#"{"Hello":{"protocol":"nu-plugin","version":"0.115.1","features":[]}}"#,
         ));
         assert!(matches!(
-            r.on_message(&j(r#"{"Bogus":1}"#)),
+            r.on_message(j(r#"{"Bogus":1}"#)),
             Routed::Fatal(_)
         ));
-        assert!(matches!(r.on_message(&j(r#"[1, 2]"#)), Routed::Fatal(_)));
+        assert!(matches!(r.on_message(j(r#"[1, 2]"#)), Routed::Fatal(_)));
     }
 
     #[test]
     fn engine_calls_outside_a_call_get_an_error_reply() {
         let mut r = Router::new();
-        r.on_message(&j(
+        r.on_message(j(
             r#"{"Hello":{"protocol":"nu-plugin","version":"0.115.1","features":[]}}"#,
         ));
-        let Routed::Reply(v) = r.on_message(&j(
+        let Routed::Reply(v) = r.on_message(j(
             r#"{"EngineCall":{"context":9,"id":3,"call":"GetConfig"}}"#,
         )) else {
             panic!()
@@ -401,7 +404,7 @@ mod tests {
         assert_eq!(v["EngineCallResponse"][0], 3);
         assert!(v["EngineCallResponse"][1]["Error"]["msg"].is_string());
         assert_eq!(
-            r.on_message(&j(r#"{"Option":{"GcDisabled":true}}"#)),
+            r.on_message(j(r#"{"Option":{"GcDisabled":true}}"#)),
             Routed::GcDisabled(true)
         );
     }

@@ -2,8 +2,9 @@
 //!
 //! Nu records are ordered; `serde_json::Value` (without its `preserve_order` feature, which
 //! would change key order for every crate in the workspace) sorts object keys. [`J`] keeps
-//! objects as ordered pairs, keeps integers exact, and reads msgpack byte strings as
-//! arrays of numbers, the form the JSON encoding uses.
+//! objects as ordered pairs, keeps integers exact, and keeps msgpack byte strings as one
+//! buffer ([`J::Bytes`]); readers of byte buffers accept both that and the JSON encoding's
+//! array of numbers (`msg::bytes_of`).
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
@@ -29,8 +30,9 @@ pub enum J {
     Arr(Vec<J>),
     /// An object, in order.
     Obj(Vec<(String, J)>),
-    /// Bytes: a msgpack `bin`, or in JSON an array of numbers (what both encodings of the
-    /// protocol expect for byte buffers). Only built by the bridge, never decoded.
+    /// Bytes: a msgpack `bin` (decoded as one buffer, not a number per byte), written in
+    /// JSON as an array of numbers (what both encodings of the protocol expect for byte
+    /// buffers). JSON input has no `bin`: its byte buffers arrive as arrays.
     Bytes(Vec<u8>),
 }
 
@@ -306,7 +308,10 @@ impl<'de> Visitor<'de> for JVisitor {
         Ok(J::Str(v))
     }
     fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<J, E> {
-        Ok(J::Arr(v.iter().map(|&b| J::from(b)).collect()))
+        Ok(J::Bytes(v.to_vec()))
+    }
+    fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<J, E> {
+        Ok(J::Bytes(v))
     }
     fn visit_unit<E: de::Error>(self) -> Result<J, E> {
         Ok(J::Null)

@@ -8,10 +8,12 @@
 //! * [`host`]: the engine side of one connection (handshake, call and stream routing,
 //!   flow-control windows), sans I/O.
 //! * [`args`]: a command line parsed against a signature, as Nu's parser would.
-//! * [`value`]: Nu values to and from JSON and NUON.
+//! * [`value`]: Nu values to and from JSON, and to NUON.
+//! * [`nuon`]: NUON text read into Nu values.
 //! * [`report`]: errors rendered as nu renders them.
 //! * [`plugin`]: the plugin process, its reader thread, and the warm-process manager.
 //! * [`session`]: one ngw session as one plugin call.
+//! * [`pool`]: reused threads for the calls' input feeders.
 
 // Errors carry a whole `LabeledError` (message, labels, help) to the client; they are the
 // cold path, so their size does not matter.
@@ -22,7 +24,9 @@ pub mod codec;
 pub mod host;
 pub mod json;
 pub mod msg;
+pub mod nuon;
 pub mod plugin;
+pub mod pool;
 pub mod report;
 pub mod session;
 pub mod value;
@@ -99,7 +103,7 @@ impl Options {
                 }
                 "input" => {
                     o.input = v.as_str().and_then(InputMode::parse).ok_or_else(|| {
-                        format!("`input` must be one of raw, lines, json, string, binary, none; not {v}")
+                        format!("`input` must be one of raw, lines, json, nuon, string, binary, none; not {v}")
                     })?
                 }
                 "output" => {

@@ -396,7 +396,77 @@ pub enum PluginMsg {
 #[error("the plugin sent an unknown or malformed message: {0}")]
 pub struct BadMessage(pub String);
 
+/// The only key and value of a one-key object, taken apart; the value back when it is not
+/// one.
+fn take_single(v: J) -> Result<(String, J), J> {
+    match v {
+        J::Obj(mut pairs) if pairs.len() == 1 => match pairs.pop() {
+            Some(pair) => Ok(pair),
+            None => Err(J::Obj(pairs)),
+        },
+        other => Err(other),
+    }
+}
+
+/// `[id, body]` taken apart; the value back when it is not that.
+fn take_pair(v: J) -> Result<(u64, J), J> {
+    match v {
+        J::Arr(mut a) if a.len() == 2 && a[0].as_u64().is_some() => {
+            let body = a.pop().unwrap_or_default();
+            match a.pop().and_then(|id| id.as_u64()) {
+                Some(id) => Ok((id, body)),
+                None => Err(J::Arr(vec![J::Null, body])),
+            }
+        }
+        other => Err(other),
+    }
+}
+
 impl PluginMsg {
+    /// Parses a decoded message, moving the large parts (a response's value, a stream
+    /// item or chunk) out of it instead of copying them; the same result as
+    /// [`PluginMsg::parse`].
+    pub fn parse_owned(v: J) -> Result<Self, BadMessage> {
+        let (tag, body) = match take_single(v) {
+            Ok(p) => p,
+            Err(v) => return Self::parse(&v),
+        };
+        let (id, inner) = match (tag.as_str(), take_pair(body)) {
+            ("CallResponse" | "Data", Ok(p)) => p,
+            (_, Ok((id, b))) => return Self::parse(&obj! {tag => arr![id, b]}),
+            (_, Err(body)) => return Self::parse(&obj! {tag => body}),
+        };
+        let (kind, payload) = match take_single(inner) {
+            Ok(p) => p,
+            Err(inner) => return Self::parse(&obj! {tag => arr![id, inner]}),
+        };
+        match (tag.as_str(), kind.as_str()) {
+            ("CallResponse", "PipelineData") => match take_single(payload) {
+                Ok((h, body)) if h == "Value" => {
+                    let value = match body {
+                        J::Arr(mut a) if !a.is_empty() => a.swap_remove(0),
+                        other => other,
+                    };
+                    Ok(PluginMsg::CallResponse(
+                        id,
+                        Response::PipelineData(Header::Value(value)),
+                    ))
+                }
+                Ok((h, body)) => {
+                    Self::parse(&obj! {tag => arr![id, obj! {kind => obj! {h => body}}]})
+                }
+                Err(p) => Self::parse(&obj! {tag => arr![id, obj! {kind => p}]}),
+            },
+            ("Data", "List") => Ok(PluginMsg::Data(id, StreamData::List(payload))),
+            ("Data", "Raw") => match take_single(payload) {
+                Ok((r, J::Bytes(b))) if r == "Ok" => Ok(PluginMsg::Data(id, StreamData::Raw(b))),
+                Ok((r, x)) => Self::parse(&obj! {tag => arr![id, obj! {kind => obj! {r => x}}]}),
+                Err(p) => Self::parse(&obj! {tag => arr![id, obj! {kind => p}]}),
+            },
+            _ => Self::parse(&obj! {tag => arr![id, obj! {kind => payload}]}),
+        }
+    }
+
     /// Parses a decoded message.
     pub fn parse(v: &J) -> Result<Self, BadMessage> {
         let bad = |why: &str| BadMessage(format!("{why}: {}", brief(v)));
@@ -591,7 +661,13 @@ mod tests {
         let mut d = Decoder::new(Encoding::Json, 1 << 20);
         d.feed(line.as_bytes());
         d.feed(b"\n");
-        PluginMsg::parse(&d.next_message().unwrap().unwrap()).unwrap()
+        let v = d.next_message().unwrap().unwrap();
+        let by_ref = PluginMsg::parse(&v).unwrap();
+        // Through msgpack too: raw chunks arrive as `bin` there.
+        let packed = crate::codec::decode_msgpack(&Encoding::MsgPack.encode(&v)).unwrap();
+        assert_eq!(PluginMsg::parse_owned(packed), Ok(by_ref.clone()), "{line}");
+        assert_eq!(PluginMsg::parse_owned(v), Ok(by_ref.clone()), "{line}");
+        by_ref
     }
 
     #[test]
@@ -710,6 +786,42 @@ mod tests {
             parse_line(r#"{"Data":[0,{"Raw":{"Ok":[49,46]}}]}"#),
             PluginMsg::Data(0, StreamData::Raw(b"1.".to_vec()))
         );
+        assert_eq!(
+            parse_line(r#"{"Data":[3,{"List":{"Int":{"val":1,"span":{"start":0,"end":0}}}}]}"#),
+            PluginMsg::Data(
+                3,
+                StreamData::List(j(r#"{"Int":{"val":1,"span":{"start":0,"end":0}}}"#))
+            )
+        );
+        // A raw chunk as msgpack `bin` moves over as it is.
+        let packed =
+            obj! {"Data" => arr![4u64, obj! {"Raw" => obj! {"Ok" => J::Bytes(b"xy".to_vec())}}]};
+        assert_eq!(
+            PluginMsg::parse_owned(packed.clone()),
+            Ok(PluginMsg::Data(4, StreamData::Raw(b"xy".to_vec())))
+        );
+        assert_eq!(
+            PluginMsg::parse_owned(packed.clone()),
+            PluginMsg::parse(&packed)
+        );
+        // Shapes the owned path does not take apart still parse (or fail) the same.
+        for odd in [
+            r#"{"Data":[0,{"Raw":{"Err":{"msg":"x"}}}]}"#,
+            r#"{"Data":[0,{"Weird":1}]}"#,
+            r#"{"Data":[0]}"#,
+            r#"{"CallResponse":[1,{"PipelineData":"Empty"}]}"#,
+            r#"{"CallResponse":[1,{"PipelineData":{"ListStream":{"id":2,"span":{"start":0,"end":0},"metadata":null}}}]}"#,
+            r#"{"CallResponse":["x",{"Ok":null}]}"#,
+            r#"{"CallResponse":[1,{"PipelineData":{"Value":{"Int":{"val":1,"span":{"start":0,"end":0}}}}}]}"#,
+            r#""Goodbye""#,
+            r#"[1,2]"#,
+        ] {
+            assert_eq!(
+                PluginMsg::parse_owned(j(odd)),
+                PluginMsg::parse(&j(odd)),
+                "{odd}"
+            );
+        }
     }
 
     #[test]

@@ -243,7 +243,9 @@ impl Conn {
             return Err(f.clone());
         }
         let id = inner.router.start_call();
-        let (tx, rx) = bounded(CALL_QUEUE);
+        // Unbounded, with the cap checked by the reader before each send: a bounded
+        // channel would allocate and initialise all CALL_QUEUE slots for every call.
+        let (tx, rx) = unbounded();
         let input = input.then(|| {
             let sid = inner.router.start_input_stream(id);
             let (itx, irx) = unbounded();
@@ -406,7 +408,7 @@ fn reader(
                 Ok(None) => break,
                 Err(e) => break 'outer Failure::new(format!("{name}: {e}")),
             };
-            let routed = lock(&conn.inner).router.on_message(&v);
+            let routed = lock(&conn.inner).router.on_message(v);
             match routed {
                 Routed::Ready => {
                     ready = true;
@@ -415,7 +417,10 @@ fn reader(
                 Routed::ToCall(id, ev) => {
                     let inner = lock(&conn.inner);
                     if let Some(s) = inner.sinks.get(&id) {
-                        if s.events.try_send(ev).is_err() && !s.events.is_empty() {
+                        if s.events.len() < CALL_QUEUE {
+                            // An error only when the call has gone: nothing to tell it.
+                            let _ = s.events.send(ev);
+                        } else {
                             drop(inner);
                             break 'outer Failure::new(format!(
                                 "{name} sent more than {CALL_QUEUE} messages to one call without waiting for acknowledgements"
@@ -561,12 +566,12 @@ impl Manager {
         Ok(c)
     }
 
-    /// A call finished.
+    /// A call finished. The GC thread is not woken for it: it checks again by itself
+    /// (at the latest a second later) and a later `last_used` only postpones a stop.
     pub fn release(&self) {
         let mut st = lock(&self.state);
         st.active = st.active.saturating_sub(1);
         st.last_used = Instant::now();
-        self.changed.notify_all();
     }
 
     /// Whether a plugin process is running now.
@@ -611,7 +616,11 @@ fn gc_loop(weak: &std::sync::Weak<Manager>) {
                 }
                 after - idle
             }
-            _ => Duration::from_secs(1),
+            // Busy (or never collected): look again soon, at most a second from now.
+            (Gc::After(after), None) => {
+                after.clamp(Duration::from_millis(50), Duration::from_secs(1))
+            }
+            (Gc::Never, _) => Duration::from_secs(1),
         };
         let _unused = m
             .changed

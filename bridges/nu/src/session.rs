@@ -12,8 +12,10 @@ use crate::json::J;
 use crate::msg::{
     self, ByteStreamType, EngineCall, Header, LabeledError, Response, Span, StreamData,
 };
+use crate::nuon;
 use crate::obj;
 use crate::plugin::{Call, Conn, Failure, Manager};
+use crate::pool;
 use crate::report;
 use crate::value::{self, Unprintable};
 use crossbeam_channel::select;
@@ -30,6 +32,8 @@ pub enum InputMode {
     Lines,
     /// One value parsed from JSON.
     Json,
+    /// One value parsed from NUON.
+    Nuon,
     /// One string value.
     String,
     /// One binary value.
@@ -45,6 +49,7 @@ impl InputMode {
             "raw" | "stream" => InputMode::Raw,
             "lines" => InputMode::Lines,
             "json" => InputMode::Json,
+            "nuon" => InputMode::Nuon,
             "string" => InputMode::String,
             "binary" => InputMode::Binary,
             "none" => InputMode::None,
@@ -217,7 +222,8 @@ impl Bridge {
             src: &src,
             conn: &conn,
             output: output_mode,
-            env: s.env_lossy(),
+            // Moved out, not copied: only engine calls read it, as text, when they come.
+            env: std::mem::take(&mut s.env),
             cwd: s.cwd.clone(),
         };
         let code = run.go(s, call, input_mode);
@@ -254,7 +260,7 @@ impl Bridge {
             };
             if flag == INPUT_FLAG {
                 input = InputMode::parse(&value).ok_or_else(|| {
-                    format!("nu bridge: {flag} {value}: expected raw, lines, json, string, binary or none\n")
+                    format!("nu bridge: {flag} {value}: expected raw, lines, json, nuon, string, binary or none\n")
                 })?;
             } else {
                 output = OutputMode::parse(&value).ok_or_else(|| {
@@ -273,7 +279,7 @@ struct Run<'a> {
     src: &'a Source,
     conn: &'a Arc<Conn>,
     output: OutputMode,
-    env: Vec<(String, String)>,
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
     cwd: PathBuf,
 }
 
@@ -292,7 +298,7 @@ impl Run<'_> {
             InputMode::Raw => Header::ByteStream(0, ByteStreamType::Unknown),
             InputMode::Lines => Header::ListStream(0),
             InputMode::None => Header::Empty,
-            InputMode::Json | InputMode::String | InputMode::Binary => {
+            InputMode::Json | InputMode::Nuon | InputMode::String | InputMode::Binary => {
                 let mut data = Vec::new();
                 let limit = self.bridge.max_input as u64;
                 if let Err(e) = s.stdin().take(limit + 1).read_to_end(&mut data) {
@@ -312,6 +318,18 @@ impl Run<'_> {
                             return 1;
                         }
                     },
+                    InputMode::Nuon => {
+                        match std::str::from_utf8(&data)
+                            .map_err(|_| "it is not UTF-8 text".to_owned())
+                            .and_then(|t| nuon::parse(t, span).map_err(|e| e.to_string()))
+                        {
+                            Ok(v) => Header::Value(v),
+                            Err(e) => {
+                                let _ = writeln!(err, "nu bridge: stdin is not NUON: {e}");
+                                return 1;
+                            }
+                        }
+                    }
                     InputMode::String => match String::from_utf8(data) {
                         Ok(t) => Header::Value(
                             obj! {"String" => obj! {"val" => t, "span" => span.to_value()}},
@@ -362,19 +380,29 @@ impl Run<'_> {
             return self.failed(&mut err, &f);
         }
         // The input feeder: stdin to the plugin with Nu's flow-control windows.
-        let feeder = match (&c.input, &header) {
-            (Some((sid, acks)), Header::ByteStream(..) | Header::ListStream(_)) => {
-                let stdin = s.take_stdin();
-                let (conn, sid, acks) = (self.conn.clone(), *sid, acks.clone());
-                let lines = mode == InputMode::Lines;
-                let span = self.src.head;
-                std::thread::Builder::new()
-                    .name("nu-input".into())
-                    .spawn(move || feed(stdin, &conn, sid, &acks, lines, span))
-                    .ok()
+        // It runs on a pooled thread; it ends once stdin ends, the plugin drops the stream
+        // or fails.
+        if let (Some((sid, acks)), Header::ByteStream(..) | Header::ListStream(_)) =
+            (&c.input, &header)
+        {
+            let stdin = s.take_stdin();
+            let (conn, sid, acks) = (self.conn.clone(), *sid, acks.clone());
+            let lines = mode == InputMode::Lines;
+            let span = self.src.head;
+            if let Err(e) = pool::spawn("nu-input", move || {
+                feed(stdin, &conn, sid, &acks, lines, span)
+            }) {
+                let _ = self.conn.send(&msg::end(sid));
+                let _ = self.conn.send(&msg::drop_stream(sid));
+                return self.failed(
+                    &mut err,
+                    &Failure {
+                        reason: format!("cannot start a thread for the input: {e}"),
+                        code: 1,
+                    },
+                );
             }
-            _ => None,
-        };
+        }
         let mut env_overlay: Vec<(String, J)> = Vec::new();
         let mut collect = Collect::None;
         let mut out_stream: Option<u64> = None;
@@ -448,8 +476,6 @@ impl Run<'_> {
                 }
             }
         };
-        // The feeder ends once stdin ends, the plugin drops the stream or fails.
-        drop(feeder);
         code
     }
 
@@ -473,7 +499,7 @@ impl Run<'_> {
         }
         Ok(match self.output {
             OutputMode::Json => {
-                let mut t = value::json_text(&value::to_plain(v)?);
+                let mut t = value::value_json_text(v)?;
                 t.push('\n');
                 t.into_bytes()
             }
@@ -493,7 +519,7 @@ impl Run<'_> {
                     }
                     return Ok(b);
                 }
-                let mut t = value::json_text(&value::to_plain(v)?);
+                let mut t = value::value_json_text(v)?;
                 t.push('\n');
                 t.into_bytes()
             }
@@ -608,12 +634,21 @@ impl Run<'_> {
                     .rev()
                     .find(|(k, _)| *k == name)
                     .map(|(_, v)| v.clone())
-                    .or_else(|| self.env.iter().find(|(k, _)| *k == name).map(|(_, v)| env_value(v)));
+                    .or_else(|| {
+                        self.env
+                            .iter()
+                            .find(|(k, _)| k.to_string_lossy() == name)
+                            .map(|(_, v)| env_value(&v.to_string_lossy()))
+                    });
                 let h = v.map_or(Header::Empty, Header::Value);
                 obj! {"PipelineData" => h.to_value(span)}
             }
             EngineCall::GetEnvVars => {
-                let mut pairs: Vec<(String, J)> = self.env.iter().map(|(k, v)| (k.clone(), env_value(v))).collect();
+                let mut pairs: Vec<(String, J)> = self
+                    .env
+                    .iter()
+                    .map(|(k, v)| (k.to_string_lossy().into_owned(), env_value(&v.to_string_lossy())))
+                    .collect();
                 for (k, v) in overlay.iter() {
                     match pairs.iter_mut().find(|(pk, _)| pk == k) {
                         Some(slot) => slot.1 = v.clone(),

@@ -96,9 +96,13 @@ pub fn to_plain(v: &J) -> Result<J, Unprintable> {
     let val = body.get("val").unwrap_or(&J::Null);
     Ok(match tag {
         "Nothing" => J::Null,
-        "Bool" | "Int" | "Float" | "String" | "Filesize" | "Duration" | "Date" => val.clone(),
+        "Bool" | "Int" | "Float" | "String" | "Filesize" | "Duration" => val.clone(),
+        "Date" => J::Str(date_text(val)),
         "Glob" => val.clone(),
-        "Binary" => val.clone(),
+        "Binary" => match val {
+            J::Bytes(b) => J::Arr(b.iter().map(|&x| J::from(x)).collect()),
+            other => other.clone(),
+        },
         "Record" => J::Obj(
             val.as_object()
                 .map(|pairs| {
@@ -128,6 +132,16 @@ pub fn to_plain(v: &J) -> Result<J, Unprintable> {
         }
         other => return Err(Unprintable::Type(other.to_lowercase())),
     })
+}
+
+/// A date as nu writes it (`to json`, `to nuon`): RFC 3339 with the offset as `+00:00`,
+/// never `Z` (a plugin's serialiser writes UTC as `Z`).
+fn date_text(val: &J) -> String {
+    let text = val.as_str().unwrap_or("");
+    match text.strip_suffix(['Z', 'z']) {
+        Some(rest) => format!("{rest}+00:00"),
+        None => text.to_owned(),
+    }
 }
 
 fn cell_path_text(val: &J) -> String {
@@ -192,6 +206,74 @@ pub fn format_float(f: f64) -> String {
     }
 }
 
+/// A float as nu's `to json` writes it in its indented form: the plain decimal (with
+/// `.0` when whole) unless the exponent form is more than one character shorter
+/// (`1e+15`, `5e-4`, but `12345.0`, `0.1`); `-0.0` as `0.0`; not finite as `null`.
+pub fn pretty_float(f: f64) -> String {
+    if !f.is_finite() {
+        return "null".into();
+    }
+    let f = if f == 0.0 { 0.0 } else { f };
+    // Whole numbers with every digit of the exact value (`9223372036854775808.0`), others
+    // with the shortest digits that read back the same.
+    let plain = if f.fract() == 0.0 {
+        format!("{f:.0}.0")
+    } else {
+        format!("{f}")
+    };
+    let exp = format!("{f:e}");
+    if plain.len() <= exp.len() + 1 {
+        plain
+    } else if exp.contains("e-") {
+        exp
+    } else {
+        exp.replacen('e', "e+", 1)
+    }
+}
+
+/// A Nu value as `to json` writes it: the same text as `json_text(&to_plain(v)?)`,
+/// written straight from the wire value without building the plain copy first.
+pub fn value_json_text(v: &J) -> Result<String, Unprintable> {
+    let mut out = String::new();
+    write_value_json(v, 0, &mut out)?;
+    Ok(out)
+}
+
+fn write_value_json(v: &J, depth: usize, out: &mut String) -> Result<(), Unprintable> {
+    let pad = |n: usize, out: &mut String| out.extend(std::iter::repeat_n(' ', n * 2));
+    if let Some(e) = error_of(v) {
+        return Err(Unprintable::Error(e));
+    }
+    let (tag, body) = parts(v)?;
+    match (tag, body.get("val"), body.get("vals")) {
+        ("String", Some(J::Str(s)), _) => out.push_str(&json_string(s)),
+        ("Record", Some(J::Obj(pairs)), _) if !pairs.is_empty() => {
+            out.push_str("{\n");
+            for (i, (k, item)) in pairs.iter().enumerate() {
+                pad(depth + 1, out);
+                out.push_str(&json_string(k));
+                out.push_str(": ");
+                write_value_json(item, depth + 1, out)?;
+                out.push_str(if i + 1 < pairs.len() { ",\n" } else { "\n" });
+            }
+            pad(depth, out);
+            out.push('}');
+        }
+        ("List", _, Some(J::Arr(items))) if !items.is_empty() => {
+            out.push_str("[\n");
+            for (i, item) in items.iter().enumerate() {
+                pad(depth + 1, out);
+                write_value_json(item, depth + 1, out)?;
+                out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
+            }
+            pad(depth, out);
+            out.push(']');
+        }
+        _ => write_json(&to_plain(v)?, depth, out),
+    }
+    Ok(())
+}
+
 /// Plain JSON data formatted as `to json` does (2-space indentation).
 pub fn json_text(v: &J) -> String {
     let mut out = String::new();
@@ -202,7 +284,8 @@ pub fn json_text(v: &J) -> String {
 fn write_json(v: &J, depth: usize, out: &mut String) {
     let pad = |n: usize, out: &mut String| out.extend(std::iter::repeat_n(' ', n * 2));
     match v {
-        J::Float(f) => out.push_str(&format_float(*f)),
+        J::Float(f) => out.push_str(&pretty_float(*f)),
+        J::Str(s) => out.push_str(&json_string(s)),
         J::Arr(items) if items.is_empty() => out.push_str("[]"),
         J::Obj(pairs) if pairs.is_empty() => out.push_str("{}"),
         J::Arr(items) => {
@@ -219,7 +302,7 @@ fn write_json(v: &J, depth: usize, out: &mut String) {
             out.push_str("{\n");
             for (i, (k, item)) in pairs.iter().enumerate() {
                 pad(depth + 1, out);
-                out.push_str(&J::Str(k.clone()).to_json());
+                out.push_str(&json_string(k));
                 out.push_str(": ");
                 write_json(item, depth + 1, out);
                 out.push_str(if i + 1 < pairs.len() { ",\n" } else { "\n" });
@@ -231,10 +314,32 @@ fn write_json(v: &J, depth: usize, out: &mut String) {
     }
 }
 
+/// A string as nu's `to json` writes it: `"`, `\\`, backspace, form feed, newline,
+/// carriage return and tab escaped; every other character as it is.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\x08' => out.push_str("\\b"),
+            '\x0c' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// Plain JSON data on one line, floats as Nu writes them (for JSON Lines output).
 pub fn json_line(v: &J) -> String {
     match v {
         J::Float(f) => format_float(*f),
+        J::Str(s) => json_string(s),
         J::Arr(items) => format!(
             "[{}]",
             items.iter().map(json_line).collect::<Vec<_>>().join(",")
@@ -243,7 +348,7 @@ pub fn json_line(v: &J) -> String {
             "{{{}}}",
             pairs
                 .iter()
-                .map(|(k, v)| format!("{}:{}", J::Str(k.clone()).to_json(), json_line(v)))
+                .map(|(k, v)| format!("{}:{}", json_string(k), json_line(v)))
                 .collect::<Vec<_>>()
                 .join(",")
         ),
@@ -251,14 +356,16 @@ pub fn json_line(v: &J) -> String {
     }
 }
 
-/// A value as `to nuon` writes it.
+/// A value as `to nuon` writes it (nu 0.115's default style: one line, `, ` between
+/// items, a list of records with the same columns as a table `[[a, b]; [1, 2]]`, strings
+/// bare inside lists and records when nu would leave them bare, quoted at the top).
 pub fn nuon_text(v: &J) -> Result<String, Unprintable> {
     let mut out = String::new();
-    write_nuon(v, &mut out)?;
+    write_nuon(v, &mut out, true)?;
     Ok(out)
 }
 
-fn write_nuon(v: &J, out: &mut String) -> Result<(), Unprintable> {
+fn write_nuon(v: &J, out: &mut String, top: bool) -> Result<(), Unprintable> {
     if let Some(e) = error_of(v) {
         return Err(Unprintable::Error(e));
     }
@@ -268,14 +375,15 @@ fn write_nuon(v: &J, out: &mut String) -> Result<(), Unprintable> {
         "Nothing" => out.push_str("null"),
         "Bool" | "Int" => out.push_str(&val.to_json()),
         "Float" => out.push_str(&nuon_float(val.as_f64().unwrap_or(0.0))),
-        "String" | "Glob" => out.push_str(&nuon_string(val.as_str().unwrap_or(""))),
+        "String" if !top => out.push_str(&nuon_string(val.as_str().unwrap_or(""))),
+        "String" | "Glob" => out.push_str(&quote_nuon(val.as_str().unwrap_or(""))),
         "Filesize" => {
             let _ = write!(out, "{}b", val.to_json());
         }
         "Duration" => {
             let _ = write!(out, "{}ns", val.to_json());
         }
-        "Date" => out.push_str(val.as_str().unwrap_or("")),
+        "Date" => out.push_str(&date_text(val)),
         "Binary" => {
             out.push_str("0x[");
             for b in bytes_of(val).unwrap_or_default() {
@@ -293,25 +401,78 @@ fn write_nuon(v: &J, out: &mut String) -> Result<(), Unprintable> {
                 }
                 out.push_str(&nuon_string(k));
                 out.push_str(": ");
-                write_nuon(item, out)?;
+                write_nuon(item, out, false)?;
             }
             out.push('}');
         }
         "List" => {
-            out.push('[');
-            for (i, item) in body["vals"].as_array().into_iter().flatten().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
+            let items = body["vals"].as_array().map_or(&[][..], Vec::as_slice);
+            if let Some(columns) = table_columns(items) {
+                out.push_str("[[");
+                out.push_str(
+                    &columns
+                        .iter()
+                        .map(|c| nuon_string(c))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                );
+                out.push_str("]; ");
+                for (i, row) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push('[');
+                    let cells = row.single().and_then(|(_, b)| b["val"].as_object());
+                    for (j, (_, cell)) in cells.into_iter().flatten().enumerate() {
+                        if j > 0 {
+                            out.push_str(", ");
+                        }
+                        write_nuon(cell, out, false)?;
+                    }
+                    out.push(']');
                 }
-                write_nuon(item, out)?;
+                out.push(']');
+            } else {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    write_nuon(item, out, false)?;
+                }
+                out.push(']');
             }
-            out.push(']');
         }
         _ => {
             to_plain(v)?;
         }
     }
     Ok(())
+}
+
+/// The columns when every item is a record with the same, non-empty, columns in the same
+/// order: what `to nuon` writes as a table.
+fn table_columns(items: &[J]) -> Option<Vec<&str>> {
+    fn columns(v: &J) -> Option<Vec<&str>> {
+        match v.single()? {
+            ("Record", b) => Some(
+                b.get("val")?
+                    .as_object()?
+                    .iter()
+                    .map(|(k, _)| k.as_str())
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+    let first = columns(items.first()?)?;
+    if first.is_empty() {
+        return None;
+    }
+    items[1..]
+        .iter()
+        .all(|v| columns(v).as_ref() == Some(&first))
+        .then_some(first)
 }
 
 fn nuon_float(f: f64) -> String {
@@ -326,17 +487,38 @@ fn nuon_float(f: f64) -> String {
     }
 }
 
-/// A string bare when NUON allows it, else quoted.
-fn nuon_string(s: &str) -> String {
-    let bare = !s.is_empty()
-        && s.chars().all(|c| c.is_alphanumeric() || "_-".contains(c))
-        && !s.starts_with(|c: char| c.is_ascii_digit() || c == '-')
-        && !matches!(s, "true" | "false" | "null" | "NaN" | "inf");
-    if bare {
-        s.to_owned()
+/// A string bare when nu leaves it bare inside a list or record, else quoted: quoted when
+/// empty, `true`/`false`/`null`/`&&`, containing a digit, whitespace or one of
+/// ``[]:`{}#'";()|$,.!?=``, or spelling `inf`, `infinity` or `nan` (any case, any sign).
+/// Digits are Unicode decimal digits in nu; here, besides ASCII digits, every non-ASCII
+/// numeric character counts (so `½` is quoted where nu leaves it bare — still the same
+/// string when read back).
+pub fn nuon_string(s: &str) -> String {
+    let keyword = matches!(s, "true" | "false" | "null" | "&&");
+    let special = s
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_numeric() || "[]:`{}#'\";()|$,.!?=".contains(c));
+    let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s).to_ascii_lowercase();
+    let float_word = matches!(unsigned.as_str(), "inf" | "infinity" | "nan");
+    if s.is_empty() || keyword || special || float_word {
+        quote_nuon(s)
     } else {
-        J::Str(s.to_owned()).to_json()
+        s.to_owned()
     }
+}
+
+/// A string in double quotes, `"` and `\` escaped (as nu's `escape_quote_string`).
+fn quote_nuon(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
 }
 
 #[cfg(test)]
@@ -361,6 +543,23 @@ mod tests {
             nuon_text(&v).unwrap(),
             "{a: 1, b: [2.5, null], c: {}, e: 1000b, i: 1.0, m: 100000000000000000000.0}"
         );
+    }
+
+    #[test]
+    fn json_straight_from_the_value_equals_json_of_the_plain_copy() {
+        let v = crate::nuon::parse(
+            "{a: [1 2.5 \"x\\ny\" null {}], b: {c: []}, d: 0x[01 02], e: 1kb, f: 2020-01-01, g: [[h]; [true]]}",
+            Span::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            value_json_text(&v).unwrap(),
+            json_text(&to_plain(&v).unwrap())
+        );
+        let bad = j(
+            r#"{"List":{"vals":[{"Closure":{"val":{},"span":{"start":0,"end":0}}}],"span":{"start":0,"end":0}}}"#,
+        );
+        assert_eq!(value_json_text(&bad), to_plain(&bad).map(|p| json_text(&p)));
     }
 
     #[test]

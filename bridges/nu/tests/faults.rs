@@ -83,6 +83,42 @@ fn a_list_stream_is_printed_as_json_lines() {
 }
 
 #[test]
+fn a_plugin_that_ignores_flow_control_fails_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = fake(dir.path(), "flood");
+    let (mut d, _t) = bridge(&[&p], "{}");
+    // The client reads nothing until the bridge has given up on the plugin (and killed
+    // it): the session's output blocks, the plugin's unacknowledged items pile up past the
+    // cap.
+    let id = d.start(&req("fake", &["--nu-input", "none"], b"")).unwrap();
+    let running = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.windows(20).any(|w| w == b"nu_plugin_fake_flood"))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while running() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the flooding plugin is still running"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = d.finish(id).unwrap();
+    assert_eq!(o.code, 1, "{}", o.stderr_str());
+    assert!(
+        o.stderr_str().contains(
+            "sent more than 4096 messages to one call without waiting for acknowledgements"
+        ),
+        "{}",
+        o.stderr_str()
+    );
+    let printed = o.stdout.iter().filter(|&&b| b == b'\n').count();
+    assert!((4096..20000).contains(&printed), "{printed} lines");
+}
+
+#[test]
 fn engine_calls_are_answered_from_the_session() {
     let dir = tempfile::tempdir().unwrap();
     let p = fake(dir.path(), "ask");
