@@ -966,7 +966,11 @@ fn handle_events(conn: &mut Conn, core: &Core, host: &mut PluginHost, key: ConnK
                     conn.stdin_backlog = q.stdin.bytes();
                 }
                 ConnState::Plugin(PluginState::Bound(b)) => {
-                    conn.stdin_backlog = host.stdin(b, data);
+                    let (backlog, more) = host.stdin(b, data);
+                    conn.stdin_backlog = backlog;
+                    if more {
+                        conn.session.request_stdin();
+                    }
                 }
                 _ => {
                     if let Some(io) = conn.io() {

@@ -303,6 +303,9 @@ pub fn plugin() -> Plugin {
     .set("min_workers", MIN_WORKERS)
     .set("max_workers", MAX_WORKERS)
     .set("idle_timeout_ms", IDLE_TIMEOUT_MS)
+    // One zygote per worker: the soak counts processes, and a worker's zygotes for other
+    // keys (docs/ngw.md §12.4) would count as leftovers; they are tested in the SDK suite.
+    .env("NGW_MAX_ZYGOTES", "1")
 }
 
 /// Runs `range` of `plan` against `server`, `parallel` clients at once, starting no new

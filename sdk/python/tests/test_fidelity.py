@@ -85,7 +85,8 @@ class Fidelity:
                    "IPYTHONDIR": os.path.join(cls.tmp, "ipython")}
         # ngd started from the same shell: the worker's environment is the client's, plus
         # the SDK on PYTHONPATH.
-        worker_env = dict(cls.env, PYTHONPATH=driver.SRC, NGW_STATE_DIR=cls.tmp)
+        worker_env = dict(cls.env, PYTHONPATH=driver.SRC, NGW_STATE_DIR=cls.tmp,
+                          NGW_MAX_ZYGOTES="3")
         cls.w = driver.Worker([PY, "-m", "ngw", "console-script", os.path.join(BIN, cls.script)]
                               + cls.extra_args, env=worker_env)
         cls.w.hello(60)

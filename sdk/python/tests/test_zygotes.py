@@ -93,7 +93,7 @@ def wait_gone(pid, timeout=10):
 
 
 class Zygotes(unittest.TestCase):
-    max_zygotes = None
+    max_zygotes = 3
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="ngw-zygotes-")

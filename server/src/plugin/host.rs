@@ -348,13 +348,15 @@ impl PluginHost {
             .sum()
     }
 
-    /// Client stdin for a bound session; returns the bytes held for the worker.
-    pub fn stdin(&mut self, bound: &Bound, data: Bytes) -> usize {
+    /// Client stdin for a bound session; returns the bytes held for the worker and whether
+    /// the worker wants more than the client was asked for (a classic client sends one
+    /// chunk per `S`; a worker's window may want many).
+    pub fn stdin(&mut self, bound: &Bound, data: Bytes) -> (usize, bool) {
         let Some(w) = self.workers.get_mut(bound.worker.slot) else {
-            return 0;
+            return (0, false);
         };
         if w.serial != bound.worker.serial {
-            return 0;
+            return (0, false);
         }
         let backlog = w.machine.client_stdin(bound.session, data);
         self.dirty_workers.push(bound.worker.slot);

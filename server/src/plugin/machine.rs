@@ -437,18 +437,20 @@ impl Machine {
         offered
     }
 
-    /// The client of `session` sent stdin; returns the bytes still held for the worker.
-    /// Chunks over the worker's `max_chunk` are split (`docs/ngw.md` §7.3).
-    pub fn client_stdin(&mut self, session: u64, data: Bytes) -> usize {
+    /// The client of `session` sent stdin; returns the bytes still held for the worker and
+    /// whether the worker's credit (a window) wants more from the client. Chunks over the
+    /// worker's `max_chunk` are split (`docs/ngw.md` §7.3).
+    pub fn client_stdin(&mut self, session: u64, data: Bytes) -> (usize, bool) {
         let Some(s) = self.sessions.get_mut(&session) else {
-            return 0;
+            return (0, false);
         };
         let out = s.client_stdin(data);
         let backlog = s.backlog();
+        let more = s.wants_stdin();
         for to in out {
             self.send_stdin(session, to);
         }
-        backlog
+        (backlog, more)
     }
 
     /// The client of `session` ended its stdin.

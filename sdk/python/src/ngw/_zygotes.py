@@ -5,7 +5,7 @@ What a zygote's imports may have captured (whether fds 0-2 are terminals, the
 environment variables they read, the interpreter-wide settings and the locale,
 `Conditions.key`) is its key. A fork-mode session whose key is not the worker's own
 cannot be served by forking the worker; it used to run the cold way every time. Now the
-worker (the *root* zygote) keeps up to `NGW_MAX_ZYGOTES - 1` (default 2) **sub-zygotes**:
+worker (the *root* zygote) keeps up to `NGW_MAX_ZYGOTES - 1` (default 0) **sub-zygotes**:
 fresh interpreters running the worker's own command line (`sys.orig_argv`) with the
 key's environment (and a pseudo-terminal on the fds the key has as terminals), each
 connected to the root over a socketpair that speaks ngw itself. The root plays ngd's part
@@ -55,7 +55,9 @@ from ._fork.stdio import configure_pty, winsize_of
 
 #: The environment variable bounding the zygotes of one worker, the root included.
 MAX_ENV = "NGW_MAX_ZYGOTES"
-DEFAULT_MAX = 3
+#: Off unless a plugin asks (see docs/ngw.md 12.4, "Several zygotes": an interrupt lost
+#: right after a sub-zygote started is not understood yet).
+DEFAULT_MAX = 1
 #: Set in a sub-zygote's environment (and removed at once by it): the root's pid, and its
 #: key for people (its log lines say which zygote wrote them).
 PARENT_ENV = "NGW_ZYGOTE_OF"
