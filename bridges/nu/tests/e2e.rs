@@ -98,3 +98,34 @@ fn inc_and_from_ini_through_ngd_and_ng() {
     assert_eq!(code, 2);
     assert!(err.contains("Extra positional argument."), "{err}");
 }
+
+/// Ctrl-C from a real client: `ng` forwards SIGINT (the exact-session `signals`
+/// extension), ngd sends the bridge `i SIGINT`, and the plugin gets `Signal Interrupt`.
+/// The plugin here is the protocol fake in `wait` mode (it waits for a signal and says
+/// which it got): no real plugin has a call that runs long enough to interrupt.
+#[test]
+fn ctrl_c_from_ng_reaches_the_plugin_as_signal_interrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = common::fake(dir.path(), "wait");
+    let s = serve(&[&plugin]);
+    let link = s.dir.path().join("fake");
+    std::os::unix::fs::symlink(our_binary("ng", "NG_BIN"), &link).unwrap();
+    let child = Command::new(&link)
+        .arg("--nailgun-server")
+        .arg(format!("local:{}", s.sock.display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling our own child.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("got Interrupt"), "{out:?}");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+}
