@@ -404,7 +404,7 @@ class NoColdForm(unittest.TestCase):
     def test_warm_in_the_root_then_in_a_zygote_of_the_session_s_key(self):
         from support import BASIC
 
-        w = driver.Worker([sys.executable, BASIC], env=driver.worker_env())
+        w = driver.Worker([sys.executable, BASIC], env=driver.worker_env({"NGW_MAX_ZYGOTES": "3"}))
         try:
             w.hello()
             env = client_env(PYTHONHASHSEED="1")
