@@ -9,6 +9,8 @@
 //! windowed stdin.
 
 mod common;
+#[path = "common/pty.rs"]
+mod pty;
 
 use common::World;
 use ngw::testing::{Driver, Outcome, Request};
@@ -17,77 +19,34 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-/// A pty whose master side is read into a buffer by a thread.
-struct Pty {
-    master: File,
-    screen: Arc<Mutex<Vec<u8>>>,
-    slave: OwnedFd,
+use std::time::Duration;
+
+/// The client's terminal: a pty of 100 × 24.
+struct Pty(pty::Pty);
+
+impl std::ops::Deref for Pty {
+    type Target = pty::Pty;
+    fn deref(&self) -> &pty::Pty {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Pty {
+    fn deref_mut(&mut self) -> &mut pty::Pty {
+        &mut self.0
+    }
 }
 
 impl Pty {
     fn open() -> Self {
-        let (mut m, mut s) = (0, 0);
-        let ws = libc::winsize {
-            ws_row: 24,
-            ws_col: 100,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // SAFETY: openpty fills two descriptors we then own.
-        let rc = unsafe {
-            libc::openpty(
-                &mut m,
-                &mut s,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                &ws,
-            )
-        };
-        assert_eq!(rc, 0, "openpty");
-        // SAFETY: fresh descriptors from openpty.
-        let (master, slave) = unsafe { (File::from_raw_fd(m), OwnedFd::from_raw_fd(s)) };
-        let screen = Arc::new(Mutex::new(Vec::new()));
-        let mut reader = master.try_clone().unwrap();
-        let sink = screen.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        Self {
-            master,
-            screen,
-            slave,
-        }
+        Self(pty::Pty::open(100, 24))
     }
 
     /// The slave side as the client's fds 0, 1 and 2.
     fn fds(&self) -> Vec<OwnedFd> {
-        (0..3).map(|_| self.slave.try_clone().unwrap()).collect()
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned()
-    }
-
-    /// Waits until `what` is on the screen after byte `from`; returns where it ends.
-    fn wait_for(&self, what: &str, from: usize) -> usize {
-        let end = Instant::now() + Duration::from_secs(30);
-        loop {
-            let text = self.text();
-            if let Some(i) = text.get(from..).and_then(|t| t.find(what)) {
-                return from + i + what.len();
-            }
-            assert!(Instant::now() < end, "{what:?} never appeared in {text:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let slave = self.slave.as_ref().unwrap();
+        (0..3).map(|_| slave.try_clone().unwrap()).collect()
     }
 
     /// Waits for `what` (after byte `from`), then a moment for the prompt to start
@@ -98,9 +57,8 @@ impl Pty {
         at
     }
 
-    fn keys(&mut self, k: &[u8]) {
-        self.master.write_all(k).unwrap();
-        std::thread::sleep(Duration::from_millis(100));
+    fn type_keys(&mut self, k: &[u8]) {
+        self.0.keys(k, 100);
     }
 }
 
@@ -155,19 +113,19 @@ fn questions_progress_and_output_on_the_client_terminal() {
         .unwrap();
     // A prompt with a default: Enter takes it.
     let at = pty.prompt("Name", 0);
-    pty.keys(b"\r");
+    pty.type_keys(b"\r");
     // A confirm: `n`.
     let at = pty.prompt("Loud?", at);
-    pty.keys(b"n");
+    pty.type_keys(b"n");
     // A select: the arrow moves from the default (staging) to production.
     let at = pty.prompt("production", at);
-    pty.keys(b"\x1b[B");
-    pty.keys(b"\r");
+    pty.type_keys(b"\x1b[B");
+    pty.type_keys(b"\r");
     // A multi_select: us is checked; down, space checks eu.
     let at = pty.prompt("ap", pty.wait_for("Regions", at));
-    pty.keys(b"\x1b[B");
-    pty.keys(b" ");
-    pty.keys(b"\r");
+    pty.type_keys(b"\x1b[B");
+    pty.type_keys(b" ");
+    pty.type_keys(b"\r");
     // The progress bar and the output are drawn on the terminal itself.
     let bar = pty.wait_for("Working (fledge-ask) [", at);
     pty.wait_for("3/3", bar);
@@ -204,9 +162,9 @@ fn the_plugin_stderr_is_the_terminal_and_a_select_takes_arrows() {
     let (mut pty, id) = polite(&w, &mut d);
     // No default: as under fledge, dialoguer highlights nothing until the first arrow,
     // which goes to alpha; the second goes to beta.
-    pty.keys(b"\x1b[B");
-    pty.keys(b"\x1b[B");
-    pty.keys(b"\r");
+    pty.type_keys(b"\x1b[B");
+    pty.type_keys(b"\x1b[B");
+    pty.type_keys(b"\r");
     let out = d.finish(id).unwrap();
     let screen = pty.text();
     assert_eq!(out.code, 0, "{screen}");
@@ -223,7 +181,7 @@ fn ctrl_c_at_a_terminal_prompt_cancels_the_run() {
     let w = World::new();
     let mut d = bridge(&w);
     let (mut pty, id) = polite(&w, &mut d);
-    pty.keys(b"\x03");
+    pty.type_keys(b"\x03");
     let out = d.finish(id).unwrap();
     let screen = pty.text();
     assert!(
@@ -261,7 +219,7 @@ fn a_plugin_without_protocol_runs_on_the_descriptors_themselves() {
         .start(&request(&w, "sig", &["tty"]).fds(pty.fds(), "0,1,2"))
         .unwrap();
     let at = pty.wait_for("fd 2: terminal", 0);
-    pty.keys(b"typed at the terminal\r");
+    pty.type_keys(b"typed at the terminal\r");
     pty.wait_for("read: typed at the terminal", at);
     let out = d.finish(id).unwrap();
     assert_eq!((out.taken, out.code), (Some(true), 0));
@@ -455,8 +413,8 @@ fn prompts_and_logs_follow_the_client_colour_settings() {
         )
         .unwrap();
     pty.prompt("gamma", pty.wait_for("Pick one:", 0));
-    pty.keys(b"\x1b[B");
-    pty.keys(b"\r");
+    pty.type_keys(b"\x1b[B");
+    pty.type_keys(b"\r");
     let out = d.finish(id).unwrap();
     let screen = pty.text();
     assert_eq!(out.code, 0, "{screen}");
@@ -478,7 +436,10 @@ fn lflag(pty: &Pty) -> libc::tcflag_t {
     // SAFETY: tcgetattr fills a termios for a descriptor we hold.
     unsafe {
         let mut t: libc::termios = std::mem::zeroed();
-        assert_eq!(libc::tcgetattr(pty.slave.as_raw_fd(), &mut t), 0);
+        assert_eq!(
+            libc::tcgetattr(pty.slave.as_ref().unwrap().as_raw_fd(), &mut t),
+            0
+        );
         t.c_lflag
     }
 }

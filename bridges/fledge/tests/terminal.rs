@@ -2,83 +2,40 @@
 //! keys (arrows, space, Enter, Ctrl-C) in the prompt helper, and indicatif progress seen on
 //! the screen.
 
+#[path = "common/pty.rs"]
+mod pty;
+
 use ng_bridge_fledge::protocol::{Progress, Question, Validator};
 use ng_bridge_fledge::ui::{Helper, ProgressView, TermUi, Ui, UiError};
 use serde_json::{json, Value};
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// A pty: the master side read into a buffer by a thread, the slave handed to the UI.
+/// A pty of 80 × 24 whose slave side is handed to the UI.
 struct Pty {
-    master: File,
-    screen: Arc<Mutex<Vec<u8>>>,
-    slave: Option<OwnedFd>,
+    pty: pty::Pty,
 }
 
 impl Pty {
     fn open() -> Self {
-        let (mut m, mut s) = (0, 0);
-        let ws = libc::winsize {
-            ws_row: 24,
-            ws_col: 80,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // SAFETY: openpty fills two descriptors we then own.
-        let rc = unsafe {
-            libc::openpty(
-                &mut m,
-                &mut s,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                &ws,
-            )
-        };
-        assert_eq!(rc, 0, "openpty");
-        // SAFETY: fresh descriptors from openpty.
-        let (master, slave) = unsafe { (File::from_raw_fd(m), OwnedFd::from_raw_fd(s)) };
-        let screen = Arc::new(Mutex::new(Vec::new()));
-        let mut reader = master.try_clone().unwrap();
-        let sink = screen.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
         Self {
-            master,
-            screen,
-            slave: Some(slave),
+            pty: pty::Pty::open(80, 24),
         }
     }
 
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned()
+        self.pty.text()
     }
 
     fn wait_for(&self, what: &str) {
-        let end = Instant::now() + Duration::from_secs(30);
-        while !self.text().contains(what) {
-            assert!(
-                Instant::now() < end,
-                "{what:?} never appeared in {:?}",
-                self.text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.pty.wait_for(what, 0);
     }
 
     fn keys(&mut self, k: &[u8]) {
-        self.master.write_all(k).unwrap();
-        std::thread::sleep(Duration::from_millis(80));
+        self.pty.keys(k, 80);
     }
 
     fn ui(&mut self) -> TermUi {
@@ -86,7 +43,7 @@ impl Pty {
             program: env!("CARGO_BIN_EXE_ng-bridge-fledge").into(),
             args: ["bridge", "fledge-v1", "--"].map(OsString::from).to_vec(),
         };
-        TermUi::new(self.slave.take().unwrap(), helper, std::env::temp_dir())
+        TermUi::new(self.pty.slave.take().unwrap(), helper, std::env::temp_dir())
     }
 }
 
@@ -209,7 +166,7 @@ impl Write for Slave {
 #[test]
 fn a_progress_bar_is_seen_on_the_screen() {
     let mut pty = Pty::open();
-    let slave = Slave(Arc::new(File::from(pty.slave.take().unwrap())));
+    let slave = Slave(Arc::new(File::from(pty.pty.slave.take().unwrap())));
     let mut view = ProgressView::on_output(slave, 80, true);
     for i in 0..=3 {
         view.show(&Progress::Bar {
