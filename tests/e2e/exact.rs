@@ -214,3 +214,184 @@ fn stdin_streams_in_windows_over_tcp() {
     assert!(child.wait().unwrap().success());
     assert!(back == data, "{} bytes back", back.len());
 }
+
+mod raw {
+    //! A raw client over the Unix socket passing descriptors the way it likes: what ngd
+    //! honours and what it closes, and that it keeps no descriptor afterwards.
+
+    use super::*;
+    use ng_testkit::wire::{frames, read_chunk, Chunk};
+    use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+    use std::os::unix::net::UnixStream;
+
+    /// `sendmsg` of `data` with `fds` on its first byte.
+    fn send_with_fds(sock: &UnixStream, data: &[u8], fds: &[RawFd]) {
+        let mut control = [0u64; 16];
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        // SAFETY: the buffers outlive the call; the control message fits `control`.
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE((fds.len() * 4) as u32) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as _;
+            let out = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
+            for (i, fd) in fds.iter().enumerate() {
+                out.add(i).write_unaligned(*fd);
+            }
+            let n = libc::sendmsg(sock.as_raw_fd(), &msg, 0);
+            assert_eq!(
+                n,
+                data.len() as isize,
+                "{}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+
+    /// A pipe: (read end, write end).
+    fn pipe() -> (File, OwnedFd) {
+        let (r, w) = std::io::pipe().unwrap();
+        (File::from(OwnedFd::from(r)), OwnedFd::from(w))
+    }
+
+    /// The header of `ng-cat` with `features` announced and `map` as NGD_CLIENT_FDS.
+    fn header(features: &str, map: Option<&str>) -> Vec<u8> {
+        let mut items: Vec<(u8, Vec<u8>)> = vec![(b'D', b"/".to_vec())];
+        if let Some(map) = map {
+            items.push((b'E', format!("NGD_CLIENT_FDS={map}").into_bytes()));
+        }
+        items.push((b'E', format!("NGD_CLIENT_FEATURES={features}").into_bytes()));
+        items.push((b'C', b"ng-cat".to_vec()));
+        let refs: Vec<(u8, &[u8])> = items.iter().map(|(t, p)| (*t, p.as_slice())).collect();
+        frames(&refs)
+    }
+
+    /// Every chunk until `X`.
+    fn chunks(sock: &mut UnixStream) -> Vec<Chunk> {
+        let mut all = Vec::new();
+        while let Some(c) = read_chunk(sock).unwrap() {
+            let last = c.ty == b'X';
+            all.push(c);
+            if last {
+                break;
+            }
+        }
+        all
+    }
+
+    fn connect(server: &NgdServer) -> UnixStream {
+        let path = server.address_on(Transport::Unix).server();
+        let path = path.to_string_lossy();
+        let sock = UnixStream::connect(path.trim_start_matches("local:")).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        sock
+    }
+
+    /// The session is relayed: `F` without `fds`, then `S` for stdin.
+    fn assert_relayed(sock: &mut UnixStream, what: &str) {
+        let first = read_chunk(sock).unwrap().unwrap();
+        assert_eq!(first.ty, b'F', "{what}: {first:?}");
+        assert!(
+            !String::from_utf8_lossy(&first.payload).contains("fds"),
+            "{what}: {first:?}"
+        );
+        sock.write_all(&frames(&[(b'0', b"hi"), (b'.', b"")]))
+            .unwrap();
+        let rest = chunks(sock);
+        let out: Vec<u8> = rest
+            .iter()
+            .filter(|c| c.ty == b'1')
+            .flat_map(|c| c.payload.clone())
+            .collect();
+        assert_eq!(out, b"hi", "{what}: {rest:?}");
+    }
+
+    #[test]
+    fn what_a_client_may_pass_and_what_ngd_closes() {
+        // A server of its own, so that its descriptor count is this test's alone.
+        let server = NgdServer::builder(Flavor::Ngd).unix().start();
+        let baseline = server.fd_count();
+        let all = "fds,signals,winsize,stdin-window";
+
+        // Honoured: the command writes the client's own pipe; no output chunk comes.
+        let (mut out_r, out_w) = pipe();
+        let (_err_r, err_w) = pipe();
+        let (stdin_r, stdin_w) = pipe();
+        let mut sock = connect(&server);
+        let fds = [stdin_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+        send_with_fds(&sock, &header(all, Some("0,1,2")), &fds);
+        drop((stdin_r, out_w, err_w));
+        let mut w = File::from(stdin_w);
+        w.write_all(b"direct").unwrap();
+        drop(w);
+        let chunks_seen = chunks(&mut sock);
+        assert_eq!(chunks_seen[0].ty, b'F');
+        assert!(String::from_utf8_lossy(&chunks_seen[0].payload).contains("fds"));
+        assert!(
+            chunks_seen.iter().all(|c| c.ty != b'1' && c.ty != b'S'),
+            "{chunks_seen:?}"
+        );
+        let mut got = Vec::new();
+        out_r.read_to_end(&mut got).unwrap();
+        assert_eq!(
+            got, b"direct",
+            "ngd kept no copy: end of file once the command ended"
+        );
+
+        // More than three: the kernel truncates, ngd closes them all and relays.
+        let (mut r, w) = pipe();
+        let four = [w.as_raw_fd(); 4];
+        let mut sock = connect(&server);
+        send_with_fds(&sock, &header(all, Some("0,1,2")), &four);
+        drop(w);
+        assert_relayed(&mut sock, "four descriptors");
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).unwrap();
+
+        // Passed without announcing `fds`: closed, relayed.
+        let (mut r, w) = pipe();
+        let mut sock = connect(&server);
+        send_with_fds(
+            &sock,
+            &header("signals", Some("0,1,2")),
+            &[w.as_raw_fd(); 3],
+        );
+        drop(w);
+        assert_relayed(&mut sock, "fds not announced");
+        r.read_to_end(&mut rest).unwrap();
+
+        // A map that does not match the count: closed, relayed.
+        let (mut r, w) = pipe();
+        let mut sock = connect(&server);
+        send_with_fds(&sock, &header(all, Some("0,1")), &[w.as_raw_fd(); 3]);
+        drop(w);
+        assert_relayed(&mut sock, "map of two, three descriptors");
+        r.read_to_end(&mut rest).unwrap();
+
+        // Descriptors after the header: never read, closed.
+        let (mut r, w) = pipe();
+        let mut sock = connect(&server);
+        sock.write_all(&header("signals,stdin-window", None))
+            .unwrap();
+        let first = read_chunk(&mut sock).unwrap().unwrap();
+        assert_eq!(first.ty, b'F');
+        send_with_fds(&sock, &frames(&[(b'0', b"hi")]), &[w.as_raw_fd()]);
+        drop(w);
+        sock.write_all(&frames(&[(b'.', b"")])).unwrap();
+        let rest_chunks = chunks(&mut sock);
+        assert_eq!(rest_chunks.last().map(|c| c.ty), Some(b'X'));
+        r.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+
+        server.wait_fd_count(baseline, Duration::from_secs(10));
+    }
+}
