@@ -221,7 +221,7 @@ mod raw {
 
     use super::*;
     use ng_testkit::wire::{frames, read_chunk, Chunk};
-    use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::os::unix::net::UnixStream;
 
     /// `sendmsg` of `data` with `fds` on its first byte.
@@ -258,8 +258,11 @@ mod raw {
 
     /// A pipe: (read end, write end).
     fn pipe() -> (File, OwnedFd) {
-        let (r, w) = std::io::pipe().unwrap();
-        (File::from(OwnedFd::from(r)), OwnedFd::from(w))
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two descriptors that we then own.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: fresh descriptors from pipe2.
+        unsafe { (File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
     }
 
     /// The header of `ng-cat` with `features` announced and `map` as NGD_CLIENT_FDS.
