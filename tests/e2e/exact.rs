@@ -224,7 +224,8 @@ mod raw {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::os::unix::net::UnixStream;
 
-    /// `sendmsg` of `data` with `fds` on its first byte.
+    /// `sendmsg` of `data` with `fds` on its first byte. Not the server's
+    /// `sys::send_with_fds`: a hostile client must be able to send more than it allows.
     fn send_with_fds(sock: &UnixStream, data: &[u8], fds: &[RawFd]) {
         let mut control = [0u64; 16];
         let mut iov = libc::iovec {

@@ -128,3 +128,11 @@ pub fn private_copy(name: &str, dir: &Path) -> PathBuf {
     std::fs::copy(peer(name), &to).unwrap();
     to
 }
+
+/// Small real files for the formats plugin: (command, file name, contents).
+pub const FORMAT_SAMPLES: [(&str, &str, &str); 4] = [
+    ("from ini", "a.ini", "[server]\nhost = example.org\nport = 8080\n\n[client]\nretries=3\nname = \"x y\"\n"),
+    ("from eml", "a.eml", "From: Alice <alice@example.org>\r\nTo: Bob <bob@example.org>\r\nSubject: Lunch\r\nDate: Mon, 23 Nov 2026 12:00:00 +0000\r\n\r\nSee you at noon.\r\n"),
+    ("from ics", "a.ics", "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//ngd//test//EN\r\nBEGIN:VEVENT\r\nUID:1@example.org\r\nDTSTAMP:20261123T120000Z\r\nDTSTART:20261124T090000Z\r\nSUMMARY:Standup\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"),
+    ("from vcf", "a.vcf", "BEGIN:VCARD\r\nVERSION:3.0\r\nFN:Alice Example\r\nEMAIL:alice@example.org\r\nEND:VCARD\r\n"),
+];
