@@ -91,9 +91,10 @@ both_clients! {
 
 /// Chunks a worker must never send during a session: `A` (a request type), a stdout chunk
 /// announced at 1 GiB (over ngd's 8 MiB cap), and a second `S` before the first was
-/// answered. Each time ngd kills the worker, the client gets `ngd: worker for 'X' died
-/// during the command (killed by signal 9; <the violation>)` and 137, the reason is in
-/// ngd's log, a new worker serves the next command, and another plugin is unaffected.
+/// answered (the client's stdin held open and silent). Each time ngd kills the worker, the
+/// client gets `ngd: worker for 'X' died during the command (killed by signal 9; <the
+/// violation>)` and 137, the reason is in ngd's log, a new worker serves the next command,
+/// and another plugin is unaffected.
 #[test]
 fn protocol_violations_kill_and_replace_the_worker() {
     let raw = raw_plugin::<&str>("violator", &[])
@@ -115,7 +116,9 @@ fn protocol_violations_kill_and_replace_the_worker() {
     ];
     for (command, stdout, violation) in cases {
         let before = ok_pid(&server.run(Client::Ours, &["ok"]));
-        let out = server.run(Client::Ours, &[command]);
+        // A stdin that neither ends nor sends: nothing the client sends can answer the
+        // first `S` of `double-s` before the second arrives.
+        let out = server.cmd(Client::Ours).arg(command).stdin_open().run();
         out.assert_code(137);
         eqnice!(stdout, out.stdout_text(), "{out:?}");
         eqnice!(
