@@ -65,9 +65,10 @@ def exit_(ctx):
 
 @ngw.command("sleep")
 def sleep(ctx):
-    ctx.stdout.write(b"ready\n")
-    ctx.stdout.flush()
+    # "ready" inside the try: an interrupt may arrive as soon as it is seen.
     try:
+        ctx.stdout.write(b"ready\n")
+        ctx.stdout.flush()
         time.sleep(60)
     except ngw.Interrupted as e:
         ctx.stderr.write(("interrupted: %s %d\n" % (e.reason, e.signum)).encode())
