@@ -3,8 +3,9 @@ separate *terminal program* that plays the user and the terminal emulator.
 
 The test process makes the pty (`Terminal(python, cols, rows, steps)`), gives its slave
 to the command under test (cold: as fds 0-2 and controlling terminal, in a session of its
-own, `take_controlling_terminal`; warm: as the client's descriptors of a session), and when the command is done calls `finish()`,
-which closes the test's copy of the slave and returns what the terminal saw.
+own, `take_controlling_terminal`; warm: as the client's descriptors of a session), and
+when the command is done calls `finish()`, which closes the test's copy of the slave and
+returns what the terminal saw.
 
 The terminal program (this file run as a script, by an interpreter that has the `pyte`
 terminal emulator: the fidelity venv's) reads the master until end of file (EIO: every
@@ -14,9 +15,10 @@ request (`ESC[6n`, prompt_toolkit sends one before each prompt) gets `ESC[<row>;
 a status request `ESC[0n`. It types its `steps` in order: each waits (without a timer)
 until the screen shows what it expects, then writes its keys. It prints one JSON object:
 the raw bytes the command wrote (`raw`, latin-1), the final screen (`display`: the lines
-as text; `styles`: each line's runs of identical attributes; `cursor`; `title`) and
-`error` (a wait that timed out, with the screen at that moment; the terminal program
-then hangs up, so the command ends)."""
+as text; `styles`: each line's runs of identical attributes; `cursor`; `title`),
+`untyped` (the patterns of the steps never reached) and `error` (a wait that timed out,
+with the screen at that moment; the terminal program then hangs up, so the command
+ends)."""
 
 import json
 import os
@@ -27,7 +29,6 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class Step:

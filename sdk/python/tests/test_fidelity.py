@@ -536,7 +536,10 @@ class CfnLint(Fidelity, unittest.TestCase):
     ]
     # cfn-lint prints its findings at once and dies of the BrokenPipeError: a traceback.
     head_rows = [("broken pipe", ["big.yaml"], {})]
-    tty_rows = [("template", ["template.yaml"], {}, NARROW), ("help, wide", ["--help"], {}, WIDE)]
+    tty_rows = [
+        ("template", ["template.yaml"], {}, NARROW),
+        ("help, wide", ["--help"], {}, WIDE),
+    ]
 
 
 if __name__ == "__main__":
