@@ -123,6 +123,12 @@ def _finalize(status):
         atexit._run_exitfuncs()
     except BaseException:
         pass
+    # CPython reports a failed flush (and exits 120) only for sys.stdout as the program
+    # left it. Other stream objects are flushed when collected, where errors pass
+    # silently: the original stdout once the program replaced sys.stdout (click does on
+    # EPIPE, with a wrapper that ignores it), and the objects preloaded modules kept,
+    # which stand for that original.
+    replaced = sys.stdout is not sys.__stdout__
     seen = set()
     for stream in [sys.stdout, sys.__stdout__] + also_flush:
         if stream is None or id(stream) in seen:
@@ -131,6 +137,8 @@ def _finalize(status):
         try:
             stream.flush()
         except Exception as e:
+            if replaced and stream is not sys.stdout:
+                continue
             _write_stderr(
                 "Exception ignored in: %r\n%s"
                 % (stream, "".join(traceback.format_exception_only(type(e), e)))
