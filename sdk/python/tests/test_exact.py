@@ -187,6 +187,27 @@ class Extensions(unittest.TestCase):
         self.assertEqual(results[0], results[1])
         self.assertIn(b"BrokenPipeError", results[1][1])
 
+    def test_replaced_stdout_is_flushed_silently_as_cold(self):
+        code = 'import io, sys; sys.stdout.write("x" * 100); sys.stdout = io.StringIO()'
+        results = []
+        for warm in (False, True):
+            r_, w_ = os.pipe()
+            e_r, e_w = os.pipe()
+            os.close(r_)  # the reader is gone: flushing the original stdout fails
+            if warm:
+                res = self.w.run("freplaced", env=client_env(), fds=[w_, e_w], fd_map="1,2")
+                self.assertEqual(res.taken, b"")
+                status = res.code
+            else:
+                status = subprocess.run([sys.executable, "-c", code], stdout=w_,
+                                        stderr=e_w, env=client_env()).returncode
+            os.close(w_)
+            os.close(e_w)
+            results.append((status, read_all(e_r)))
+            os.close(e_r)
+        self.assertEqual(results[0], results[1])
+        self.assertEqual(results[1], (0, b""))
+
     def test_file_as_stdin_is_not_read_ahead(self):
         # The command reads one line of a file passed as fd 0: the file offset after it
         # is where a cold run leaves it (no relay, no prefetch).

@@ -1,5 +1,6 @@
 """The worker the SDK tests drive: in-process commands and fork-mode commands."""
 
+import io
 import json
 import os
 import shutil
@@ -281,6 +282,14 @@ def fprobe(ctx):
 @ngw.command("fbigwrite", fork=True)
 def fbigwrite(ctx):
     sys.stdout.write("x" * (1 << 20))
+
+
+@ngw.command("freplaced", fork=True)
+def freplaced(ctx):
+    # Output left in the original stdout's buffer, then stdout replaced (as click does
+    # after a broken pipe): only the replacement's flush may be reported.
+    sys.stdout.write("x" * 100)
+    sys.stdout = io.StringIO()
 
 
 @ngw.command("fcatch", fork=True)
