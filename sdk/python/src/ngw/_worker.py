@@ -137,6 +137,10 @@ class Worker:
             if self._learner.learned:
                 log("ngw: imported %d modules that earlier sessions imported (%s)"
                     % (len(self._learner.learned), self._learner.path))
+            if self._learner.compile_patterns():
+                log("ngw: compiled %d patterns that earlier sessions compiled"
+                    % len(self._learner.patterns))
+            self._learner.patterns_done = 0
         recorder.stop()
         conditions.exempt = set(_rules.RULES) | set(_env_delta(env_before, os.environ))
         if conditions.env_read or conditions.tty_asked:
@@ -176,7 +180,8 @@ class Worker:
             if self._learner is not None:
                 self._fork.private_fds.extend([self._learner.r, self._learner.w])
                 self._fork.learn = (frozenset(sys.modules), self._learner.roots,
-                                    self._learner.report_path)
+                                    self._learner.report_path,
+                                    _adaptive.cached_patterns())
             # Preloaded objects stay out of the collector: fewer copy-on-write faults.
             if self._inline is not None:
                 self._fork.private_fds.extend(self._inline.private_fds())
@@ -249,6 +254,17 @@ class Worker:
                         self._learn_one()
                         continue
                     timeout = _adaptive.IDLE_BEFORE - idle
+                elif (learner.pattern_queue or learner.patterns_done) and \
+                        self._retiring is None and not chan.out and learner.probe is None \
+                        and not learner.queue:
+                    idle = time.monotonic() - self._idle_since
+                    if idle < _adaptive.IDLE_BEFORE:
+                        timeout = _adaptive.IDLE_BEFORE - idle
+                    elif learner.pattern_queue:
+                        learner.compile_patterns(_adaptive.PATTERN_SLICE)
+                        timeout = 0  # read what ngd sent meanwhile, then go on
+                    else:
+                        self._learn_patterns_finish()
             if runner is not None and runner.watching():
                 if chan.poll(timeout, extra=runner.wake_r.fileno()):
                     runner.reap()
@@ -384,11 +400,27 @@ class Worker:
         runner = self._fork
         runner.discard_spare()  # a copy of the zygote without the module
         runner._spare_due = runner.prefork
-        runner.learn = (frozenset(sys.modules),) + runner.learn[1:]
+        runner.learn = (frozenset(sys.modules),) + runner.learn[1:3] + (
+            _adaptive.cached_patterns(),)
         runner.reap()  # forks the next spare now
         log("ngw: preloaded %d modules that sessions imported (%s; %.1f ms)"
             % (len(done), ", ".join(done[:5]) + (", ..." if len(done) > 5 else ""),
                (time.monotonic() - started) * 1000))
+
+    def _learn_patterns_finish(self):
+        """After compiling learned patterns: saved, frozen, in the next spare."""
+        learner = self._learner
+        done, learner.patterns_done = learner.patterns_done, 0
+        learner.save()
+        if hasattr(gc, "freeze"):
+            gc.freeze()
+        runner = self._fork
+        runner.discard_spare()  # a copy of the zygote without the patterns
+        runner._spare_due = runner.prefork
+        runner.learn = runner.learn[:3] + (_adaptive.cached_patterns(),)
+        runner.reap()  # forks the next spare now
+        log("ngw: precompiled %d patterns that sessions compiled (%d learned)"
+            % (done, len(learner.patterns)))
 
     def _loop(self, chan):
         header = HeaderBuilder()
