@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -316,6 +317,66 @@ class Worker(unittest.TestCase):
                 r = w.run("rx", [t], env=env)
                 self.assertEqual(bytes(r.stdout), b"[True, True, True] 42\n")
                 self.assertIn(warning, bytes(r.stderr))
+                w.quit()
+            finally:
+                w.close()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class EnvironmentReaders(unittest.TestCase):
+    """A module that reads an environment variable at import is never imported between
+    sessions; it is preloaded from the next start, where what it read joins the zygote's
+    key: a session with another value runs the cold way."""
+
+    def test_preloaded_from_the_next_start_with_its_variable_in_the_key(self):
+        tmp = tempfile.mkdtemp(prefix="ngw-adaptive-env-")
+        try:
+            venv = os.path.join(tmp, "venv")
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+            python = os.path.join(venv, "bin", "python")
+            site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                   "['purelib'])"], check=True, capture_output=True,
+                                  text=True).stdout.strip()
+            # In the installation (site-packages): what adaptive preloading considers.
+            with open(os.path.join(site, "envread_ngw.py"), "w") as f:
+                f.write("import os\nFLAVOR = os.environ.get('ENVREAD_TEST_FLAVOR', 'plain')\n")
+            with open(os.path.join(tmp, "cmd_ngw.py"), "w") as f:
+                f.write("import sys\n\ndef main():\n    before = 'envread_ngw' in sys.modules\n"
+                        "    import envread_ngw\n    print(envread_ngw.FLAVOR, before)\n")
+            env = client_env(PYTHONPATH=tmp)
+            env.pop("ENVREAD_TEST_FLAVOR", None)
+            wenv = driver.worker_env({"PYTHONPATH": driver.SRC + os.pathsep + tmp,
+                                      "NGW_STATE_DIR": tmp})
+            wenv.pop("ENVREAD_TEST_FLAVOR", None)
+            argv = [python, "-m", "ngw", "entrypoint", "cmd=cmd_ngw:main"]
+            w = driver.Worker(argv, env=wenv)
+            try:
+                w.hello()
+                first = w.run("cmd", env=env)
+                self.assertEqual((bytes(first.stdout), first.code), (b"plain False\n", 0))
+                deadline = time.monotonic() + 20
+                while "from the next start" not in w.log() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertIn("ngw: preloading envread_ngw from the next start: it read "
+                              "ENVREAD_TEST_FLAVOR", w.log())
+                w.assert_quiet(2)
+                self.assertEqual([n["kind"] for n in w.notices], ["retire"])
+                # Never imported into this zygote: the next child still imports it.
+                again = w.run("cmd", env=env)
+                self.assertEqual(bytes(again.stdout), b"plain False\n")
+                w.quit()
+            finally:
+                w.close()
+            w = driver.Worker(argv, env=wenv)
+            try:
+                w.hello()
+                self.assertIn("1 of them read the environment", w.log())
+                warm = w.run("cmd", env=env)
+                self.assertEqual((bytes(warm.stdout), warm.code), (b"plain True\n", 0))
+                self.assertEqual(warm.notices, [])
+                other = w.run("cmd", env=dict(env, ENVREAD_TEST_FLAVOR="spicy"))
+                self.assertEqual((bytes(other.stdout), other.code), (b"spicy False\n", 0))
                 w.quit()
             finally:
                 w.close()

@@ -12,9 +12,13 @@ between sessions so the next children find them loaded (docs/ngw.md 12.5).
   `IDLE_BEFORE` seconds, and only while no chunk from ngd is waiting; a session that
   arrives during an import waits for that one import.
 * An import that fails, or that misbehaves as a preload (prints a warning, changes the
-  environment, reads a variable or asks whether a stream is a terminal, starts a thread),
-  is recorded as excluded and left to the children; one that got imported anyway makes
-  the worker retire (`retire` notice) so that its replacement starts without it.
+  environment, starts a thread), is recorded as excluded and left to the children; one
+  that got imported anyway makes the worker retire (`retire` notice) so that its
+  replacement starts without it. One that only reads environment variables or asks
+  whether a stream is a terminal is recorded for the next start (`at_start`): imported
+  there, while the worker records what its imports read, it joins the zygote's key as a
+  configured preload does (a session whose values differ runs cold, or in a zygote for
+  its key); the worker then asks ngd to replace it (`retire`, with notices).
 * What was learned is kept in a small JSON file, `preload-<plugin>-<hash>.json` in
   `$NGW_STATE_DIR` (set by the host), else `$XDG_STATE_HOME/ngw`, else
   `~/.local/state/ngw` (the hash covers the interpreter and the worker's command line),
@@ -240,6 +244,9 @@ class Learner:
         self.path = path
         self.learned = []  # imported into the zygote, in order
         self.excluded = set()
+        # Modules whose import read the environment or asked isatty: imported at start
+        # only, where what they read joins the zygote's key.
+        self.at_start = []
         self.queue = []
         self.probe = None  # (pid, pipe, verdicts so far) while a probe vets a batch
         # Patterns: learned (compiled into re's cache, in order), excluded, waiting.
@@ -266,6 +273,7 @@ class Learner:
             with open(self.path, encoding="utf-8") as f:
                 data = json.load(f)
             self.excluded = set(data.get("excluded", []))
+            self.at_start = [m for m in data.get("at_start", []) if isinstance(m, str)]
             for text in data.get("patterns", []):
                 key = decode_pattern(text) if isinstance(text, str) else None
                 if key is not None:
@@ -285,6 +293,7 @@ class Learner:
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump({"modules": self.learned[:MAX_MODULES],
                            "excluded": sorted(self.excluded)[:MAX_MODULES],
+                           "at_start": self.at_start[:MAX_MODULES],
                            "patterns": [encode_pattern(k) for k in self.patterns],
                            "patterns_excluded": sorted(
                                encode_pattern(k) for k in self.patterns_excluded
@@ -313,7 +322,8 @@ class Learner:
                 continue
             name = line.decode("utf-8", "surrogateescape")
             if name and name not in sys.modules and name not in self.excluded and \
-                    name not in self.queue and len(self.learned) < MAX_MODULES:
+                    name not in self.queue and name not in self.at_start and \
+                    len(self.learned) + len(self.at_start) < MAX_MODULES:
                 self.queue.append(name)
 
     def compile_patterns(self, budget=None):

@@ -124,19 +124,26 @@ class Worker:
                 _refuse(chan, "preload failed: %s: %s" % (what, detail))
         warnings.showwarning = shown
         if self._learner is not None:
-            for name in self._learner.load():
+            modules = self._learner.load()
+            # Then the modules that read the environment (or asked isatty) at import: here,
+            # while the recorder runs, what they read becomes part of the zygote's key
+            # exactly as for the configured preloads (docs/ngw.md 12.4, 12.5).
+            at_start, self._learner.at_start = self._learner.at_start, []
+            for name, later in [(n, False) for n in modules] + [(n, True) for n in at_start]:
                 if name in self._learner.excluded:
                     continue
                 try:
                     importlib.import_module(name)
-                    self._learner.learned.append(name)
+                    (self._learner.at_start if later else self._learner.learned).append(name)
                 except BaseException as e:
                     log("ngw: learned preload %s failed (%s); left to the children"
                         % (name, e))
                     self._learner.excluded.add(name)
-            if self._learner.learned:
-                log("ngw: imported %d modules that earlier sessions imported (%s)"
-                    % (len(self._learner.learned), self._learner.path))
+            if self._learner.learned or self._learner.at_start:
+                log("ngw: imported %d modules that earlier sessions imported, %d of them "
+                    "read the environment or asked isatty at import (%s)"
+                    % (len(self._learner.learned) + len(self._learner.at_start),
+                       len(self._learner.at_start), self._learner.path))
             if self._learner.compile_patterns():
                 log("ngw: compiled %d patterns that earlier sessions compiled"
                     % len(self._learner.patterns))
@@ -156,6 +163,7 @@ class Worker:
         self.notices = _exact.Notices(chan, log, offered)
         self._conditions = conditions
         self._retiring = None
+        self._restart_due = False  # modules to preload from the next start were learned
         self._idle_since = time.monotonic()
         self._code = _stale.CodeWatch(log)
         self._code.record()
@@ -328,7 +336,12 @@ class Worker:
         done = []
         for line in bytes(buf).decode("utf-8", "surrogateescape").splitlines():
             name, _, bad = line.partition("\t")
-            if bad:
+            if bad.startswith(_AT_START):
+                if name not in learner.at_start:
+                    learner.at_start.append(name)
+                    self._restart_due = True
+                    log("ngw: preloading %s from the next start: %s" % (name, bad))
+            elif bad:
                 learner.excluded.add(name)
                 log("ngw: not preloading %s: %s" % (name, bad))
             elif name not in sys.modules and self._retiring is None:
@@ -337,6 +350,15 @@ class Worker:
         learner.save()
         if done:
             self._learn_finish(done, started)
+        if self._restart_due and not learner.queue and self._retiring is None and \
+                self.notices.enabled:
+            # Modules whose import reads the environment are preloaded only at start
+            # (where what they read joins the zygote's key): ngd replaces this worker
+            # once its sessions are done, with one that imports them.
+            self._restart_due = False
+            self.notices.send("retire", "adaptive preloading: %d modules that read the "
+                              "environment at import are preloaded from the next start"
+                              % len(learner.at_start))
 
     @staticmethod
     def _learn_check(name):
@@ -363,12 +385,12 @@ class Worker:
             bad = "it printed a warning (%s)" % shown[0]
         elif dict(os.environ) != env_before:
             bad = "it changed the environment"
-        elif set(conditions.env_read) - set(_exact.INTERPRETER_ENV):
-            bad = "it read %s" % ", ".join(sorted(conditions.env_read))
-        elif conditions.tty_asked:
-            bad = "it asked whether a stream is a terminal"
         elif threading.active_count() != threads:
             bad = "it started a thread"
+        elif set(conditions.env_read) - set(_exact.INTERPRETER_ENV):
+            bad = _AT_START[0] + ", ".join(sorted(conditions.env_read))
+        elif conditions.tty_asked:
+            bad = _AT_START[1]
         else:
             bad = None
         return bad
@@ -525,6 +547,11 @@ class Worker:
             fds[:] = []
             chan.send(_wire.TAKEN, b"relay")
             chan.flush_some()
+
+
+#: The verdicts of _learn_check that only a start can preload: what the import read
+#: joins the zygote's key there (docs/ngw.md 12.5).
+_AT_START = ("it read ", "it asked whether a stream is a terminal")
 
 
 def _env_delta(before, after):
