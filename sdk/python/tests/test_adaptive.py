@@ -307,7 +307,11 @@ class Worker(unittest.TestCase):
             cache = [n for n in os.listdir(tmp) if n.startswith("preload-test-")]
             self.assertEqual(len(cache), 1, os.listdir(tmp))
             with open(os.path.join(tmp, cache[0])) as f:
-                learned = [_adaptive.decode_pattern(p) for p in json.load(f)["patterns"]]
+                data = json.load(f)
+            learned = [_adaptive.decode_pattern(p) for p in data["patterns"]]
+            self.assertIn((str, "[[ngw" + t + "]", 0),
+                          [_adaptive.decode_pattern(p) for p in data["patterns_excluded"]])
+            self.assertNotIn((str, "[[ngw" + t + "]", 0), learned)
             self.assertIn((str, "ngw-(\\d+)-" + t, 0), learned)
             self.assertIn((bytes, b"ngw-\xff-" + t.encode(), 2), learned)
             w = driver.Worker(argv, env=wenv)

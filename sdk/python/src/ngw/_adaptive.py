@@ -253,7 +253,8 @@ class Learner:
         self.patterns = {}
         self.patterns_excluded = set()
         self.pattern_queue = {}  # key -> None, in the order reported
-        self.patterns_done = 0  # compiled since the last `patterns_finished`
+        self.patterns_done = 0  # compiled since they were last saved and frozen
+        self.patterns_dirty = False  # compiled or excluded since they were last saved
         self.buf = b""
         self.r, self.w = os.pipe()
         os.set_blocking(self.r, False)
@@ -339,6 +340,7 @@ class Learner:
             if any(key in cache for cache in _re_caches()):
                 continue  # the zygote has compiled it itself since
             bad = compile_pattern(key)
+            self.patterns_dirty = True
             if bad is None:
                 self.patterns[key] = None
                 done += 1

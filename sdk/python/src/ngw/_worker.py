@@ -147,7 +147,7 @@ class Worker:
             if self._learner.compile_patterns():
                 log("ngw: compiled %d patterns that earlier sessions compiled"
                     % len(self._learner.patterns))
-            self._learner.patterns_done = 0
+            self._learner.patterns_done, self._learner.patterns_dirty = 0, False
         recorder.stop()
         conditions.exempt = set(_rules.RULES) | set(_env_delta(env_before, os.environ))
         if conditions.env_read or conditions.tty_asked:
@@ -262,7 +262,7 @@ class Worker:
                         self._learn_one()
                         continue
                     timeout = _adaptive.IDLE_BEFORE - idle
-                elif (learner.pattern_queue or learner.patterns_done) and \
+                elif (learner.pattern_queue or learner.patterns_dirty) and \
                         self._retiring is None and not chan.out and learner.probe is None \
                         and not learner.queue:
                     idle = time.monotonic() - self._idle_since
@@ -432,8 +432,10 @@ class Worker:
     def _learn_patterns_finish(self):
         """After compiling learned patterns: saved, frozen, in the next spare."""
         learner = self._learner
-        done, learner.patterns_done = learner.patterns_done, 0
+        done, learner.patterns_done, learner.patterns_dirty = learner.patterns_done, 0, False
         learner.save()
+        if not done:
+            return  # only exclusions: nothing new in the zygote
         if hasattr(gc, "freeze"):
             gc.freeze()
         runner = self._fork

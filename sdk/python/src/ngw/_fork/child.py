@@ -291,7 +291,8 @@ class Child:
     def _report(self, status):
         """In the child, right before _exit(): closes the standard streams (so the parent
         sees their end now, not after the kernel has freed the child's memory) and tells
-        the worker the exit status."""
+        the worker the exit status; then reports what the session loaded that the zygote
+        lacks (adaptive preloading, docs/ngw.md 12.5)."""
         try:
             if self._report_path is None:
                 return
