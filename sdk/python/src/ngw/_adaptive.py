@@ -12,24 +12,53 @@ between sessions so the next children find them loaded (docs/ngw.md 12.5).
   `IDLE_BEFORE` seconds, and only while no chunk from ngd is waiting; a session that
   arrives during an import waits for that one import.
 * An import that fails, or that misbehaves as a preload (prints a warning, changes the
-  environment, reads a variable or asks whether a stream is a terminal, starts a thread),
-  is recorded as excluded and left to the children; one that got imported anyway makes
-  the worker retire (`retire` notice) so that its replacement starts without it.
+  environment, starts a thread), is recorded as excluded and left to the children; one
+  that got imported anyway makes the worker retire (`retire` notice) so that its
+  replacement starts without it. One that only reads environment variables or asks
+  whether a stream is a terminal is recorded for the next start (`at_start`): imported
+  there, while the worker records what its imports read, it joins the zygote's key as a
+  configured preload does (a session whose values differ runs cold, or in a zygote for
+  its key); the worker then asks ngd to replace it (`retire`, with notices).
 * What was learned is kept in a small JSON file, `preload-<plugin>-<hash>.json` in
   `$NGW_STATE_DIR` (set by the host), else `$XDG_STATE_HOME/ngw`, else
   `~/.local/state/ngw` (the hash covers the interpreter and the worker's command line),
   and imported at the next start along with the configured preloads.
+
+Compiled regular expressions are learned the same way. `re` keeps the patterns it
+compiles in a module-level cache (`re._cache`, and `re._cache2` from 3.12; 512 entries):
+a child that compiles a pattern the zygote's cache holds gets the compiled object from it.
+Each child also reports the patterns (str or bytes, flags) in its cache that the
+zygote's cache did not hold; the worker compiles them from its idle loop, a few at a
+time and only while nothing from ngd waits, so that the next children find them cached.
+A pattern whose compilation fails, or warns (a cold run would print that warning; a
+cached one would not), is excluded; at most `MAX_PATTERNS` are kept, fewer than the
+cache holds, so that what a child compiles itself does not push them out before use.
+They are kept in the same file and compiled at the next start. A cached compiled
+pattern is the object a fresh compilation would give; `re.purge()` still empties the
+cache.
 """
 
+import fcntl
 import hashlib
 import json
 import os
 import sys
 import sysconfig
+import time
+import warnings
 
 IDLE_BEFORE = 0.05  # seconds of idleness before the zygote imports a learned module
 MAX_MODULES = 4000
-_REPORT_CAP = 60000  # bytes a child writes (one pipe write)
+_REPORT_CAP = 1 << 18  # bytes a child writes (one pipe write)
+MAX_PATTERNS = 384  # learned patterns kept; re's cache holds 512
+MAX_PATTERN_LEN = 1 << 16  # characters (or bytes) of a pattern worth learning
+PATTERN_SLICE = 0.003  # seconds of compiling before the worker looks at ngd again
+_PIPE_SIZE = 1 << 20  # the report pipe's capacity, when the kernel allows it
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
+_FIONREAD = 0x541B  # Linux
+_PATTERN_LINE = b"\0"  # a report line that starts with it is a pattern, not a module
+_SETTLE = 8  # known entries in a row that end a child's look for new ones
 
 
 def install_roots():
@@ -41,30 +70,159 @@ def install_roots():
     return tuple(roots)
 
 
-def child_report(known, roots, path):
-    """In a child before it exits: the newly imported installation modules, to `path`."""
-    names = []
-    for name, module in list(sys.modules.items()):
-        if name in known or name in ("__main__", "__mp_main__") or name == "ngw" or \
-                name.startswith(("ngw.", "ngw_contrib")):
-            continue
-        f = getattr(module, "__file__", None)
-        if isinstance(f, str) and os.path.realpath(f).startswith(roots):
-            names.append(name)
-    if not names:
-        return
-    data = "\n".join(names).encode("utf-8", "surrogateescape")[:_REPORT_CAP]
-    data = data[:data.rfind(b"\n") + 1] if len(data) == _REPORT_CAP else data + b"\n"
+def _re_caches():
+    """`re`'s cache dicts, if `re` is imported (it is never imported here)."""
+    re = sys.modules.get("re")
+    if re is None:
+        return ()
+    return tuple(c for c in (getattr(re, "_cache", None), getattr(re, "_cache2", None))
+                 if isinstance(c, dict))
+
+
+def cached_patterns():
+    """The keys of `re`'s cache: {(type, pattern, flags)}."""
+    keys = set()
+    for cache in _re_caches():
+        keys.update(list(cache))
+    return frozenset(keys)
+
+
+def _newest(mapping, known, settle=_SETTLE):
+    """The keys of `mapping` (a dict) that are not in `known`, oldest first, looking only
+    at its newest entries: from the end, until `settle` known keys in a row. A child
+    adds what it imports or compiles at the end of sys.modules and re's caches; reading
+    every entry would write to (take a reference to) every key, and each page of them
+    would cost the child a copy-on-write fault (~0.7 ms for 150 modules)."""
+    out = []
+    run = 0
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        for key in reversed(mapping):
+            if key in known:
+                run += 1
+                if run >= settle:
+                    break
+            else:
+                run = 0
+                out.append(key)
+    except RuntimeError:  # changed size during iteration (another thread)
+        pass
+    out.reverse()
+    return out
+
+
+def new_patterns(known):
+    """The str and bytes patterns in `re`'s cache that are not in `known`, oldest first."""
+    seen = set()
+    out = []
+    for cache in _re_caches():
+        for key in _newest(cache, known):
+            if key in seen or not isinstance(key, tuple) or len(key) != 3:
+                continue
+            kind, pattern, flags = key
+            if kind not in (str, bytes) or type(pattern) is not kind or \
+                    type(flags) is not int or len(pattern) > MAX_PATTERN_LEN:
+                continue
+            seen.add(key)
+            out.append(key)
+    return out
+
+
+def encode_pattern(key):
+    """A pattern key as one report line's text (JSON: kind, pattern, flags)."""
+    kind, pattern, flags = key
+    if kind is bytes:
+        return json.dumps(["b", pattern.decode("latin-1"), flags])
+    return json.dumps(["s", pattern, flags])
+
+
+def decode_pattern(text):
+    """The key a report line's text names, or None if it names none."""
+    try:
+        kind, pattern, flags = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(pattern, str) or type(flags) is not int or \
+            len(pattern) > MAX_PATTERN_LEN:
+        return None
+    if kind == "s":
+        return (str, pattern, flags)
+    if kind == "b":
+        try:
+            return (bytes, pattern.encode("latin-1"), flags)
+        except UnicodeEncodeError:
+            return None
+    return None
+
+
+def compile_pattern(key):
+    """Compiles a learned pattern into `re`'s cache, as the program would: None if it is
+    there now, else why not. A pattern whose compilation warns is taken out again: a
+    child that found it cached would not print the warning a cold run prints."""
+    import re
+
+    kind, pattern, flags = key
+    if flags & (re.DEBUG | getattr(re, "TEMPLATE", 0)):
+        return "its flags print or warn"
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        try:
+            re.compile(pattern, flags)
+        except (re.error, ValueError, TypeError, OverflowError, RecursionError,
+                MemoryError) as e:
+            return "it does not compile (%s)" % e
+    if shown:
+        for cache in _re_caches():
+            cache.pop(key, None)
+        return "its compilation warns (%s)" % shown[0].message
+    if not any(key in cache for cache in _re_caches()):
+        return "re did not cache it"
+    return None
+
+
+def child_report(known, roots, path, patterns=None):
+    """In a child before it exits: the newly imported installation modules, and the newly
+    compiled patterns if `patterns` (those the zygote's cache held) is given, to `path`.
+    Written without blocking and only as far as the pipe has room, in whole lines."""
+    lines = []
+    modules = sys.modules
+    for name in _newest(modules, known):
+        if not isinstance(name, str) or name in ("__main__", "__mp_main__") or \
+                name == "ngw" or name.startswith(("ngw.", "ngw_contrib")):
+            continue
+        f = getattr(modules.get(name), "__file__", None)
+        if isinstance(f, str) and os.path.realpath(f).startswith(roots):
+            lines.append(name.encode("utf-8", "surrogateescape"))
+    if patterns is not None:
+        for key in new_patterns(patterns):
+            lines.append(_PATTERN_LINE + encode_pattern(key).encode("ascii"))
+    if not lines:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return
     try:
-        os.write(fd, data)
+        room = _REPORT_CAP
+        try:
+            room = min(room, fcntl.fcntl(fd, _F_GETPIPE_SZ) - _unread(fd))
+        except OSError:
+            pass
+        data = bytearray()
+        for line in lines:
+            if len(data) + len(line) + 1 > room:
+                break
+            data += line + b"\n"
+        if data:
+            os.write(fd, data)
     except OSError:
         pass
     finally:
         os.close(fd)
+
+
+def _unread(fd):
+    """Bytes waiting in the pipe `fd` is an end of."""
+    return int.from_bytes(fcntl.ioctl(fd, _FIONREAD, bytes(4)), sys.byteorder)
 
 
 def cache_path(argv):
@@ -78,31 +236,55 @@ def cache_path(argv):
 
 
 class Learner:
-    """The worker's side: what children reported, what was imported, what is excluded."""
+    """The worker's side: what children reported, what was imported or compiled, what is
+    excluded."""
 
     def __init__(self, log, path):
         self.log = log
         self.path = path
         self.learned = []  # imported into the zygote, in order
         self.excluded = set()
+        # Modules whose import read the environment or asked isatty: imported at start
+        # only, where what they read joins the zygote's key.
+        self.at_start = []
         self.queue = []
         self.probe = None  # (pid, pipe, verdicts so far) while a probe vets a batch
+        # Patterns: learned (compiled into re's cache, in order), excluded, waiting.
+        self.patterns = {}
+        self.patterns_excluded = set()
+        self.pattern_queue = {}  # key -> None, in the order reported
+        self.patterns_done = 0  # compiled since they were last saved and frozen
+        self.patterns_dirty = False  # compiled or excluded since they were last saved
         self.buf = b""
         self.r, self.w = os.pipe()
         os.set_blocking(self.r, False)
+        try:
+            fcntl.fcntl(self.w, _F_SETPIPE_SZ, _PIPE_SIZE)
+        except OSError:
+            pass
         self.report_path = "/proc/%d/fd/%d" % (os.getpid(), self.w)
         if not os.path.exists(self.report_path):
             self.report_path = None
         self.roots = install_roots()
 
     def load(self):
-        """The modules a previous worker learned (to import at start)."""
+        """The modules a previous worker learned (to import at start); its patterns wait
+        in `pattern_queue` (for `compile_patterns` at start)."""
         try:
             with open(self.path, encoding="utf-8") as f:
                 data = json.load(f)
             self.excluded = set(data.get("excluded", []))
+            self.at_start = [m for m in data.get("at_start", []) if isinstance(m, str)]
+            for text in data.get("patterns", []):
+                key = decode_pattern(text) if isinstance(text, str) else None
+                if key is not None:
+                    self.pattern_queue[key] = None
+            for text in data.get("patterns_excluded", []):
+                key = decode_pattern(text) if isinstance(text, str) else None
+                if key is not None:
+                    self.patterns_excluded.add(key)
             return [m for m in data.get("modules", []) if isinstance(m, str)]
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, TypeError):
             return []
 
     def save(self):
@@ -111,7 +293,12 @@ class Learner:
             tmp = self.path + ".%d.tmp" % os.getpid()
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump({"modules": self.learned[:MAX_MODULES],
-                           "excluded": sorted(self.excluded)[:MAX_MODULES]}, f)
+                           "excluded": sorted(self.excluded)[:MAX_MODULES],
+                           "at_start": self.at_start[:MAX_MODULES],
+                           "patterns": [encode_pattern(k) for k in self.patterns],
+                           "patterns_excluded": sorted(
+                               encode_pattern(k) for k in self.patterns_excluded
+                           )[:MAX_PATTERNS]}, f)
             os.replace(tmp, self.path)
         except OSError as e:
             self.log("ngw: cannot save the learned preloads to %s: %s" % (self.path, e))
@@ -127,7 +314,40 @@ class Learner:
             self.buf += data
         *lines, self.buf = self.buf.split(b"\n")
         for line in lines:
+            if line.startswith(_PATTERN_LINE):
+                key = decode_pattern(line[1:].decode("ascii", "replace"))
+                if key is not None and key not in self.patterns and \
+                        key not in self.patterns_excluded and \
+                        len(self.patterns) + len(self.pattern_queue) < MAX_PATTERNS:
+                    self.pattern_queue[key] = None
+                continue
             name = line.decode("utf-8", "surrogateescape")
             if name and name not in sys.modules and name not in self.excluded and \
-                    name not in self.queue and len(self.learned) < MAX_MODULES:
+                    name not in self.queue and name not in self.at_start and \
+                    len(self.learned) + len(self.at_start) < MAX_MODULES:
                 self.queue.append(name)
+
+    def compile_patterns(self, budget=None):
+        """Compiles waiting patterns into re's cache, for at most `budget` seconds (all of
+        them if None). Returns how many it compiled."""
+        deadline = None if budget is None else time.monotonic() + budget
+        done = 0
+        while self.pattern_queue:
+            key = next(iter(self.pattern_queue))
+            del self.pattern_queue[key]
+            if key in self.patterns or len(self.patterns) >= MAX_PATTERNS:
+                continue
+            if any(key in cache for cache in _re_caches()):
+                continue  # the zygote has compiled it itself since
+            bad = compile_pattern(key)
+            self.patterns_dirty = True
+            if bad is None:
+                self.patterns[key] = None
+                done += 1
+            else:
+                self.patterns_excluded.add(key)
+                self.log("ngw: not precompiling the pattern %.60r: %s" % (key[1], bad))
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        self.patterns_done += done
+        return done

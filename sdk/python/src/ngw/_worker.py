@@ -124,19 +124,30 @@ class Worker:
                 _refuse(chan, "preload failed: %s: %s" % (what, detail))
         warnings.showwarning = shown
         if self._learner is not None:
-            for name in self._learner.load():
+            modules = self._learner.load()
+            # Then the modules that read the environment (or asked isatty) at import: here,
+            # while the recorder runs, what they read becomes part of the zygote's key
+            # exactly as for the configured preloads (docs/ngw.md 12.4, 12.5).
+            at_start, self._learner.at_start = self._learner.at_start, []
+            for name, later in [(n, False) for n in modules] + [(n, True) for n in at_start]:
                 if name in self._learner.excluded:
                     continue
                 try:
                     importlib.import_module(name)
-                    self._learner.learned.append(name)
+                    (self._learner.at_start if later else self._learner.learned).append(name)
                 except BaseException as e:
                     log("ngw: learned preload %s failed (%s); left to the children"
                         % (name, e))
                     self._learner.excluded.add(name)
-            if self._learner.learned:
-                log("ngw: imported %d modules that earlier sessions imported (%s)"
-                    % (len(self._learner.learned), self._learner.path))
+            if self._learner.learned or self._learner.at_start:
+                log("ngw: imported %d modules that earlier sessions imported, %d of them "
+                    "read the environment or asked isatty at import (%s)"
+                    % (len(self._learner.learned) + len(self._learner.at_start),
+                       len(self._learner.at_start), self._learner.path))
+            if self._learner.compile_patterns():
+                log("ngw: compiled %d patterns that earlier sessions compiled"
+                    % len(self._learner.patterns))
+            self._learner.patterns_done, self._learner.patterns_dirty = 0, False
         recorder.stop()
         conditions.exempt = set(_rules.RULES) | set(_env_delta(env_before, os.environ))
         if conditions.env_read or conditions.tty_asked:
@@ -152,6 +163,7 @@ class Worker:
         self.notices = _exact.Notices(chan, log, offered)
         self._conditions = conditions
         self._retiring = None
+        self._restart_due = False  # modules to preload from the next start were learned
         self._idle_since = time.monotonic()
         self._code = _stale.CodeWatch(log)
         self._code.record()
@@ -176,7 +188,8 @@ class Worker:
             if self._learner is not None:
                 self._fork.private_fds.extend([self._learner.r, self._learner.w])
                 self._fork.learn = (frozenset(sys.modules), self._learner.roots,
-                                    self._learner.report_path)
+                                    self._learner.report_path,
+                                    _adaptive.cached_patterns())
             # Preloaded objects stay out of the collector: fewer copy-on-write faults.
             if self._inline is not None:
                 self._fork.private_fds.extend(self._inline.private_fds())
@@ -249,6 +262,17 @@ class Worker:
                         self._learn_one()
                         continue
                     timeout = _adaptive.IDLE_BEFORE - idle
+                elif (learner.pattern_queue or learner.patterns_dirty) and \
+                        self._retiring is None and not chan.out and learner.probe is None \
+                        and not learner.queue:
+                    idle = time.monotonic() - self._idle_since
+                    if idle < _adaptive.IDLE_BEFORE:
+                        timeout = _adaptive.IDLE_BEFORE - idle
+                    elif learner.pattern_queue:
+                        learner.compile_patterns(_adaptive.PATTERN_SLICE)
+                        timeout = 0  # read what ngd sent meanwhile, then go on
+                    else:
+                        self._learn_patterns_finish()
             if runner is not None and runner.watching():
                 if chan.poll(timeout, extra=runner.wake_r.fileno()):
                     runner.reap()
@@ -312,7 +336,12 @@ class Worker:
         done = []
         for line in bytes(buf).decode("utf-8", "surrogateescape").splitlines():
             name, _, bad = line.partition("\t")
-            if bad:
+            if bad.startswith(_AT_START):
+                if name not in learner.at_start:
+                    learner.at_start.append(name)
+                    self._restart_due = True
+                    log("ngw: preloading %s from the next start: %s" % (name, bad))
+            elif bad:
                 learner.excluded.add(name)
                 log("ngw: not preloading %s: %s" % (name, bad))
             elif name not in sys.modules and self._retiring is None:
@@ -321,6 +350,15 @@ class Worker:
         learner.save()
         if done:
             self._learn_finish(done, started)
+        if self._restart_due and not learner.queue and self._retiring is None and \
+                self.notices.enabled:
+            # Modules whose import reads the environment are preloaded only at start
+            # (where what they read joins the zygote's key): ngd replaces this worker
+            # once its sessions are done, with one that imports them.
+            self._restart_due = False
+            self.notices.send("retire", "adaptive preloading: %d modules that read the "
+                              "environment at import are preloaded from the next start"
+                              % len(learner.at_start))
 
     @staticmethod
     def _learn_check(name):
@@ -347,12 +385,12 @@ class Worker:
             bad = "it printed a warning (%s)" % shown[0]
         elif dict(os.environ) != env_before:
             bad = "it changed the environment"
-        elif set(conditions.env_read) - set(_exact.INTERPRETER_ENV):
-            bad = "it read %s" % ", ".join(sorted(conditions.env_read))
-        elif conditions.tty_asked:
-            bad = "it asked whether a stream is a terminal"
         elif threading.active_count() != threads:
             bad = "it started a thread"
+        elif set(conditions.env_read) - set(_exact.INTERPRETER_ENV):
+            bad = _AT_START[0] + ", ".join(sorted(conditions.env_read))
+        elif conditions.tty_asked:
+            bad = _AT_START[1]
         else:
             bad = None
         return bad
@@ -384,11 +422,29 @@ class Worker:
         runner = self._fork
         runner.discard_spare()  # a copy of the zygote without the module
         runner._spare_due = runner.prefork
-        runner.learn = (frozenset(sys.modules),) + runner.learn[1:]
+        runner.learn = (frozenset(sys.modules),) + runner.learn[1:3] + (
+            _adaptive.cached_patterns(),)
         runner.reap()  # forks the next spare now
         log("ngw: preloaded %d modules that sessions imported (%s; %.1f ms)"
             % (len(done), ", ".join(done[:5]) + (", ..." if len(done) > 5 else ""),
                (time.monotonic() - started) * 1000))
+
+    def _learn_patterns_finish(self):
+        """After compiling learned patterns: saved, frozen, in the next spare."""
+        learner = self._learner
+        done, learner.patterns_done, learner.patterns_dirty = learner.patterns_done, 0, False
+        learner.save()
+        if not done:
+            return  # only exclusions: nothing new in the zygote
+        if hasattr(gc, "freeze"):
+            gc.freeze()
+        runner = self._fork
+        runner.discard_spare()  # a copy of the zygote without the patterns
+        runner._spare_due = runner.prefork
+        runner.learn = runner.learn[:3] + (_adaptive.cached_patterns(),)
+        runner.reap()  # forks the next spare now
+        log("ngw: precompiled %d patterns that sessions compiled (%d learned)"
+            % (done, len(learner.patterns)))
 
     def _loop(self, chan):
         header = HeaderBuilder()
@@ -493,6 +549,11 @@ class Worker:
             fds[:] = []
             chan.send(_wire.TAKEN, b"relay")
             chan.flush_some()
+
+
+#: The verdicts of _learn_check that only a start can preload: what the import read
+#: joins the zygote's key there (docs/ngw.md 12.5).
+_AT_START = ("it read ", "it asked whether a stream is a terminal")
 
 
 def _env_delta(before, after):

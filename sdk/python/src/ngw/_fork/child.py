@@ -74,7 +74,8 @@ class Child:
         self._environ_types = runner.environ_types
         self._report_path = runner.report_path
         self._inherited = runner.child_closes()
-        self._learn = runner.learn  # (module names the zygote has, roots, report path)
+        # (module names the zygote has, roots, report path, re's cache keys it has)
+        self._learn = runner.learn
         # With `signals`, the process group is chosen with the session (docs/ngw.md 15.5).
         self._job_control = runner.signals_on
 
@@ -290,26 +291,30 @@ class Child:
     def _report(self, status):
         """In the child, right before _exit(): closes the standard streams (so the parent
         sees their end now, not after the kernel has freed the child's memory) and tells
-        the worker the exit status."""
-        if self._learn is not None:
-            known, roots, path = self._learn
+        the worker the exit status; then reports what the session loaded that the zygote
+        lacks (adaptive preloading, docs/ngw.md 12.5)."""
+        try:
+            if self._report_path is None:
+                return
             try:
-                _adaptive.child_report(known, roots, path)
-            except Exception:
+                fd = os.open(self._report_path, os.O_WRONLY | os.O_CLOEXEC)
+            except OSError:
+                return  # waitpid() will tell
+            try:
+                os.closerange(0, 3)
+                os.write(fd, REPORT.pack(os.getpid(), status))
+            except OSError:
                 pass
-        if self._report_path is None:
-            return
-        try:
-            fd = os.open(self._report_path, os.O_WRONLY | os.O_CLOEXEC)
-        except OSError:
-            return  # waitpid() will tell
-        try:
-            os.closerange(0, 3)
-            os.write(fd, REPORT.pack(os.getpid(), status))
-        except OSError:
-            pass
+            finally:
+                os.close(fd)
         finally:
-            os.close(fd)
+            # What the session loaded that the zygote lacks (adaptive preloading), after
+            # the exit report: off the path to the session's X.
+            if self._learn is not None:
+                try:
+                    _adaptive.child_report(*self._learn)
+                except Exception:
+                    pass
 
 
 

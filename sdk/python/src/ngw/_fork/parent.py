@@ -63,7 +63,8 @@ class ForkRunner:
         self.conditions = conditions  # _exact.Conditions: when a session runs cold
         self.notices = notices
         self._warned_warm = set()
-        self.learn = None  # adaptive preloading: (known module names, roots, report path)
+        # adaptive preloading: (known module names, roots, report path, known patterns)
+        self.learn = None
         self.kill_grace = kill_grace
         self.env_delta = env_delta or {}
         self.env_rules = dict(_rules.RULES)
