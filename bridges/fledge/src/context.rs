@@ -1,6 +1,7 @@
 //! Project context for `init` and the answers to `metadata`, computed from the client's
 //! working directory and environment with the same git commands fledge 1.8.0 runs. The
-//! three independent git queries of `init` run at once.
+//! git queries of `init` run at once (the remote's URL asked for `origin` alongside the
+//! remote's name, and again only when the first remote has another name).
 
 use crate::protocol::{Git, Project};
 use serde_json::{Map, Value};
@@ -107,14 +108,19 @@ pub fn git(client: &Client<'_>) -> Option<Git> {
     if !maybe_in_repository(client) {
         return None;
     }
-    let (branch, dirty, remote) = std::thread::scope(|s| {
+    // The remote's URL depends on the first remote's name; it is asked for `origin` (the
+    // usual name, and the one used when there is no remote) at the same time as the rest,
+    // and asked again only for another name.
+    let (branch, dirty, remote, origin_url) = std::thread::scope(|s| {
         let dirty = s.spawn(|| client.git(&["status", "--porcelain"]));
         let remote = s.spawn(|| client.git(&["remote"]));
+        let origin_url = s.spawn(|| client.git(&["remote", "get-url", "origin"]));
         let branch = client.git(&["rev-parse", "--abbrev-ref", "HEAD"]);
         (
             branch,
             dirty.join().ok().flatten(),
             remote.join().ok().flatten(),
+            origin_url.join().ok().flatten(),
         )
     });
     let branch = branch
@@ -124,8 +130,12 @@ pub fn git(client: &Client<'_>) -> Option<Git> {
     let remote = remote
         .map(|o| text(&o).lines().next().unwrap_or("origin").to_owned())
         .unwrap_or_else(|| "origin".into());
-    let remote_url = client
-        .git(&["remote", "get-url", &remote])
+    let url = if remote == "origin" {
+        origin_url
+    } else {
+        client.git(&["remote", "get-url", &remote])
+    };
+    let remote_url = url
         .filter(|o| o.status.success())
         .map(|o| sanitize_remote_url(text(&o).trim()))
         .unwrap_or_default();
@@ -251,6 +261,71 @@ mod tests {
         ] {
             assert!(!env_is_safe(k, v), "{k}");
         }
+    }
+
+    #[test]
+    fn the_remote_url_is_the_first_remotes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let env: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(k, _)| k == "PATH")
+            .chain([
+                ("HOME".into(), tmp.path().into()),
+                ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
+            ])
+            .collect();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        let client = Client {
+            cwd: &repo,
+            env: &env,
+        };
+        let git = |args: &[&str]| {
+            let o = client.git(args).unwrap();
+            assert!(o.status.success(), "git {args:?}");
+        };
+        let remote = || {
+            let g = project(&client).git.unwrap();
+            (g.branch, g.remote, g.remote_url)
+        };
+        git(&["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("a"), "a").unwrap();
+        git(&["add", "a"]);
+        git(&[
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-qm",
+            "a",
+        ]);
+        // No remote: `origin`, whose URL git cannot give.
+        assert_eq!(remote(), ("main".into(), "origin".into(), "".into()));
+        // Another name: its own URL.
+        git(&[
+            "remote",
+            "add",
+            "upstream",
+            "https://u:p@example.com/up.git",
+        ]);
+        assert_eq!(
+            remote(),
+            (
+                "main".into(),
+                "upstream".into(),
+                "https://example.com/up.git".into()
+            )
+        );
+        git(&["remote", "remove", "upstream"]);
+        git(&["remote", "add", "origin", "git@example.com:o/r.git"]);
+        assert_eq!(
+            remote(),
+            (
+                "main".into(),
+                "origin".into(),
+                "git@example.com:o/r.git".into()
+            )
+        );
     }
 
     #[test]

@@ -13,7 +13,10 @@
 //! and ignored signals equal those it was started with and neither the program nor
 //! `plugin.toml` changed since; otherwise it is stopped and a process is started as usual.
 //! A run whose stderr is the client's terminal starts its own process (the spare's stderr
-//! is a pipe).
+//! is a pipe). Spares are started by a thread of their own once a run has ended, so the
+//! run's exit is reported without waiting for the next process; a run arriving while its
+//! spare is being started waits for it, and the bridge's end stops spares being started
+//! as well as those waiting.
 
 use crate::context::{self, Client};
 use crate::discover::{self, Options, Resolved};
@@ -31,7 +34,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
 /// Exit code when the command's plugin cannot be found or its program is missing.
@@ -41,6 +44,11 @@ pub const EXIT_CANNOT_RUN: i32 = 126;
 /// Exit code for host-side failures fledge also reports with 1 (an unsupported protocol
 /// version, a question that could not be answered, a WASM plugin).
 pub const EXIT_HOST: i32 = 1;
+
+/// How long the spare starter waits after a run ends before starting the next process,
+/// so that the run's exit reaches ngd first (the exit is sent right after the run's
+/// handler returns, well within this).
+const SPARE_SETTLE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// What a spare was started for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,13 +82,112 @@ impl Spare {
     }
 }
 
+/// A spare to start: for `command`, with `key`, its plugin directory `dir`.
+#[derive(Debug)]
+struct SpareJob {
+    command: String,
+    key: SpareKey,
+    dir: PathBuf,
+}
+
+/// The spares: those waiting for a run, those being started, and whether the bridge is
+/// ending (then a spare that finishes starting is stopped at once).
+#[derive(Debug, Default)]
+struct SparesState {
+    ready: HashMap<String, Spare>,
+    /// How many are being started, by command.
+    starting: HashMap<String, usize>,
+    stopped: bool,
+}
+
+impl SparesState {
+    fn done_starting(&mut self, command: &str) {
+        if let Some(n) = self.starting.get_mut(command) {
+            *n -= 1;
+            if *n == 0 {
+                self.starting.remove(command);
+            }
+        }
+    }
+}
+
+/// The spare processes, shared with the thread that starts them.
+#[derive(Debug, Default)]
+struct Spares {
+    state: Mutex<SparesState>,
+    /// Signalled when a spare finishes starting.
+    started: Condvar,
+}
+
+impl Spares {
+    fn lock(&self) -> MutexGuard<'_, SparesState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts the spare for `job` and keeps it, or stops it when the bridge is ending.
+    fn start(&self, job: SpareJob) {
+        if self.lock().stopped {
+            self.lock().done_starting(&job.command);
+            self.started.notify_all();
+            return;
+        }
+        let spawned = spawn_plugin(
+            &job.key.binary,
+            &[],
+            &job.key,
+            Some(&job.dir),
+            Stdio3::piped(),
+        );
+        let mut state = self.lock();
+        state.done_starting(&job.command);
+        let (stop_new, stop_old) = match spawned {
+            Ok(child) => {
+                let spare = Spare {
+                    key: job.key,
+                    child,
+                };
+                if state.stopped {
+                    (Some(spare), None)
+                } else {
+                    (None, state.ready.insert(job.command, spare))
+                }
+            }
+            Err(_) => (None, None),
+        };
+        drop(state);
+        self.started.notify_all();
+        for s in stop_new.into_iter().chain(stop_old) {
+            s.stop();
+        }
+    }
+
+    /// Takes the spare for `command`, waiting for one being started (which is sooner
+    /// than starting a process).
+    fn take(&self, command: &str) -> Option<Spare> {
+        let mut state = self.lock();
+        while state.starting.contains_key(command) {
+            state = self.started.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        state.ready.remove(command)
+    }
+}
+
+/// The thread that starts spares, so that a session's exit is reported without waiting
+/// for the next process to start.
+#[derive(Debug)]
+struct Starter {
+    jobs: Sender<SpareJob>,
+    thread: std::thread::JoinHandle<()>,
+}
+
 /// The bridge: options, the commands found, the spares.
 #[derive(Debug)]
 pub struct Bridge {
     options: Options,
     plugins_dir: PathBuf,
     commands: BTreeMap<String, PathBuf>,
-    spares: Mutex<HashMap<String, Spare>>,
+    spares: Arc<Spares>,
+    starter: Mutex<Option<Starter>>,
 }
 
 fn stamp(r: &Resolved) -> Option<(SystemTime, SystemTime)> {
@@ -205,20 +312,28 @@ impl Bridge {
             options,
             plugins_dir,
             commands,
-            spares: Mutex::new(HashMap::new()),
+            spares: Arc::new(Spares::default()),
+            starter: Mutex::new(None),
         }
     }
 
-    /// Stops every spare process (the bridge is ending).
+    /// Stops every spare process (the bridge is ending): those waiting, and those being
+    /// started, once they are; returns when none is left.
     pub fn stop_spares(&self) {
-        let spares: Vec<Spare> = self.spares().drain().map(|(_, s)| s).collect();
-        for s in spares {
+        self.spares.lock().stopped = true;
+        let starter = self
+            .starter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(Starter { jobs, thread }) = starter {
+            drop(jobs);
+            let _ = thread.join();
+        }
+        let ready: Vec<Spare> = self.spares.lock().ready.drain().map(|(_, s)| s).collect();
+        for s in ready {
             s.stop();
         }
-    }
-
-    fn spares(&self) -> std::sync::MutexGuard<'_, HashMap<String, Spare>> {
-        self.spares.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Runs one session; returns its exit code.
@@ -306,8 +421,7 @@ impl Bridge {
         command: &str,
         dir: &Path,
     ) -> std::io::Result<Child> {
-        let spare = self.spares().remove(command);
-        if let Some(mut spare) = spare {
+        if let Some(mut spare) = self.spares.take(command) {
             let alive = matches!(spare.child.try_wait(), Ok(None));
             if alive && spare.key == *key {
                 return Ok(spare.child);
@@ -334,14 +448,46 @@ impl Bridge {
         spawn_plugin(&key.binary, &[], key, Some(dir), Stdio3::piped())
     }
 
-    fn start_spare(self: &Bridge, key: SpareKey, command: String, dir: PathBuf) {
+    /// Has the next process for `command` started by the starter thread.
+    fn start_spare(&self, key: SpareKey, command: String, dir: PathBuf) {
         if !self.options.spare || key.stamp.is_none() {
             return;
         }
-        if let Ok(child) = spawn_plugin(&key.binary, &[], &key, Some(&dir), Stdio3::piped()) {
-            let old = self.spares().insert(command, Spare { key, child });
-            if let Some(old) = old {
-                old.stop();
+        let mut starter = self.starter.lock().unwrap_or_else(|p| p.into_inner());
+        {
+            let mut state = self.spares.lock();
+            if state.stopped {
+                return;
+            }
+            *state.starting.entry(command.clone()).or_default() += 1;
+        }
+        if starter.is_none() {
+            let (jobs, rx) = unbounded::<SpareJob>();
+            let spares = self.spares.clone();
+            let thread = std::thread::Builder::new()
+                .name("fledge-spares".into())
+                .spawn(move || {
+                    for job in rx {
+                        // The session that asked is reporting its exit now; let that go
+                        // out before the fork and the new process take the CPU.
+                        std::thread::sleep(SPARE_SETTLE);
+                        spares.start(job);
+                    }
+                });
+            match thread {
+                Ok(thread) => *starter = Some(Starter { jobs, thread }),
+                Err(_) => {
+                    self.spares.lock().done_starting(&command);
+                    self.spares.started.notify_all();
+                    return;
+                }
+            }
+        }
+        if let Some(st) = starter.as_ref() {
+            let job = SpareJob { command, key, dir };
+            if let Err(e) = st.jobs.send(job) {
+                self.spares.lock().done_starting(&e.0.command);
+                self.spares.started.notify_all();
             }
         }
     }
@@ -408,7 +554,8 @@ impl Bridge {
         );
         let code = Run::new(s, streams, r, colour, &self.options).drive(&mut child, &init);
         // The next process starts once this run is over, so its start-up does not compete
-        // with the run for the CPU.
+        // with the run for the CPU, and off the session's thread, so the run's exit is
+        // reported without waiting for it.
         if !direct {
             self.start_spare(next, r.command.clone(), r.dir.clone());
         }
@@ -665,6 +812,60 @@ impl PluginStderr {
     }
 }
 
+/// Asks the plugin's questions on a thread of its own (so a question can be abandoned),
+/// started at the first question: most runs ask none.
+enum Asker {
+    /// No question yet: the UI, and where answers go.
+    Idle(Box<dyn Ui>, Sender<Event>),
+    /// The thread asking, fed questions in order.
+    Asking(Sender<(String, protocol::Question)>),
+    /// The thread could not be started: every question fails.
+    Failed(Sender<Event>, String),
+}
+
+impl Asker {
+    fn ask(&mut self, id: String, question: protocol::Question) {
+        match self {
+            Asker::Asking(tx) => {
+                let _ = tx.send((id, question));
+                return;
+            }
+            Asker::Failed(done, why) => {
+                let _ = done.send(Event::Done {
+                    id,
+                    result: Err(why.clone()),
+                });
+                return;
+            }
+            Asker::Idle(..) => {}
+        }
+        let (tx, rx) = unbounded::<(String, protocol::Question)>();
+        let placeholder = Asker::Asking(tx.clone());
+        let Asker::Idle(mut ui, done) = std::mem::replace(self, placeholder) else {
+            return;
+        };
+        let answers = done.clone();
+        let started = std::thread::Builder::new()
+            .name("fledge-ui".into())
+            .spawn(move || {
+                for (id, q) in rx {
+                    let event = match ui.ask(&q) {
+                        Ok(v) => Event::Done { id, result: Ok(v) },
+                        Err(UiError::Interrupted) => Event::Interrupt,
+                        Err(UiError::Failed(e)) => Event::Done { id, result: Err(e) },
+                    };
+                    if answers.send(event).is_err() {
+                        return;
+                    }
+                }
+            });
+        if let Err(e) = started {
+            *self = Asker::Failed(done, format!("cannot start the prompt thread: {e}"));
+        }
+        self.ask(id, question);
+    }
+}
+
 /// One protocol run.
 struct Run<'a> {
     session: &'a mut ngw::Session,
@@ -790,25 +991,9 @@ impl<'a> Run<'a> {
         } else {
             ProgressView::hidden()
         };
-        // The UI runs on a thread of its own so a question can be abandoned.
-        let (ask_tx, ask_rx) = unbounded::<(String, protocol::Question)>();
-        let mut ui = self.ui();
+        let ui = self.ui();
         let abort_ui = ui.aborter();
-        {
-            let done_tx = done_tx.clone();
-            std::thread::spawn(move || {
-                for (id, q) in ask_rx {
-                    let event = match ui.ask(&q) {
-                        Ok(v) => Event::Done { id, result: Ok(v) },
-                        Err(UiError::Interrupted) => Event::Interrupt,
-                        Err(UiError::Failed(e)) => Event::Done { id, result: Err(e) },
-                    };
-                    if done_tx.send(event).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
+        let mut ask_tx = Asker::Idle(ui, done_tx.clone());
         let stop_work = Arc::new(AtomicBool::new(false));
         let write = |stdin: &mut Option<ChildStdin>, bytes: &[u8]| {
             if let Some(w) = stdin.as_mut() {
@@ -856,7 +1041,7 @@ impl<'a> Run<'a> {
                 },
                 default(timeout) => {
                     let effects = host.tick(Instant::now());
-                    self.perform(effects, &mut stdin, &write, &mut out, &mut err, &mut progress, &ask_tx, &abort_ui, &stop_work, pgid, &done_tx, &client_env, &client_cwd, &plugin_dir, &plugin_err);
+                    self.perform(effects, &mut stdin, &write, &mut out, &mut err, &mut progress, &mut ask_tx, &abort_ui, &stop_work, pgid, &done_tx, &client_env, &client_cwd, &plugin_dir, &plugin_err);
                     continue;
                 }
             };
@@ -868,7 +1053,7 @@ impl<'a> Run<'a> {
                 &mut out,
                 &mut err,
                 &mut progress,
-                &ask_tx,
+                &mut ask_tx,
                 &abort_ui,
                 &stop_work,
                 pgid,
@@ -890,7 +1075,7 @@ impl<'a> Run<'a> {
         out: &mut Sink,
         err: &mut Sink,
         progress: &mut ProgressView,
-        ask: &Sender<(String, protocol::Question)>,
+        ask: &mut Asker,
         abort_ui: &Arc<dyn Fn() + Send + Sync>,
         stop_work: &Arc<AtomicBool>,
         pgid: libc::pid_t,
@@ -913,9 +1098,7 @@ impl<'a> Run<'a> {
                     let _ = err.write_all(text.as_bytes());
                 }
                 Effect::Progress(p) => progress.show(&p),
-                Effect::Ask { id, question } => {
-                    let _ = ask.send((id, question));
-                }
+                Effect::Ask { id, question } => ask.ask(id, question),
                 Effect::Store { key, value } => {
                     if let Err(e) = store::store(plugin_dir, &key, &value) {
                         let host_line = format!(
@@ -1002,5 +1185,59 @@ impl<'a> Run<'a> {
                 },
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spare of `cat`, which waits on its stdin as a plugin waits for `init`.
+    fn job(command: &str) -> SpareJob {
+        let tmp = std::env::temp_dir();
+        SpareJob {
+            command: command.into(),
+            key: SpareKey {
+                binary: PathBuf::from("/bin/cat"),
+                env: Vec::new(),
+                cwd: tmp.clone(),
+                umask: None,
+                ignored: Vec::new(),
+                stamp: None,
+            },
+            dir: tmp,
+        }
+    }
+
+    #[test]
+    fn a_run_waits_for_the_spare_being_started() {
+        let spares = Arc::new(Spares::default());
+        spares.lock().starting.insert("c".into(), 1);
+        let starter = {
+            let spares = spares.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                spares.start(job("c"));
+            })
+        };
+        let mut spare = spares.take("c").expect("the spare being started");
+        assert!(
+            matches!(spare.child.try_wait(), Ok(None)),
+            "waiting for input"
+        );
+        spare.stop();
+        starter.join().unwrap();
+        assert!(spares.lock().starting.is_empty());
+        assert!(spares.take("c").is_none());
+    }
+
+    #[test]
+    fn no_spare_is_kept_once_the_bridge_stops() {
+        let spares = Spares::default();
+        spares.lock().starting.insert("c".into(), 1);
+        spares.lock().stopped = true;
+        spares.start(job("c"));
+        let state = spares.lock();
+        assert!(state.ready.is_empty() && state.starting.is_empty());
     }
 }
