@@ -424,6 +424,44 @@ class NoColdForm(unittest.TestCase):
             w.close()
 
 
+# A fork-mode child (here the spare) forked while the worker holds a client's descriptor
+# that came with a header not read to its end: it must not keep a copy. The session may
+# run elsewhere (in a sub-zygote, whose sessions the root's spare never gets), and a copy
+# in an idle spare kept the client's pipes open after its command had exited.
+HELD_SCRIPT = r'''
+import os, select, socket
+from ngw import _wire
+from ngw._channel import Channel
+from ngw._fork import ForkRunner
+
+ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+chan = Channel(os.dup(theirs.fileno()))
+theirs.close()
+r, w = os.pipe()
+# The first bytes of a header's first chunk, with the client's descriptor; the rest of
+# the header has not arrived.
+socket.send_fds(ours, [_wire.encode(_wire.ARG, b"x")[:3]], [w])
+os.close(w)
+chan.read_some()
+assert len(chan.held_fds()) == 1, chan.held_fds()
+runner = ForkRunner(lambda message: None, 0.1)
+runner.held_fds = chan.held_fds
+runner._fork_spare()
+chan.drop_pending_fds()  # the worker closes its own copy when the session is done
+# End of file on the pipe once nobody holds its write end: the spare closed its copy.
+ready = select.select([r], [], [], 30)[0]
+print("closed" if ready and os.read(r, 1) == b"" else "held")
+runner.shutdown()
+'''
+
+
+class HeldDescriptors(unittest.TestCase):
+    def test_a_child_forked_while_a_header_s_descriptors_are_held_closes_them(self):
+        out = subprocess.run([sys.executable, "-c", HELD_SCRIPT], env=driver.worker_env(),
+                             capture_output=True, timeout=60)
+        self.assertEqual((out.stdout, out.returncode), (b"closed\n", 0), out)
+
+
 class OneZygote(Zygotes):
     """NGW_MAX_ZYGOTES=1: no sub-zygote, every other key runs cold (as before)."""
 
