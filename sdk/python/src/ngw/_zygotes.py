@@ -5,7 +5,7 @@ What a zygote's imports may have captured (whether fds 0-2 are terminals, the
 environment variables they read, the interpreter-wide settings and the locale,
 `Conditions.key`) is its key. A fork-mode session whose key is not the worker's own
 cannot be served by forking the worker; it used to run the cold way every time. Now the
-worker (the *root* zygote) keeps up to `NGW_MAX_ZYGOTES - 1` (default 0) **sub-zygotes**:
+worker (the *root* zygote) keeps up to `NGW_MAX_ZYGOTES - 1` (default 3) **sub-zygotes**:
 fresh interpreters running the worker's own command line (`sys.orig_argv`) with the
 key's environment (and a pseudo-terminal on the fds the key has as terminals), each
 connected to the root over a socketpair that speaks ngw itself. The root plays ngd's part
@@ -22,8 +22,13 @@ for them and stays ngd's only peer, so ngd knows nothing of any of this:
   says so (`fallback` notice: "...; started a zygote for PYTHONHASHSEED='1'"); the
   sub-zygote is started when that session has ended, so it never competes with it, and
   preloads while the root serves others. No session ever waits for a preload;
-* at most `NGW_MAX_ZYGOTES` zygotes, the root included: starting one more retires the
-  least recently used sub-zygote (its channel is closed: it finishes and exits 0);
+* at most `NGW_MAX_ZYGOTES` zygotes, the root included (default 4): starting one more
+  retires the least recently used sub-zygote (its channel is closed: it finishes and
+  exits 0);
+* the root reads a session's header, and the client's descriptors that came with it,
+  before it knows where the session runs: a child it forks meanwhile (its next spare)
+  closes its copies (`ForkRunner.held_fds`), so a session forwarded here leaves none
+  behind in a spare that never gets it;
 * a sub-zygote dies with the root (`PR_SET_PDEATHSIG`, set by the sub-zygote itself
   first thing, `as_sub_zygote`); it is in the root's process group, which ngd kills
   when it stops a worker; the root ends them all when it exits;
@@ -55,9 +60,10 @@ from ._fork.stdio import configure_pty, winsize_of
 
 #: The environment variable bounding the zygotes of one worker, the root included.
 MAX_ENV = "NGW_MAX_ZYGOTES"
-#: Off unless a plugin asks (see docs/ngw.md 12.4, "Several zygotes": an interrupt lost
-#: right after a sub-zygote started is not understood yet).
-DEFAULT_MAX = 1
+#: The root and up to three sub-zygotes: the keys a plugin's users commonly mix (a
+#: terminal or a pipe on stdout, a second locale or hash seed) stay warm, and at most
+#: three extra interpreters' memory is spent on them (docs/ngw.md 12.4).
+DEFAULT_MAX = 4
 #: Set in a sub-zygote's environment (and removed at once by it): the root's pid, and its
 #: key for people (its log lines say which zygote wrote them).
 PARENT_ENV = "NGW_ZYGOTE_OF"
