@@ -207,6 +207,10 @@ class Worker:
             "sdk": "ngw-python/" + VERSION,
             "runtime": "%s %s" % (platform.python_implementation(), platform.python_version()),
         }
+        if key is not None:
+            # For the root only (it reads this hello; ngd never sees it): the key this
+            # zygote ended up with, which the interpreter's start-up may have changed.
+            hello[_zygotes.KEY_FIELD] = conditions.key()
         # Sessions with another key than this zygote's go to a zygote for theirs.
         self._zygotes = _zygotes.Zygotes(log, conditions, self.notices, env_before,
                                          offered & set(features),

@@ -36,8 +36,10 @@ for them and stays ngd's only peer, so ngd knows nothing of any of this:
   `ngw: the zygote for KEY died during the command (...)` on its stderr and exit code
   128+N if signal N killed it, else 1 (as ngd reports a worker that dies during a
   command, docs/ngw.md 9); the next session with that key runs cold and starts another.
-  One that cannot start (an error hello, or no hello) is not started again for that key:
-  its sessions run cold and their notices say why.
+  One that cannot start (an error hello, or no hello), or whose interpreter changed the
+  key as it started (its hello's `zygote_key` differs: CPython sets LC_CTYPE when no
+  locale is set), is not started again for that key: its sessions run cold and their
+  notices say why.
 
 Sub-zygotes start no sub-zygotes of their own. The root is single-threaded: it forwards
 a session in one poll() loop, as the fork relay does, never blocking on a write.
@@ -68,6 +70,8 @@ DEFAULT_MAX = 4
 #: key for people (its log lines say which zygote wrote them).
 PARENT_ENV = "NGW_ZYGOTE_OF"
 LABEL_ENV = "NGW_ZYGOTE_KEY"
+#: The field of a sub-zygote's hello with its own key (`Conditions.key()`).
+KEY_FIELD = "zygote_key"
 
 _HIGH_WATER = 1 << 20  # unsent bytes towards ngd before the sub-zygote is left unread
 _STOP_WAIT = 2.0  # seconds a sub-zygote may take to exit after its channel closed
@@ -351,6 +355,15 @@ class Zygotes:
             self._drop(z)
             self.log("ngw: the zygote for %s could not start: %s" % (z.label, hello["error"]))
             return
+        differs = _key_differs(z.key, hello.get(KEY_FIELD))
+        if differs is not None:
+            # CPython changes some settings as it starts (PEP 538 sets LC_CTYPE when the
+            # locale is C): such a key cannot have a zygote of its own.
+            why = "its interpreter started with %s" % differs
+            self._failed(z.key, why)
+            self._drop(z)
+            self.log("ngw: the zygote for %s cannot serve its key: %s" % (z.label, why))
+            return
         z.state = READY
         self.log("ngw: the zygote (pid %d) for %s is ready" % (z.proc.pid, z.label))
 
@@ -570,6 +583,30 @@ class Zygotes:
                 proc.kill()
                 proc.wait()
         self.retired = []
+
+
+def _key_differs(wanted, got):
+    """What of key `wanted` the sub-zygote's own key `got` (its hello's, as JSON) has
+    otherwise, for people (LC_CTYPE='C.UTF-8'); None when it has every value `wanted`
+    names (parts its imports did not capture are not there, and do not matter)."""
+    if not isinstance(got, list):
+        return None  # no key in its hello: nothing to check
+    have = {}
+    for part in got:
+        if isinstance(part, list) and len(part) == 3:
+            kind, name, value = part
+            have[(kind, name)] = tuple(value) if isinstance(value, list) else value
+    words = []
+    for kind, name, value in wanted:
+        if (kind, name) in have and have[(kind, name)] != value:
+            theirs = have[(kind, name)]
+            if kind == "tty":
+                words.append("fd %s %s" % (name, "a terminal" if theirs else "not a terminal"))
+            elif theirs is None:
+                words.append("%s unset" % name)
+            else:
+                words.append("%s=%r" % (name, theirs))
+    return ", ".join(words) or None
 
 
 def _header(info):
