@@ -424,6 +424,86 @@ class NoColdForm(unittest.TestCase):
             w.close()
 
 
+class StartUpChangesTheKey(unittest.TestCase):
+    """A key the interpreter's own start-up changes gets no zygote: with no locale set,
+    CPython sets LC_CTYPE (PEP 538), so a zygote started without LC_CTYPE has it all the
+    same. The root learns so from the zygote's hello, drops it and does not start
+    another; those sessions run as before (here the cold way)."""
+
+    def test_a_coerced_locale_gets_no_zygote(self):
+        tmp = tempfile.mkdtemp(prefix="ngw-zygotes-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        with open(os.path.join(tmp, "zyg_ngw.py"), "w") as f:
+            f.write(MODULE)
+        env = driver.worker_env({"PYTHONPATH": driver.SRC + os.pathsep + tmp,
+                                 "NGW_STATE_DIR": tmp, "NGW_MAX_ZYGOTES": "3"})
+        for name in ("LC_ALL", "LC_CTYPE", "LANG", "PYTHONCOERCECLOCALE", "PYTHONUTF8"):
+            env.pop(name, None)
+        w = driver.Worker(RUNNER + ["entrypoint", "zyg=zyg_ngw:main"], env=env)
+        self.addCleanup(w.close)
+        w.hello()
+        client = {k: v for k, v in client_env(PYTHONPATH=tmp).items()
+                  if k not in ("LC_ALL", "LC_CTYPE", "LANG", "PYTHONCOERCECLOCALE",
+                               "PYTHONUTF8")}
+        deadline = time.monotonic() + 60
+        while True:
+            r = w.run("zyg", env=client)
+            self.assertEqual(r.code, 0, r)
+            self.assertEqual(json.loads(bytes(r.stdout))["ppid"], w.proc.pid)  # cold
+            message = r.notices[0]["message"]
+            self.assertIn("LC_CTYPE differs from the worker's (None, worker 'C.UTF-8')",
+                          message)
+            if "could not start" in message:
+                break
+            self.assertLess(time.monotonic(), deadline, w.log())
+            time.sleep(0.1)
+        self.assertIn("the zygote for LC_CTYPE unset could not start (its interpreter "
+                      "started with LC_CTYPE='C.UTF-8')", message)
+        self.assertIn("ngw: the zygote for LC_CTYPE unset cannot serve its key", w.log())
+        for pid, state in driver.worker_pids_children(w.proc.pid):
+            if state != "Z" and os.getsid(pid) != pid:
+                self.assertTrue(wait_gone(pid, 30), w.log())
+        self.assertEqual(w.quit(), 0)
+
+
+# A fork-mode child (here the spare) forked while the worker holds a client's descriptor
+# that came with a header not read to its end: it must not keep a copy. The session may
+# run elsewhere (in a sub-zygote, whose sessions the root's spare never gets), and a copy
+# in an idle spare kept the client's pipes open after its command had exited.
+HELD_SCRIPT = r'''
+import os, select, socket
+from ngw import _wire
+from ngw._channel import Channel
+from ngw._fork import ForkRunner
+
+ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+chan = Channel(os.dup(theirs.fileno()))
+theirs.close()
+r, w = os.pipe()
+# The first bytes of a header's first chunk, with the client's descriptor; the rest of
+# the header has not arrived.
+socket.send_fds(ours, [_wire.encode(_wire.ARG, b"x")[:3]], [w])
+os.close(w)
+chan.read_some()
+assert len(chan.held_fds()) == 1, chan.held_fds()
+runner = ForkRunner(lambda message: None, 0.1)
+runner.held_fds = chan.held_fds
+runner._fork_spare()
+chan.drop_pending_fds()  # the worker closes its own copy when the session is done
+# End of file on the pipe once nobody holds its write end: the spare closed its copy.
+ready = select.select([r], [], [], 30)[0]
+print("closed" if ready and os.read(r, 1) == b"" else "held")
+runner.shutdown()
+'''
+
+
+class HeldDescriptors(unittest.TestCase):
+    def test_a_child_forked_while_a_header_s_descriptors_are_held_closes_them(self):
+        out = subprocess.run([sys.executable, "-c", HELD_SCRIPT], env=driver.worker_env(),
+                             capture_output=True, timeout=60)
+        self.assertEqual((out.stdout, out.returncode), (b"closed\n", 0), out)
+
+
 class OneZygote(Zygotes):
     """NGW_MAX_ZYGOTES=1: no sub-zygote, every other key runs cold (as before)."""
 

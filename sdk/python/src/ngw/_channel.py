@@ -133,6 +133,15 @@ class Channel:
             break
         return chunk
 
+    def held_fds(self):
+        """The descriptors received and not yet handed on: those waiting for their chunk
+        and those of chunks put back. A child forked meanwhile must close its copies."""
+        fds = [fd for _, _, some in self.pending_fds for fd in some]
+        for c in self.deferred:
+            if isinstance(c, _wire.Chunk):
+                fds.extend(c.fds)
+        return fds
+
     def drop_pending_fds(self):
         for _, _, fds in self.pending_fds:
             close_fds(fds)

@@ -5,6 +5,18 @@ Stdin is lazy, with true Nailgun credit semantics: a read that finds no buffered
 sends one `S` and waits for the `0` or `.` that answers it. Interrupts (`i`) are
 delivered to the main thread as a SIGINT that the SDK turns into `Interrupted`, so a
 command blocked in sleep() or a system call wakes up.
+
+An interrupt is never raised inside the SDK's own stream code once output has been handed
+to the I/O thread, or stdin taken from its buffer, by the call at hand (`_Pump.busy`):
+until that call has returned, the handler leaves the interrupt pending, and the I/O
+thread, which sends SIGINT again every `_FOLLOW_UP` seconds while an interrupt it
+delivered is pending, has it raised in the command's own code (typically in the blocking
+call the command went on to, as for a cold run signalled after its write(2)). Raised
+inside, it would tell the caller that output already on its way to the client was not
+written (a buffered stream then sends it again) or lose stdin already taken. The I/O
+thread ships output while the main thread is still returning from that call (it has to
+get the GIL back, and a CPU), so the client can see it, and be interrupted, before the
+call has returned to the command.
 """
 
 import collections
@@ -20,6 +32,7 @@ from ._context import Context, Interrupted
 from ._signals import HARMLESS, Interrupt
 
 _HIGH_WATER = 1 << 20  # bytes queued for ngd before writers block
+_FOLLOW_UP = 0.01  # seconds between SIGINTs while a delivered interrupt is pending
 #: With `stdin-window`: the most stdin asked for ahead of the command's reads (docs/ngw.md
 #: 15.6); a read tops it up once less than half of it is outstanding or buffered.
 STDIN_WINDOW = 256 << 10
@@ -44,6 +57,17 @@ class _Pump(threading.Thread):
         self.error = None
         self.ctx = None
         self.deliver = None  # (signum, reason) -> None: tells the main thread
+        # () -> bool: sends SIGINT again if the delivered interrupt is still pending
+        # (False once it was raised); the I/O thread calls it while `delivered`.
+        self.redeliver = None
+        self.delivered = False
+        # True from the moment the main thread's current write queued output, or its
+        # current read took stdin, until it returns; `deferred`: an interrupt waits for
+        # that (see the module's doc and InlineRunner._on_sigint). Other threads' calls
+        # leave them alone (the interrupt is raised in the main thread only).
+        self.main = threading.main_thread().ident
+        self.busy = False
+        self.deferred = False
         self.wake_r, self.wake_w = wake
         self._drain_wake()
 
@@ -56,15 +80,23 @@ class _Pump(threading.Thread):
             pass
 
     def send(self, ty, payload=b""):
+        """Queues one chunk for ngd, waiting while too much is queued. False when it gave
+        up waiting because an interrupt waits for the write that already queued part of
+        its output (it returns that part's length, as write(2) interrupted would)."""
         data = _wire.encode(ty, payload)
         with self.cond:
             while self.queued > _HIGH_WATER and not self.gone:
+                if self.busy and self.deferred and threading.get_ident() == self.main:
+                    return False
                 self.cond.wait(0.5)
             if self.gone:
-                return
+                return True
+            if threading.get_ident() == self.main:
+                self.busy = True  # queued: an interrupt now waits until the write returns
             self.outq.append(data)
             self.queued += len(data)
         self._wake()
+        return True
 
     def _ask(self):
         """Called with the lock held by a read: classic, one S when nothing is buffered or
@@ -95,6 +127,8 @@ class _Pump(threading.Thread):
                 self.cond.wait()
             if not self.stdin:
                 return 0
+            if threading.get_ident() == self.main:
+                self.busy = True  # taken: an interrupt now waits until the read returns
             first = self.stdin[0]
             n = min(len(b), len(first))
             b[:n] = first[:n]
@@ -139,7 +173,9 @@ class _Pump(threading.Thread):
                 elif chan.out and not chan.dead:
                     p.register(chan.fd, select.POLLOUT)
                 p.register(self.wake_r, select.POLLIN)
-                for fd, ev in p.poll():
+                if self.delivered:
+                    self.delivered = self.redeliver()
+                for fd, ev in p.poll(_FOLLOW_UP * 1000 if self.delivered else None):
                     if fd == self.wake_r:
                         self._drain_wake()
                     elif ev & (select.POLLIN | select.POLLHUP | select.POLLERR) and reading:
@@ -201,6 +237,10 @@ class _Pump(threading.Thread):
             ctx.interrupted.set()
             if self.deliver is not None:
                 self.deliver(sig, ctx.interrupt_reason)
+                self.delivered = self.redeliver is not None
+            with self.cond:
+                self.cond.notify_all()  # a write waiting for room sees it at once
+            self._wake()  # the I/O thread follows the delivery up
 
 
 class _OutRaw(io.RawIOBase):
@@ -213,9 +253,17 @@ class _OutRaw(io.RawIOBase):
 
     def write(self, b):
         data = bytes(b)
-        for i in range(0, len(data), _wire.MAX_OUTPUT_CHUNK):
-            self._pump.send(self._ty, data[i : i + _wire.MAX_OUTPUT_CHUNK])
-        return len(data)
+        pump = self._pump
+        done = len(data)
+        try:
+            for i in range(0, len(data), _wire.MAX_OUTPUT_CHUNK):
+                if not pump.send(self._ty, data[i : i + _wire.MAX_OUTPUT_CHUNK]):
+                    done = i  # interrupted after part of it was queued
+                    break
+        finally:
+            if threading.get_ident() == pump.main:
+                pump.busy = False  # the last step: the interrupt may surface after it
+        return done
 
 
 class _InRaw(io.RawIOBase):
@@ -228,7 +276,12 @@ class _InRaw(io.RawIOBase):
 
     def readinto(self, b):
         self._before_read()
-        return self._pump.readinto(memoryview(b).cast("B"))
+        pump = self._pump
+        try:
+            return pump.readinto(memoryview(b).cast("B"))
+        finally:
+            if threading.get_ident() == pump.main:
+                pump.busy = False
 
 
 class InlineRunner:
@@ -238,6 +291,7 @@ class InlineRunner:
         self.log = log
         self._pending = None  # (signum, reason) waiting to be raised in the main thread
         self._armed = False
+        self._pump = None  # the running session's
         self._main = threading.main_thread().ident
         self.signals_on = False  # `signals` negotiated: X stays a code in-process
         self.stdin_window = False  # `stdin-window` negotiated (docs/ngw.md 15.6)
@@ -251,12 +305,32 @@ class InlineRunner:
         return list(self._wake)
 
     def _on_sigint(self, signum, frame):
+        pump = self._pump
+        if self._pending is not None and self._armed and pump is not None and pump.busy:
+            # Inside a write that queued output (or a read that took stdin): raised here
+            # it would undo what the caller already did. It stays pending; the I/O thread
+            # sends SIGINT again until it is raised outside.
+            pump.deferred = True
+            return
         pending, self._pending = self._pending, None
         if pending is not None and self._armed:
             self._armed = False
+            if pump is not None:
+                pump.deferred = False
             raise Interrupted(*pending)
         # A SIGINT from outside (ngd spawns workers in their own session, so this is
         # somebody's kill): the worker itself is stopped with `q` or SIGTERM, not SIGINT.
+
+    def _redeliver(self):
+        """I/O thread: SIGINT again while the delivered interrupt is pending; False once
+        it was raised (or the command ended)."""
+        if self._pending is None or not self._armed:
+            return False
+        try:
+            signal.pthread_kill(self._main, signal.SIGINT)
+        except (OSError, ValueError):
+            return False
+        return True
 
     def _deliver(self, sig, reason):
         # I/O thread: wake the main thread with a real signal so blocking calls return.
@@ -282,6 +356,8 @@ class InlineRunner:
         ctx = Context(info, stdin, stdout, stderr, forked=False)
         pump.ctx = ctx
         pump.deliver = self._deliver
+        pump.redeliver = self._redeliver
+        self._pump = pump
         self._pending = None
         pump.start()
         status = 1
@@ -294,6 +370,7 @@ class InlineRunner:
         finally:
             self._armed = False
             self._pending = None
+            self._pump = None
             for s in (stdout, stderr):
                 try:
                     s.flush()

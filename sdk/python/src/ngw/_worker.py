@@ -168,6 +168,7 @@ class Worker:
         self._code = _stale.CodeWatch(log)
         self._code.record()
         self._chan = chan
+        self._header = HeaderBuilder()  # the session header being read (_loop)
         self._umask = _current_umask()
         self._inline = None
         self._fork = None
@@ -183,6 +184,7 @@ class Worker:
                                     notices=self.notices)
             self._fork.commands = {n: c for n, c in self.commands.items() if c.fork}
             self._fork.private_fds.append(chan.fileno())
+            self._fork.held_fds = self._held_fds
             if self._code.fileno() >= 0:
                 self._fork.private_fds.append(self._code.fileno())
             if self._learner is not None:
@@ -218,6 +220,10 @@ class Worker:
             "sdk": "ngw-python/" + VERSION,
             "runtime": "%s %s" % (platform.python_implementation(), platform.python_version()),
         }
+        if key is not None:
+            # For the root only (it reads this hello; ngd never sees it): the key this
+            # zygote ended up with, which the interpreter's start-up may have changed.
+            hello[_zygotes.KEY_FIELD] = conditions.key()
         # Sessions with another key than this zygote's go to a zygote for theirs.
         self._zygotes = _zygotes.Zygotes(log, conditions, self.notices, env_before,
                                          offered & set(features),
@@ -295,6 +301,7 @@ class Worker:
             try:
                 os.close(r)
                 os.close(self._chan.fileno())
+                close_fds(self._held_fds())  # a client's, for the next session
                 for name in batch:
                     try:
                         bad = self._learn_check(name)
@@ -446,8 +453,13 @@ class Worker:
         log("ngw: precompiled %d patterns that sessions compiled (%d learned)"
             % (done, len(learner.patterns)))
 
+    def _held_fds(self):
+        """The client descriptors received for a session that has not started yet: in
+        the channel, or with the header being read. Children forked now close them."""
+        return self._chan.held_fds() + list(self._header.fds)
+
     def _loop(self, chan):
-        header = HeaderBuilder()
+        header = self._header = HeaderBuilder()
         while True:
             c = self._recv(chan)
             if c is None:
@@ -465,6 +477,7 @@ class Worker:
             elif ty == _wire.CMD:
                 info = header.finish(payload, self._umask)
                 fds, header = header.fds, HeaderBuilder()
+                self._header = header
                 try:
                     quit_, gone = self._session(chan, info, fds)
                 finally:

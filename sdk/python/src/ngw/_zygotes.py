@@ -5,7 +5,7 @@ What a zygote's imports may have captured (whether fds 0-2 are terminals, the
 environment variables they read, the interpreter-wide settings and the locale,
 `Conditions.key`) is its key. A fork-mode session whose key is not the worker's own
 cannot be served by forking the worker; it used to run the cold way every time. Now the
-worker (the *root* zygote) keeps up to `NGW_MAX_ZYGOTES - 1` (default 0) **sub-zygotes**:
+worker (the *root* zygote) keeps up to `NGW_MAX_ZYGOTES - 1` (default 3) **sub-zygotes**:
 fresh interpreters running the worker's own command line (`sys.orig_argv`) with the
 key's environment (and a pseudo-terminal on the fds the key has as terminals), each
 connected to the root over a socketpair that speaks ngw itself. The root plays ngd's part
@@ -22,8 +22,13 @@ for them and stays ngd's only peer, so ngd knows nothing of any of this:
   says so (`fallback` notice: "...; started a zygote for PYTHONHASHSEED='1'"); the
   sub-zygote is started when that session has ended, so it never competes with it, and
   preloads while the root serves others. No session ever waits for a preload;
-* at most `NGW_MAX_ZYGOTES` zygotes, the root included: starting one more retires the
-  least recently used sub-zygote (its channel is closed: it finishes and exits 0);
+* at most `NGW_MAX_ZYGOTES` zygotes, the root included (default 4): starting one more
+  retires the least recently used sub-zygote (its channel is closed: it finishes and
+  exits 0);
+* the root reads a session's header, and the client's descriptors that came with it,
+  before it knows where the session runs: a child it forks meanwhile (its next spare)
+  closes its copies (`ForkRunner.held_fds`), so a session forwarded here leaves none
+  behind in a spare that never gets it;
 * a sub-zygote dies with the root (`PR_SET_PDEATHSIG`, set by the sub-zygote itself
   first thing, `as_sub_zygote`); it is in the root's process group, which ngd kills
   when it stops a worker; the root ends them all when it exits;
@@ -31,8 +36,10 @@ for them and stays ngd's only peer, so ngd knows nothing of any of this:
   `ngw: the zygote for KEY died during the command (...)` on its stderr and exit code
   128+N if signal N killed it, else 1 (as ngd reports a worker that dies during a
   command, docs/ngw.md 9); the next session with that key runs cold and starts another.
-  One that cannot start (an error hello, or no hello) is not started again for that key:
-  its sessions run cold and their notices say why.
+  One that cannot start (an error hello, or no hello), or whose interpreter changed the
+  key as it started (its hello's `zygote_key` differs: CPython sets LC_CTYPE when no
+  locale is set), is not started again for that key: its sessions run cold and their
+  notices say why.
 
 Sub-zygotes start no sub-zygotes of their own. The root is single-threaded: it forwards
 a session in one poll() loop, as the fork relay does, never blocking on a write.
@@ -55,13 +62,16 @@ from ._fork.stdio import configure_pty, winsize_of
 
 #: The environment variable bounding the zygotes of one worker, the root included.
 MAX_ENV = "NGW_MAX_ZYGOTES"
-#: Off unless a plugin asks (see docs/ngw.md 12.4, "Several zygotes": an interrupt lost
-#: right after a sub-zygote started is not understood yet).
-DEFAULT_MAX = 1
+#: The root and up to three sub-zygotes: the keys a plugin's users commonly mix (a
+#: terminal or a pipe on stdout, a second locale or hash seed) stay warm, and at most
+#: three extra interpreters' memory is spent on them (docs/ngw.md 12.4).
+DEFAULT_MAX = 4
 #: Set in a sub-zygote's environment (and removed at once by it): the root's pid, and its
 #: key for people (its log lines say which zygote wrote them).
 PARENT_ENV = "NGW_ZYGOTE_OF"
 LABEL_ENV = "NGW_ZYGOTE_KEY"
+#: The field of a sub-zygote's hello with its own key (`Conditions.key()`).
+KEY_FIELD = "zygote_key"
 
 _HIGH_WATER = 1 << 20  # unsent bytes towards ngd before the sub-zygote is left unread
 _STOP_WAIT = 2.0  # seconds a sub-zygote may take to exit after its channel closed
@@ -345,6 +355,15 @@ class Zygotes:
             self._drop(z)
             self.log("ngw: the zygote for %s could not start: %s" % (z.label, hello["error"]))
             return
+        differs = _key_differs(z.key, hello.get(KEY_FIELD))
+        if differs is not None:
+            # CPython changes some settings as it starts (PEP 538 sets LC_CTYPE when the
+            # locale is C): such a key cannot have a zygote of its own.
+            why = "its interpreter started with %s" % differs
+            self._failed(z.key, why)
+            self._drop(z)
+            self.log("ngw: the zygote for %s cannot serve its key: %s" % (z.label, why))
+            return
         z.state = READY
         self.log("ngw: the zygote (pid %d) for %s is ready" % (z.proc.pid, z.label))
 
@@ -564,6 +583,30 @@ class Zygotes:
                 proc.kill()
                 proc.wait()
         self.retired = []
+
+
+def _key_differs(wanted, got):
+    """What of key `wanted` the sub-zygote's own key `got` (its hello's, as JSON) has
+    otherwise, for people (LC_CTYPE='C.UTF-8'); None when it has every value `wanted`
+    names (parts its imports did not capture are not there, and do not matter)."""
+    if not isinstance(got, list):
+        return None  # no key in its hello: nothing to check
+    have = {}
+    for part in got:
+        if isinstance(part, list) and len(part) == 3:
+            kind, name, value = part
+            have[(kind, name)] = tuple(value) if isinstance(value, list) else value
+    words = []
+    for kind, name, value in wanted:
+        if (kind, name) in have and have[(kind, name)] != value:
+            theirs = have[(kind, name)]
+            if kind == "tty":
+                words.append("fd %s %s" % (name, "a terminal" if theirs else "not a terminal"))
+            elif theirs is None:
+                words.append("%s unset" % name)
+            else:
+                words.append("%s=%r" % (name, theirs))
+    return ", ".join(words) or None
 
 
 def _header(info):

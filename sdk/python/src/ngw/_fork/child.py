@@ -89,6 +89,8 @@ class Child:
                 prebuilt = True
             else:
                 info, cmd, streams = session.info, session.cmd, session.streams
+                own = {fd for _, fd in session.fds or ()}  # this session's client fds
+                self._inherited = [fd for fd in self._inherited if fd not in own]
                 self.prepare(None, streams)
                 fds = session.fds or [(n, s.child_fd) for n, s in enumerate(streams)]
                 prebuilt = False

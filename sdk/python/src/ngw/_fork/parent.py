@@ -71,6 +71,11 @@ class ForkRunner:
         self.prefork = prefork
         self.commands = {}  # name -> Command, for spares (they learn the name over the socket)
         self.private_fds = []  # the rest of the worker's plumbing, closed in every child
+        # () -> the client descriptors the worker holds for a session that has not started
+        # (received with a header still being read): a child forked meanwhile closes its
+        # copies, since that session may run elsewhere (another child, a sub-zygote) and
+        # a copy left open would keep the client's pipes and terminal open after it.
+        self.held_fds = None
         self.spare = None  # a _Forked waiting for its session
         self._spare_due = False  # fork a spare once the previous session's child is reaped
         self._last_x = None  # when the last fork-mode session ended (time.monotonic())
@@ -422,6 +427,8 @@ class ForkRunner:
         return code
 
     def child_closes(self):
-        """The worker's descriptors that a child closes first thing."""
+        """The worker's descriptors that a child closes first thing: its plumbing, and
+        the client descriptors it holds for sessions not yet started."""
+        held = self.held_fds() if self.held_fds is not None else []
         return [self.wake_r.fileno(), self.wake_w.fileno(), self.report_r,
-                self.report_w] + self.private_fds
+                self.report_w] + self.private_fds + held
