@@ -7,7 +7,8 @@ environment variables they read, the interpreter-wide settings and the locale,
 cannot be served by forking the worker; it used to run the cold way every time. Now the
 worker (the *root* zygote) keeps up to `NGW_MAX_ZYGOTES - 1` (default 3) **sub-zygotes**:
 fresh interpreters running the worker's own command line (`sys.orig_argv`) with the
-key's environment (and a pseudo-terminal on the fds the key has as terminals), each
+key's environment (and a pseudo-terminal on each fd that is a terminal in the sessions
+it is for: a sub-zygote's key always says which of fds 0-2 are terminals), each
 connected to the root over a socketpair that speaks ngw itself. The root plays ngd's part
 for them and stays ngd's only peer, so ngd knows nothing of any of this:
 
@@ -118,6 +119,25 @@ def limit_from_env(log):
     return value
 
 
+def with_ttys(key, ttys):
+    """`key` with a part for each of fds 0-2 saying whether it is a terminal (`ttys`),
+    where the key has none. Sub-zygotes are keyed and started with the session's
+    terminals, not only those the root's imports asked about: a sub-zygote's own
+    imports (modules learned since the root started, docs/ngw.md 12.5) may ask about
+    another fd, and must get the answer the sessions routed to it have."""
+    asked = {name for kind, name, _ in key if kind == "tty"}
+    extra = tuple(("tty", n, bool(ttys[n])) for n in range(3) if n not in asked)
+    return tuple(sorted(p for p in key + extra if p[0] == "tty")) + tuple(
+        p for p in key if p[0] != "tty")
+
+
+def _isatty(fd):
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
 def label(key, own):
     """The parts of `key` that differ from `own`, for people: PYTHONHASHSEED='1', fd 1
     a terminal."""
@@ -177,6 +197,7 @@ class Zygotes:
         self.table = {}  # key -> Zygote
         self.failed = {}  # key -> why its zygote could not start
         self.retired = []  # Popen objects of sub-zygotes told to go, not reaped yet
+        self.root_ttys = [_isatty(n) for n in range(3)]
 
     # -- routing ---------------------------------------------------------------------------
 
@@ -193,8 +214,8 @@ class Zygotes:
         if (c.other_reason() is not None or c.key_reason(info) is None
                 or (cmd.check is not None and cmd.check(info) is not None)):
             return local(chan, info, cmd)  # warm here, or no zygote would do better
-        own = c.key()
-        key = c.key(info)
+        own = with_ttys(c.key(), self.root_ttys)
+        key = with_ttys(c.key(info), [bool(t) for t in info.tty[:3]])
         z = self.table.get(key)
         note = None
         if z is not None and z.state == READY and not z.retiring:
