@@ -89,7 +89,10 @@ def run_forked(code, script, args):
     return took, status
 
 
-def main():
+def prepare():
+    """Reads `RUNS [--preload MODULE]... SCRIPT ARGS...` from the command line, puts fds
+    0-2 on /dev/null, sets sys.path[0] and sys.argv as the script's own run has them and
+    imports the preloads. Returns (runs, script, args, compiled code, the report fd)."""
     runs = int(sys.argv[1])
     rest = sys.argv[2:]
     preloads = []
@@ -108,6 +111,11 @@ def main():
     sys.argv = [script] + args
     for module in preloads:
         importlib.import_module(module)
+    return runs, script, args, code, report
+
+
+def main():
+    runs, script, args, code, report = prepare()
     times, codes = [], []
     for i in range(runs):
         if i == 1:

@@ -30,6 +30,7 @@ import types
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "sdk", "python", "src"))
 from ngw import _adaptive  # noqa: E402
+from limit_probe import prepare  # noqa: E402
 
 
 def run_script(code, script, args):
@@ -98,24 +99,7 @@ def measured(code, script, args, known):
 
 
 def main():
-    runs = int(sys.argv[1])
-    rest = sys.argv[2:]
-    preloads = []
-    while len(rest) > 2 and rest[0] == "--preload":
-        preloads.append(rest[1])
-        rest = rest[2:]
-    script = os.path.abspath(rest[0])
-    args = rest[1:]
-    with open(script, "rb") as f:
-        code = compile(f.read(), script, "exec", dont_inherit=True)
-    report = os.dup(1)
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    sys.path[0] = os.path.dirname(os.path.realpath(script))
-    sys.argv = [script] + args
-    for module in preloads:
-        importlib.import_module(module)
+    runs, script, args, code, report = prepare()
     roots = _adaptive.install_roots()
     known_modules = frozenset(sys.modules)
 

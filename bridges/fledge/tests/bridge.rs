@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Driver, Spec, World};
+use common::{log_lines, pid_of, Driver, Spec, World};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -136,21 +136,6 @@ fn a_question_without_input_or_default_fails_clearly() {
     assert_eq!(o.code, 1);
 }
 
-fn pids(log: &Path) -> Vec<String> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .map(String::from)
-        .collect()
-}
-
-fn pid_of(out: &str) -> String {
-    out.split_whitespace()
-        .find_map(|w| w.strip_prefix("pid="))
-        .unwrap()
-        .to_owned()
-}
-
 #[test]
 fn the_spare_is_used_only_when_env_and_cwd_match() {
     let w = World::new();
@@ -167,16 +152,16 @@ fn the_spare_is_used_only_when_env_and_cwd_match() {
     // The first run started cold; a spare was started for the next.
     let wait_for = |n: usize| {
         for _ in 0..200 {
-            if pids(&log).len() >= n {
+            if log_lines(&log).len() >= n {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        panic!("{n} starts expected: {:?}", pids(&log));
+        panic!("{n} starts expected: {:?}", log_lines(&log));
     };
     let mut printed = vec![pid_of(&first.out())];
     let spare_of = |printed: &[String]| {
-        let all = pids(&log);
+        let all = log_lines(&log);
         let left: Vec<String> = all.into_iter().filter(|p| !printed.contains(p)).collect();
         assert_eq!(left.len(), 1, "one spare: {left:?}");
         left[0].clone()
@@ -211,7 +196,7 @@ fn the_spare_is_used_only_when_env_and_cwd_match() {
     // Another environment: not used either.
     printed.push(pid_of(&third.out()));
     wait_for(5);
-    let all = pids(&log);
+    let all = log_lines(&log);
     let spare = all
         .into_iter()
         .find(|p| !printed.contains(p) && *p != spare)
@@ -233,7 +218,7 @@ fn without_spare_every_run_starts_its_own_process() {
         assert_eq!(d.run(s).code, 0);
     }
     std::thread::sleep(std::time::Duration::from_millis(200));
-    assert_eq!(pids(&log).len(), 2);
+    assert_eq!(log_lines(&log).len(), 2);
 }
 
 #[test]

@@ -9,24 +9,9 @@
 
 mod common;
 
-use common::{Driver, Spec, World};
+use common::{log_lines, pid_of, Driver, Spec, World};
 use serde_json::json;
 use std::path::Path;
-
-fn lines(log: &Path) -> Vec<String> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .map(String::from)
-        .collect()
-}
-
-fn pid_of(out: &str) -> String {
-    out.split_whitespace()
-        .find_map(|w| w.strip_prefix("pid="))
-        .unwrap()
-        .to_owned()
-}
 
 fn warm(w: &World, log: &Path) -> Spec {
     let mut s = Spec::new(w, "warm", &[]);
@@ -83,7 +68,7 @@ fn spares_around_the_end_of_runs_and_of_the_bridge() {
         assert_eq!(d.quit(), 0);
     }
     let ended = reap_all();
-    let log_text = lines(&log);
+    let log_text = log_lines(&log);
     assert!(
         !log_text.iter().any(|l| l.starts_with("eof")),
         "a spare outlived the bridge and read end of file: {log_text:?}"

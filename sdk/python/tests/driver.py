@@ -185,6 +185,15 @@ class Worker:
             raise ProtocolViolation("worker sent %r after quit" % (c,))
         return self.proc.wait(timeout)
 
+    def stop(self):
+        """Ends the worker as ngd does when its test is over: `q` if it still runs (the
+        worker must then exit cleanly), and whatever is left killed and closed."""
+        try:
+            if self.proc.poll() is None:
+                self.quit()
+        finally:
+            self.close()
+
     def log(self):
         with open(self.log_path, "rb") as f:
             return f.read().decode("utf-8", "replace")

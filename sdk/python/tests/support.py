@@ -30,11 +30,7 @@ class WorkerTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            if cls.w.proc.poll() is None:
-                cls.w.quit()
-        finally:
-            cls.w.close()
+        cls.w.stop()
 
     def run_ok(self, command, *args, **kw):
         r = self.w.run(command, args, **kw)

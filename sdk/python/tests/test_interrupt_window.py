@@ -99,10 +99,8 @@ class InterruptInsideTheSdk(unittest.TestCase):
 
     def tearDown(self):
         try:
-            if self.w.proc.poll() is None:
-                self.w.quit()
+            self.w.stop()
         finally:
-            self.w.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def test_output_already_handed_on_is_written_once_and_the_command_sees_the_interrupt(self):

@@ -50,11 +50,7 @@ class Spare(unittest.TestCase):
         self.env = client_env()
 
     def tearDown(self):
-        try:
-            if self.w.proc.poll() is None:
-                self.w.quit()
-        finally:
-            self.w.close()
+        self.w.stop()
 
     def children(self):
         """The worker's children that are not zombies."""

@@ -117,10 +117,8 @@ class Zygotes(unittest.TestCase):
 
     def tearDown(self):
         try:
-            if self.w.proc.poll() is None:
-                self.w.quit()
+            self.w.stop()
         finally:
-            self.w.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def run_zyg(self, args=(), **env):

@@ -499,3 +499,20 @@ impl Drop for Driver {
 pub fn os(args: &[&str]) -> Vec<OsString> {
     args.iter().map(OsString::from).collect()
 }
+
+/// The lines of a log file a test plugin appends to (none when it is not there yet).
+pub fn log_lines(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// The `pid=N` a test plugin printed.
+pub fn pid_of(out: &str) -> String {
+    out.split_whitespace()
+        .find_map(|w| w.strip_prefix("pid="))
+        .unwrap()
+        .to_owned()
+}
