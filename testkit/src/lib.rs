@@ -18,10 +18,13 @@
 //! * [`procfs`]: what `/proc` says about a process: [`Proc`], descriptors, RSS, CPU time,
 //!   environment, TCP sockets.
 //! * [`hex`]: hex strings to bytes and back.
+//! * [`exe`]: programs a test writes and then runs, written so that no thread's fork can
+//!   make running them fail with "Text file busy".
 //!
 //! Every function panics with context on a failure the test cannot go on from, and returns
 //! `Option`/`io::Result` where a test wants to tell outcomes apart.
 
+pub mod exe;
 pub mod fake;
 pub mod hex;
 pub mod net;

@@ -49,8 +49,7 @@ fn reachable_copy(client: Client) -> (tempfile::TempDir, PathBuf) {
         .unwrap();
     chmod(dir.path(), 0o755);
     let copy = dir.path().join(client.bin().file_name().unwrap());
-    std::fs::copy(client.bin(), &copy).expect("copy the client binary");
-    chmod(&copy, 0o755);
+    ng_testkit::exe::copy_executable(&client.bin(), &copy);
     (dir, copy)
 }
 

@@ -474,9 +474,7 @@ fn check_reports_identical_and_different_commands() {
     let bin = user.dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
     let fake = bin.join("pygmentize");
-    std::fs::write(&fake, "#!/bin/sh\necho 'Pygments version 0.0'\nexit 3\n").unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    ng_testkit::exe::write_executable(&fake, "#!/bin/sh\necho 'Pygments version 0.0'\nexit 3\n");
     // A link to ng named like the command is skipped when looking for the cold program.
     let link_dir = user.dir.path().join("links");
     std::fs::create_dir(&link_dir).unwrap();

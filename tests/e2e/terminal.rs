@@ -226,13 +226,10 @@ mod warm {
         let dir = tempfile::tempdir().unwrap();
         let script = dir.path().join(format!("{}.py", scenario.name));
         let py = python();
-        std::fs::write(
+        ng_testkit::exe::write_executable(
             &script,
             format!("#!{}\n{}\n", py.display(), scenario.script),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        );
         let bin = dir.path().join("bin");
         std::fs::create_dir(&bin).unwrap();
         let target = format!("{}={}", scenario.name, script.display());

@@ -49,19 +49,6 @@ pub struct World {
     pub project: PathBuf,
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).unwrap();
-        }
-    }
-}
-
 impl World {
     /// Installs every test plugin; `grants` lists, per plugin directory, the capabilities
     /// recorded in `plugins.toml` (as fledge's install records the manifest's).
@@ -81,7 +68,7 @@ impl World {
         for name in names {
             let name = name.to_string_lossy().into_owned();
             let dir = plugins.join(&name);
-            copy_dir(&sources().join(&name), &dir);
+            ng_testkit::exe::copy_tree(&sources().join(&name), &dir);
             let manifest: toml::Value =
                 toml::from_str(&std::fs::read_to_string(dir.join("plugin.toml")).unwrap()).unwrap();
             let mut cmds = Vec::new();

@@ -125,7 +125,7 @@ pub fn plugin_pids(exe: &Path) -> Vec<i32> {
 /// plugin's processes do not see each other's.
 pub fn private_copy(name: &str, dir: &Path) -> PathBuf {
     let to = dir.join(name);
-    std::fs::copy(peer(name), &to).unwrap();
+    ng_testkit::exe::copy_executable(&peer(name), &to);
     to
 }
 
