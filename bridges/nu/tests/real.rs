@@ -221,9 +221,17 @@ fn a_plugin_killed_mid_call_fails_that_call_and_the_next_starts_a_new_one() {
     let mut r = req("inc", &[], b"1.2");
     r.hold_stdin = true;
     let id = d.start(&r).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let pids = plugin_pids(&inc);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pids = loop {
+        let pids = plugin_pids(&inc);
+        if !pids.is_empty() || Instant::now() > deadline {
+            break pids;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(pids.len(), 1);
+    // Started; give the call time to reach it (it then waits for the stream's end).
+    std::thread::sleep(Duration::from_millis(300));
     unsafe {
         libc::kill(pids[0], libc::SIGKILL);
     }
