@@ -15,7 +15,15 @@ the work itself costs. Prints one JSON object on the original stdout: `runs`
 (seconds per run, the flush of sys.stdout and sys.stderr included), `forked` (two more
 runs, each in a child forked from this warm process, timed inside the child: the work
 plus the copy-on-write page faults of a fresh fork) and `codes` (the exit status of each
-run, as `sys.exit` gave it, in-process runs first).
+run, as `sys.exit` gave it, in-process runs first) and `fresh`: null, or, when the
+runs left process-wide singletons behind, one more in-process run with them cleared.
+
+Singletons are why the later runs can do less than any fresh process: an application
+built on traitlets (IPython) keeps its application and shell objects as class-level
+singletons (`SingletonConfigurable.instance()`), so a second run in the same process reuses
+the first run's instead of building them, which no cold or forked run can do. `fresh` is
+that run with every such instance cleared first: the work with nothing of the earlier runs'
+but their imports and caches.
 """
 
 import builtins
@@ -89,6 +97,23 @@ def run_forked(code, script, args):
     return took, status
 
 
+def clear_singletons():
+    """Clears the instance of every traitlets `SingletonConfigurable` class that has one;
+    returns how many it cleared (0 without traitlets)."""
+    configurable = sys.modules.get("traitlets.config.configurable")
+    if configurable is None:
+        return 0
+    cleared = 0
+    classes = [configurable.SingletonConfigurable]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        if cls.__dict__.get("_instance") is not None:
+            cls._instance = None
+            cleared += 1
+    return cleared
+
+
 def prepare():
     """Reads `RUNS [--preload MODULE]... SCRIPT ARGS...` from the command line, puts fds
     0-2 on /dev/null, sets sys.path[0] and sys.argv as the script's own run has them and
@@ -129,7 +154,12 @@ def main():
         took, status = run_forked(code, script, args)
         forked.append(took)
         codes.append(status)
-    os.write(report, (json.dumps({"runs": times, "forked": forked, "codes": codes})
+    fresh = None
+    if clear_singletons():
+        fresh, status = run_once(code, script, args)
+        codes.append(status)
+    os.write(report, (json.dumps({"runs": times, "forked": forked, "codes": codes,
+                                  "fresh": fresh})
                       + "\n").encode())
 
 
