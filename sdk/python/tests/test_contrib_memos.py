@@ -262,3 +262,167 @@ class PygmentsMemoServed(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def make_dist(root, name, eps):
+    """A distribution `name` in directory `root` (a .dist-info with METADATA), declaring
+    the entry points `eps` ({group: {name: value}}) if given."""
+    info = os.path.join(root, "%s-1.0.dist-info" % name)
+    os.makedirs(info, exist_ok=True)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n" % name)
+    if eps is not None:
+        write_eps(root, name, eps)
+
+
+def write_eps(root, name, eps):
+    path = os.path.join(root, "%s-1.0.dist-info" % name, "entry_points.txt")
+    with open(path + ".tmp", "w") as f:
+        for group, items in eps.items():
+            f.write("[%s]\n" % group + "".join("%s = %s\n" % kv for kv in items.items()))
+    os.replace(path + ".tmp", path)
+
+
+# Compares, at each step, what importlib.metadata.entry_points answers through the memo
+# with what it answers itself, for a few selections; prints the memo's stats after each.
+# The test's directory (argv[1], on PYTHONPATH) holds distributions that the steps change.
+METADATA_PROBE = r"""
+import importlib.metadata as md, json, os, shutil, sys
+import ngw_contrib.metadata_memo as memo
+sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[0] or "."), ""))
+from test_contrib_memos import make_dist, write_eps
+sys.path.pop(0)
+root = sys.argv[1]
+
+def view(answer):
+    if isinstance(answer, dict):  # SelectableGroups (3.10-3.11)
+        return {g: view(answer.select(group=g)) for g in sorted(answer.groups)}
+    return [[ep.name, ep.value, ep.group, str(ep.dist._path), type(ep.dist).__name__]
+            for ep in answer]
+
+def compare(step):
+    out = {}
+    before = memo.stats()["answered"]
+    for params in ({"group": "flask.commands"}, {"group": "console_scripts"}, {},
+                   {"name": "ngwtest"}):
+        got = view(md.entry_points(**params))
+        out[json.dumps(params)] = [got == view(memo._original(**params)), got]
+        out["answered"] = memo.stats()["answered"] - before
+    return out
+
+steps = {"filled": compare("filled")}
+write_eps(root, "ngwplug", {"flask.commands": {"ngwtest": "ngwplug:cmd", "two": "ngwplug:two"}})
+steps["entry points changed"] = compare("changed")
+make_dist(root, "ngwnew", {"flask.commands": {"three": "ngwnew:three"}})
+steps["distribution added"] = compare("added")
+shutil.rmtree(os.path.join(root, "ngwplug-1.0.dist-info"))
+steps["distribution removed"] = compare("removed")
+memo._fill()
+steps["refilled at once"] = compare("refilled")
+print(json.dumps({"steps": steps, "stats": memo.stats()}))
+"""
+
+
+class MetadataMemo(unittest.TestCase):
+    def test_answers_are_importlib_metadata_s_own(self):
+        with tempfile.TemporaryDirectory() as root:
+            make_dist(root, "ngwplug", {"flask.commands": {"ngwtest": "ngwplug:cmd"},
+                                        "console_scripts": {"ngwplug": "ngwplug:main"}})
+            make_dist(root, "ngwnone", None)
+            # Files younger than the memo's SETTLED are not memoised (a change within the
+            # same tick of the file system's clock could go unseen).
+            time.sleep(2.2)
+            r = subprocess.run([PY, "-c", METADATA_PROBE.replace(
+                "os.path.dirname(sys.argv[0] or \".\")", repr(os.path.dirname(__file__))),
+                root], env=client_env(PYTHONPATH=driver.SRC + os.pathsep + root),
+                capture_output=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr.decode()[-3000:])
+        out = json.loads(r.stdout)
+        for step, answers in out["steps"].items():
+            for params, (same, got) in ((k, v) for k, v in answers.items() if k != "answered"):
+                self.assertTrue(same, (step, params, got))
+        steps = out["steps"]
+        # Filled at import: it answered every lookup.
+        self.assertEqual(steps["filled"]["answered"], 4)
+        self.assertIn(["ngwtest", "ngwplug:cmd", "flask.commands",
+                       os.path.join(root, "ngwplug-1.0.dist-info"), "PathDistribution"],
+                      steps["filled"]['{"group": "flask.commands"}'][1])
+        # Every change seen, by the stdlib's own lookup (the memo no longer answers).
+        self.assertEqual([e[0] for e in steps["entry points changed"][
+            '{"group": "flask.commands"}'][1]], ["ngwtest", "two"])
+        self.assertEqual(steps["entry points changed"]["answered"], 0)
+        self.assertIn("three", [e[0] for e in steps["distribution added"][
+            '{"group": "flask.commands"}'][1]])
+        self.assertNotIn("ngwtest", [e[0] for e in steps["distribution removed"][
+            '{"group": "flask.commands"}'][1]])
+        # Refilled right after a change: too recent to keep, so it does not answer.
+        self.assertEqual(steps["refilled at once"]["answered"], 0)
+        self.assertIsNone(out["stats"]["memo"])
+        self.assertIsNone(out["stats"]["skipped"])
+
+
+PLUGIN = '''import os
+import sys
+
+import click
+
+
+@click.command("ngwtest")
+def cmd():
+    """A plugin command."""
+    click.echo("plugin ran")
+    memo = sys.modules.get("ngw_contrib.metadata_memo")
+    if memo is not None:  # served: says whether the memo answered flask's lookup
+        with open(os.path.join(os.path.dirname(__file__), "answered"), "w") as f:
+            f.write(str(memo.stats()["answered"]))
+
+
+@click.command("ngwtwo")
+def two():
+    """Another plugin command."""
+    click.echo("second plugin ran")
+'''
+
+
+class MetadataMemoServed(unittest.TestCase):
+    """flask served with the memo: its plugin commands (entry points of `flask.commands`,
+    here from a distribution in the test's directory) as a cold flask finds them, before
+    and after the distribution changes."""
+
+    def test_flask_plugin_commands(self):
+        with tempfile.TemporaryDirectory() as root:
+            with open(os.path.join(root, "ngwplug.py"), "w") as f:
+                f.write(PLUGIN)
+            make_dist(root, "ngwplug", {"flask.commands": {"ngwtest": "ngwplug:cmd"}})
+            time.sleep(2.2)  # older than the memo's SETTLED: it is memoised
+            env = client_env(LANG="C.UTF-8", PYTHONPATH=driver.SRC + os.pathsep + root)
+            w = driver.Worker([PY, "-m", "ngw", "console-script", os.path.join(BIN, "flask"),
+                               "--preload", "ngw_contrib.metadata_memo"],
+                              env=dict(env, NGW_STATE_DIR=root))
+            try:
+                w.hello(120)
+
+                def same(args):
+                    cold = subprocess.run([os.path.join(BIN, "flask")] + args, env=env,
+                                          cwd=root, capture_output=True, timeout=120)
+                    warm = w.run("flask", args, env=env, cwd=root, timeout=120)
+                    self.assertEqual(warm.notices, [], w.log()[-2000:])
+                    self.assertEqual((bytes(warm.stdout), bytes(warm.stderr), warm.code),
+                                     (cold.stdout, cold.stderr, cold.returncode))
+                    return cold.stdout.decode()
+
+                self.assertIn("ngwtest", same(["--help"]))
+                self.assertIn("plugin ran", same(["ngwtest"]))
+                with open(os.path.join(root, "answered")) as f:
+                    self.assertEqual(f.read(), "1")  # the child's lookup, by the memo
+                write_eps(root, "ngwplug", {"flask.commands": {"ngwtest": "ngwplug:cmd",
+                                                               "ngwtwo": "ngwplug:two"}})
+                self.assertIn("ngwtwo", same(["--help"]))
+                self.assertIn("second plugin ran", same(["ngwtwo"]))
+                os.remove(os.path.join(root, "ngwplug-1.0.dist-info", "entry_points.txt"))
+                self.assertNotIn("ngwtest", same(["--help"]))
+            finally:
+                try:
+                    w.quit()
+                finally:
+                    w.close()

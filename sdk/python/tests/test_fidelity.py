@@ -3,8 +3,8 @@
 `install-fidelity` (run by run-tests) installs pygments, jsonschema, docutils, flask,
 ipython, the aws CLI 1.x and cfn-lint into one venv under $NGD_PEERS_DIR (and `pyte`, the
 terminal emulator of the terminal rows). Each program is served the way a user would
-configure it, `<venv>/bin/python -m ngw console-script <script>` (the aws CLI and pygmentize with
-their contrib preloads too), by a worker to which the driver offers what ngd offers
+configure it, `<venv>/bin/python -m ngw console-script <script>` (the aws CLI, pygmentize and flask
+with their contrib preloads too), by a worker to which the driver offers what ngd offers
 (`notices`, `fds`, `signals`, `stdin-window`). For each row the same argv, environment and directory
 run cold (the script executed by the kernel) and warm through the SDK's test driver:
 
@@ -410,6 +410,7 @@ class Rst2html(Fidelity, unittest.TestCase):
 
 class Flask(Fidelity, unittest.TestCase):
     script = "flask"
+    extra_args = ["--preload", "ngw_contrib.metadata_memo"]
     rows = common_rows() + [
         ("routes, FLASK_APP from the client", ["routes"], {"FLASK_APP": "app.py"}, b""),
         ("no app", ["routes"], {}, b""),

@@ -69,6 +69,35 @@ _PATTERN_LINE = b"\0"  # a report line that starts with it is a pattern, not a m
 _SETTLE = 8  # known entries in a row that end a child's look for new ones
 
 
+_metadata_warmed = []  # the sys.path of the last warm_metadata lookup
+
+
+def warm_metadata():
+    """If the zygote has imported `importlib.metadata`, runs one lookup of every entry point
+    and drops the answer: a child looking up entry points or a version (flask's plugin
+    commands) then runs code the zygote has run. CPython specialises a function's
+    bytecode as it runs it, writing to its code object, and a forked child that runs it
+    first does so on pages it must copy: 3-5 ms of flask's lookup in a child. Then it
+    empties `importlib.metadata`'s cache of directory listings (`FastPath`, kept per
+    directory for as long as its modification time is unchanged), so a child lists the
+    directories as a cold run does. Once per `sys.path`; true if it ran."""
+    md = sys.modules.get("importlib.metadata")
+    fast = getattr(getattr(md, "FastPath", None), "__new__", None)
+    entry_points = getattr(md, "entry_points", None)
+    if not hasattr(fast, "cache_clear") or not callable(entry_points) or \
+            _metadata_warmed == sys.path:
+        return False
+    _metadata_warmed[:] = sys.path
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            entry_points()
+    except Exception:  # noqa: BLE001 - a broken distribution: the children find out
+        pass
+    fast.cache_clear()
+    return True
+
+
 #: Functions preloads registered with `after_imports`, in order.
 AFTER_IMPORTS = []
 

@@ -148,6 +148,7 @@ class Worker:
                 log("ngw: compiled %d patterns that earlier sessions compiled"
                     % len(self._learner.patterns))
             self._learner.patterns_done, self._learner.patterns_dirty = 0, False
+        _adaptive.warm_metadata()
         _adaptive.run_after_imports(log)
         recorder.stop()
         conditions.exempt = set(_rules.RULES) | set(_env_delta(env_before, os.environ))
@@ -434,6 +435,7 @@ class Worker:
         # Preloads that fill state from what is imported (docs/ngw.md 12.5) go on from the
         # idle loop, in slices.
         self._after_due = bool(_adaptive.AFTER_IMPORTS)
+        _adaptive.warm_metadata()
         for line in _argv.scan():
             log("ngw: a preloaded module copied argv; re-pointed in each session: %s" % line)
         self._code.record()
