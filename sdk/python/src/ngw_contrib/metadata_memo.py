@@ -8,14 +8,17 @@
 in a forked child of a venv with 50 distributions, on every run, though the answer only
 changes when a distribution is installed or removed.
 
-The memo keeps, in the zygote, what that call finds: the distributions in the order it
-finds them and the entry points each one's ``entry_points.txt`` declares, together with
-what they depend on: ``sys.path``, and the device, inode, size, modification and change
-times of each of its directories and of each ``entry_points.txt``. In a child,
-``importlib.metadata.entry_points(**params)`` first checks all of that (a ``stat`` per
-directory and per file, 0.2-0.3 ms); if nothing changed it builds new ``EntryPoint``
-objects, on new ``PathDistribution`` objects, from the memo and selects among them with
-``importlib.metadata``'s own code; otherwise it does what it always does. Why this is exact:
+The memo keeps, in the zygote, for each directory on ``sys.path``, what a lookup finds
+there: the distributions in the order found and the entry points each one's
+``entry_points.txt`` declares, with what they depend on: the device, inode, size,
+modification and change times of the directory and of each ``entry_points.txt``. In a
+child, ``importlib.metadata.entry_points(**params)`` answers from it when it holds every
+directory on the child's ``sys.path`` (the worker's own additions, such as the SDK's
+directory, are gone by then) and nothing changed (a ``stat`` per directory and per file,
+0.2-0.3 ms): it builds new ``EntryPoint`` objects, on new ``PathDistribution`` objects,
+directory by directory in ``sys.path`` order, the first distribution of each name, as
+``importlib.metadata`` does, and selects among them with ``importlib.metadata``'s own
+code; otherwise it does what it always does. Why this is exact:
 
 * which distributions a lookup finds, and in which order, is a function of ``sys.path``,
   of its directories' listings (``importlib.metadata`` itself caches a listing per
@@ -60,8 +63,8 @@ skipped = None
 _installed = False
 _original = md.entry_points
 _tail = None  # how entry_points turns the entry points into its answer
-_memo = None  # see _fill
-_hits = {"answered": 0, "looked up": 0}
+_memo = {}  # sys.path entry -> its stamp and distributions (_root_dists)
+_hits = {"answered": 0, "looked up": 0, "last": None}
 
 # importlib.metadata.entry_points as CPython writes it, docstring aside: 3.10-3.11 and
 # 3.12-3.13. The memo replaces how `eps` is found and keeps the last line.
@@ -126,78 +129,81 @@ def _mtime(path):
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _fill(budget=None):
-    """Looks the entry points up as `importlib.metadata` does and keeps what it found, with
-    the state it depends on; keeps nothing if any of it is too recent or unusual."""
-    global _memo
-    if not _finders_ok():
-        _memo = None
-        return False
-    path = list(sys.path)
-    if not all(isinstance(p, str) for p in path):
-        _memo = None
-        return False
-    if _memo is not None and _memo[0] == path and _current(_memo):
-        return False
-    start_ns = time.time_ns()
-    young = start_ns - int(SETTLED * 1e9)
-    roots = tuple(_mtime(p or ".") for p in path)
-    if any(r is not None and r[0] == "error" for r in roots):
-        _memo = None
-        return False
+def _root_dists(root, young):
+    """(the directory's stamp, its distributions) as a lookup finds them in `root`, or None
+    if that cannot be memoised: each distribution as (parent, name, normalised name,
+    entry_points.txt's path, its stamp, its entry points as (name, value, group))."""
+    stamp = _mtime(root or ".")
+    if stamp is not None and (stamp[0] == "error" or max(stamp[3:]) > young):
+        return None
     dists = []
-    for dist in md._unique(md.distributions()):
+    for dist in md.distributions(path=[root]):
         where = getattr(dist, "_path", None)
         if type(dist) is not md.PathDistribution or type(where) is not pathlib.PosixPath \
-                or not where.name.lower().endswith((".dist-info", ".egg-info")):
-            _memo = None
-            return False
-        parent, name = str(where.parent), where.name
+                or not where.name.lower().endswith((".dist-info", ".egg-info")) \
+                or not md.PathDistribution._name_from_stem(where.name):
+            return None
         eps_file = os.path.join(str(where), "entry_points.txt")
         before = _mtime(eps_file)
-        if before is not None and (before[0] == "error" or not os.path.isfile(eps_file)):
-            _memo = None
-            return False
+        if before is not None and (before[0] == "error" or max(before[3:]) > young
+                                   or not os.path.isfile(eps_file)):
+            return None
         text = dist.read_text("entry_points.txt")
         if _mtime(eps_file) != before or (before is None) != (text is None):
-            _memo = None
-            return False
+            return None
         eps = tuple((ep.name, ep.value, ep.group) for ep in md.EntryPoints._from_text(text))
-        dists.append((parent, name, eps_file, before, eps))
-    stamps = [max(r[3:]) for r in roots if r is not None] + [
-        max(d[3][3:]) for d in dists if d[3] is not None]
-    if any(t > young for t in stamps) or tuple(_mtime(p or ".") for p in path) != roots:
-        _memo = None
+        dists.append((str(where.parent), where.name, dist._normalized_name, eps_file,
+                      before, eps))
+    if _mtime(root or ".") != stamp:
+        return None
+    return stamp, tuple(dists)
+
+
+def _fill(budget=None):
+    """Looks up, directory by directory of `sys.path`, the distributions and entry points
+    as `importlib.metadata` finds them, and keeps what it found with the state it depends
+    on; a directory where anything is too recent or unusual is not kept."""
+    if not _finders_ok():
+        _memo.clear()
         return False
-    _memo = (path, roots, tuple(dists))
+    young = time.time_ns() - int(SETTLED * 1e9)
+    for root in sys.path:
+        if not isinstance(root, str):
+            continue
+        kept = _memo.get(root)
+        if kept is not None and _mtime(root or ".") == kept[0] and all(
+                _mtime(d[3]) == d[4] for d in kept[1]):
+            continue
+        found = _root_dists(root, young)
+        if found is None:
+            _memo.pop(root, None)
+        else:
+            _memo[root] = found
     return False
-
-
-def _current(memo):
-    """True if what the memo depends on is unchanged."""
-    path, roots, dists = memo
-    if sys.path != path or not _finders_ok():
-        return False
-    for p, stamp in zip(path, roots):
-        if _mtime(p or ".") != stamp:
-            return False
-    for _, _, eps_file, stamp, _ in dists:
-        if _mtime(eps_file) != stamp:
-            return False
-    return True
 
 
 def _memoised():
     """New EntryPoint objects from the memo, in the order a lookup finds them; None if the
-    memo does not answer."""
-    memo = _memo
-    if memo is None or not _current(memo):
+    memo does not answer. As `importlib.metadata`: the directories in `sys.path` order,
+    the distributions in each in the order of its listing, the first distribution of
+    each (normalised) name."""
+    if not _memo or not _finders_ok():
         return None
     out = []
-    for parent, name, _, _, eps in memo[2]:
-        if eps:
-            dist = md.PathDistribution(pathlib.Path(parent, name))
-            out.extend(md.EntryPoint(n, v, g)._for(dist) for n, v, g in eps)
+    seen = set()
+    for root in sys.path:
+        kept = _memo.get(root) if isinstance(root, str) else None
+        if kept is None or _mtime(root or ".") != kept[0]:
+            return None
+        for parent, name, normalised, eps_file, stamp, eps in kept[1]:
+            if normalised in seen:
+                continue
+            seen.add(normalised)
+            if _mtime(eps_file) != stamp:
+                return None
+            if eps:
+                dist = md.PathDistribution(pathlib.Path(parent, name))
+                out.extend(md.EntryPoint(n, v, g)._for(dist) for n, v, g in eps)
     return out
 
 
@@ -207,6 +213,7 @@ def entry_points(**params):
         eps = _memoised()
     except Exception:  # noqa: BLE001 - never worse than the lookup itself
         eps = None
+    _hits["last"] = eps is not None
     if eps is None:
         return _original(**params)
     _hits["answered"] += 1
@@ -220,9 +227,11 @@ entry_points.__wrapped__ = _original
 
 
 def stats():
-    """{"answered": lookups the memo answered, "looked up": lookups, "memo": distributions
-    it holds (None: it holds nothing), "skipped": why it is not installed}."""
-    return dict(_hits, memo=None if _memo is None else len(_memo[2]), skipped=skipped)
+    """{"answered": lookups the memo answered, "looked up": lookups, "last": whether it
+    answered the last one, "memo": distributions it holds (None: none), "skipped": why it
+    is not installed}."""
+    return dict(_hits, memo=sum(len(kept[1]) for kept in _memo.values()) if _memo else None,
+                skipped=skipped)
 
 
 def install():
