@@ -282,6 +282,8 @@ class Worker:
                         timeout = 0  # read what ngd sent meanwhile, then go on
                     else:
                         self._learn_patterns_finish()
+                        if self._after_due:
+                            timeout = 0  # the preloads' after-import work is next
                 elif self._after_due and self._retiring is None and not chan.out and \
                         learner.probe is None and not learner.queue:
                     idle = time.monotonic() - self._idle_since
