@@ -3,16 +3,19 @@ warm run of an invocation still does that a second run in a warm process does no
 
     <venv>/bin/python zygote_probe.py RUNS [--preload MODULE]... [--profile N] SCRIPT [ARGS...]
 
-Imports the --preload modules (the worker's configured preloads; `ngw.after_imports`
-functions they register run after the learned imports, as in the worker), runs SCRIPT
-once in a forked child and makes this process what adaptive preloading makes the zygote
+Imports the --preload modules (the worker's configured preloads), runs SCRIPT once in a
+forked child and makes this process what adaptive preloading makes the zygote
 (docs/ngw.md 12.5): it imports the modules that child imported and compiles the patterns
-it compiled; then collects and freezes the heap. Then RUNS children forked from it run
-the invocation, timed inside the child (`forked`), and RUNS more runs in this process
-after a first one (`warm`: L of benches/plugin-bench). With --profile N, one more child
+it compiled, then does what the worker does after its imports (the `importlib.metadata`
+lookup, the `ngw.after_imports` functions the preloads registered); then collects and
+freezes the heap. Then RUNS children forked from it run the invocation, timed inside the
+child (`forked`), and RUNS more runs in this process after a first one (`warm`: L of
+benches/plugin-bench). With --profile N, one more child
 runs it under cProfile and the N functions with the most time of their own, and the N
 with the most cumulative time, are printed (`own`, `cumulative`: milliseconds, calls).
-Prints one JSON object.
+Prints one JSON object. `NGW_PROBE_NO_METADATA=1` leaves out the worker's own
+`importlib.metadata` lookup in the zygote (`ngw._adaptive.warm_metadata`), to see what
+it is worth.
 """
 
 import cProfile
