@@ -1,12 +1,16 @@
-"""The memos of ngw_contrib for pygments (pygments_memo), against what the real programs
-do without them, in the fidelity suite's venv (install-fidelity, run by run-tests):
+"""The memos of ngw_contrib for pygments (pygments_memo) and for entry point lookups
+(metadata_memo), against what the real programs and the standard library do without
+them, in the fidelity suite's venv (install-fidelity, run by run-tests):
 
-* the state the memo leaves on a lexer class is the state its first instantiation leaves
-  in a cold process, for every lexer pygments ships (and the plugins installed), compared
-  structure by structure in two children forked from one process;
-* served by a worker, a child finds the memo's tables (the learned lexer modules' classes
-  too, built by the memo between sessions) and pygmentize's output is byte-identical to a
-  cold run's.
+* the state pygments_memo leaves on a lexer class is the state its first instantiation
+  leaves in a cold process, for every lexer pygments ships (and the plugins installed),
+  compared structure by structure in two children forked from one process;
+* served by a worker, a child finds pygments_memo's tables (the learned lexer modules'
+  classes too, built by the memo between sessions) and pygmentize's output is
+  byte-identical to a cold run's;
+* metadata_memo answers what importlib.metadata answers, as distributions change; flask
+  served with it finds its plugin commands as a cold flask does, the child's lookup
+  answered by the memo.
 """
 
 import json
@@ -289,10 +293,10 @@ def write_eps(root, name, eps):
 METADATA_PROBE = r"""
 import importlib.metadata as md, json, os, shutil, sys
 import ngw_contrib.metadata_memo as memo
-sys.path.insert(0, os.path.join(os.path.dirname(sys.argv[0] or "."), ""))
+root, tests = sys.argv[1:3]
+sys.path.insert(0, tests)
 from test_contrib_memos import make_dist, write_eps
 sys.path.pop(0)
-root = sys.argv[1]
 
 def view(answer):
     if isinstance(answer, dict):  # SelectableGroups (3.10-3.11)
@@ -332,10 +336,9 @@ class MetadataMemo(unittest.TestCase):
             # Files younger than the memo's SETTLED are not memoised (a change within the
             # same tick of the file system's clock could go unseen).
             time.sleep(2.2)
-            r = subprocess.run([PY, "-c", METADATA_PROBE.replace(
-                "os.path.dirname(sys.argv[0] or \".\")", repr(os.path.dirname(__file__))),
-                root], env=client_env(PYTHONPATH=driver.SRC + os.pathsep + root),
-                capture_output=True, timeout=120)
+            r = subprocess.run([PY, "-c", METADATA_PROBE, root, driver.HERE],
+                               env=client_env(PYTHONPATH=driver.SRC + os.pathsep + root),
+                               capture_output=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr.decode()[-3000:])
         out = json.loads(r.stdout)
         for step, answers in out["steps"].items():

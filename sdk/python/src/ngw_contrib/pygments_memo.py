@@ -50,9 +50,9 @@ program that patches lexer classes should not preload this). Subclasses a run de
 import ast
 import inspect
 import re
+import sys
 import textwrap
 import time
-import sys
 import warnings
 
 import pygments
