@@ -3,9 +3,9 @@
 `install-fidelity` (run by run-tests) installs pygments, jsonschema, docutils, flask,
 ipython, the aws CLI 1.x and cfn-lint into one venv under $NGD_PEERS_DIR (and `pyte`, the
 terminal emulator of the terminal rows). Each program is served the way a user would
-configure it, `<venv>/bin/python -m ngw console-script <script>` (the aws CLI with its
-contrib preloads too), by a worker to which the driver offers what ngd offers (`notices`,
-`fds`, `signals`, `stdin-window`). For each row the same argv, environment and directory
+configure it, `<venv>/bin/python -m ngw console-script <script>` (the aws CLI, pygmentize and flask
+with their contrib preloads too), by a worker to which the driver offers what ngd offers
+(`notices`, `fds`, `signals`, `stdin-window`). For each row the same argv, environment and directory
 run cold (the script executed by the kernel) and warm through the SDK's test driver:
 
 * `rows`: the client's streams relayed (stdin a pipe on the cold side, sent as `0`
@@ -323,6 +323,7 @@ def common_rows(version="--version"):
 
 class Pygmentize(Fidelity, unittest.TestCase):
     script = "pygmentize"
+    extra_args = ["--preload", "ngw_contrib.pygments_memo"]
     rows = common_rows("-V") + [
         ("file argument", ["-l", "python", "-f", "html", "code.py"], {}, b""),
         ("stdin", ["-l", "python"], {}, PYSRC.encode()),
@@ -409,6 +410,7 @@ class Rst2html(Fidelity, unittest.TestCase):
 
 class Flask(Fidelity, unittest.TestCase):
     script = "flask"
+    extra_args = ["--preload", "ngw_contrib.metadata_memo"]
     rows = common_rows() + [
         ("routes, FLASK_APP from the client", ["routes"], {"FLASK_APP": "app.py"}, b""),
         ("no app", ["routes"], {}, b""),

@@ -36,6 +36,14 @@ cache holds, so that what a child compiles itself does not push them out before 
 They are kept in the same file and compiled at the next start. A cached compiled
 pattern is the object a fresh compilation would give; `re.purge()` still empties the
 cache.
+
+Preloads that fill a program's own state from what the zygote has imported (the memos
+of `ngw_contrib`, docs/ngw.md 12.3) register a function with `after_imports`. The worker
+calls it once the zygote's imports are done at start (after the configured preloads, the
+learned modules and patterns, while what imports read is still being recorded), with no
+time limit; and after each batch of modules learned between sessions, from its idle loop,
+a slice of at most about `PATTERN_SLICE` seconds at a time and only while nothing from ngd
+waits, until it says it is done; then the worker freezes the heap and forks a new spare.
 """
 
 import fcntl
@@ -59,6 +67,67 @@ _F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 _FIONREAD = 0x541B  # Linux
 _PATTERN_LINE = b"\0"  # a report line that starts with it is a pattern, not a module
 _SETTLE = 8  # known entries in a row that end a child's look for new ones
+
+
+_metadata_warmed = []  # the sys.path of the last warm_metadata lookup
+
+
+def warm_metadata():
+    """If the zygote has imported `importlib.metadata`, runs one lookup of every entry point
+    and drops the answer: a child looking up entry points or a version (flask's plugin
+    commands) then runs code the zygote has run. CPython specialises a function's
+    bytecode as it runs it, writing to its code object, and a forked child that runs it
+    first does so on pages it must copy: 3-5 ms of flask's lookup in a child. Then it
+    empties `importlib.metadata`'s cache of directory listings (`FastPath`, kept per
+    directory for as long as its modification time is unchanged), so a child lists the
+    directories as a cold run does. Once per `sys.path`; true if it ran."""
+    md = sys.modules.get("importlib.metadata")
+    fast = getattr(getattr(md, "FastPath", None), "__new__", None)
+    entry_points = getattr(md, "entry_points", None)
+    if not hasattr(fast, "cache_clear") or not callable(entry_points) or \
+            _metadata_warmed == sys.path:
+        return False
+    _metadata_warmed[:] = sys.path
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            entry_points()
+    except Exception:  # noqa: BLE001 - a broken distribution: the children find out
+        pass
+    fast.cache_clear()
+    return True
+
+
+#: Functions preloads registered with `after_imports`, in order.
+AFTER_IMPORTS = []
+
+
+def after_imports(fn):
+    """Registers `fn(budget)` to run in the zygote whenever its imports are done: at start,
+    after the configured preloads and the learned modules (`budget` None: do everything),
+    and after each batch of modules learned between sessions, from the worker's idle
+    loop (`budget`: seconds, do about that much; one step may overrun it). It returns
+    true while work remains, and is called again (the next slice) until it returns false.
+    Call it from a preload module. `fn` runs in the zygote only, never in a session's
+    child, and must not read the environment or start threads; what it leaves in memory
+    is what the next children start from, so it must do only what a cold run would do
+    itself, with the same result (docs/ngw.md 12.3). An exception it raises is logged and
+    ends its work until the next batch. Returns `fn`."""
+    AFTER_IMPORTS.append(fn)
+    return fn
+
+
+def run_after_imports(log, budget=None):
+    """Calls the registered `after_imports` functions with `budget`; true while one of them
+    has more to do. A failure is logged and counts as done."""
+    more = False
+    for fn in list(AFTER_IMPORTS):
+        try:
+            more = bool(fn(budget)) or more
+        except Exception as e:  # noqa: BLE001 - a memo's failure leaves the work to children
+            log("ngw: %s after the imports failed: %s: %s"
+                % (getattr(fn, "__qualname__", repr(fn)), type(e).__name__, e))
+    return more
 
 
 def install_roots():

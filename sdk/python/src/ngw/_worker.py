@@ -148,6 +148,8 @@ class Worker:
                 log("ngw: compiled %d patterns that earlier sessions compiled"
                     % len(self._learner.patterns))
             self._learner.patterns_done, self._learner.patterns_dirty = 0, False
+        _adaptive.warm_metadata()
+        _adaptive.run_after_imports(log)
         recorder.stop()
         conditions.exempt = set(_rules.RULES) | set(_env_delta(env_before, os.environ))
         if conditions.env_read or conditions.tty_asked:
@@ -164,6 +166,7 @@ class Worker:
         self._conditions = conditions
         self._retiring = None
         self._restart_due = False  # modules to preload from the next start were learned
+        self._after_due = False  # after_imports functions have work since the last import
         self._idle_since = time.monotonic()
         self._code = _stale.CodeWatch(log)
         self._code.record()
@@ -279,6 +282,17 @@ class Worker:
                         timeout = 0  # read what ngd sent meanwhile, then go on
                     else:
                         self._learn_patterns_finish()
+                        if self._after_due:
+                            timeout = 0  # the preloads' after-import work is next
+                elif self._after_due and self._retiring is None and not chan.out and \
+                        learner.probe is None and not learner.queue:
+                    idle = time.monotonic() - self._idle_since
+                    if idle < _adaptive.IDLE_BEFORE:
+                        timeout = _adaptive.IDLE_BEFORE - idle
+                    elif _adaptive.run_after_imports(log, _adaptive.PATTERN_SLICE):
+                        timeout = 0  # read what ngd sent meanwhile, then go on
+                    else:
+                        self._after_imports_finish()
             if runner is not None and runner.watching():
                 if chan.poll(timeout, extra=runner.wake_r.fileno()):
                     runner.reap()
@@ -420,6 +434,10 @@ class Worker:
 
     def _learn_finish(self, done, started):
         self._learner.save()
+        # Preloads that fill state from what is imported (docs/ngw.md 12.5) go on from the
+        # idle loop, in slices.
+        self._after_due = bool(_adaptive.AFTER_IMPORTS)
+        _adaptive.warm_metadata()
         for line in _argv.scan():
             log("ngw: a preloaded module copied argv; re-pointed in each session: %s" % line)
         self._code.record()
@@ -452,6 +470,17 @@ class Worker:
         runner.reap()  # forks the next spare now
         log("ngw: precompiled %d patterns that sessions compiled (%d learned)"
             % (done, len(learner.patterns)))
+
+    def _after_imports_finish(self):
+        """After the after_imports functions' slices: frozen, in the next spare."""
+        self._after_due = False
+        if hasattr(gc, "freeze"):
+            gc.freeze()
+        runner = self._fork
+        runner.discard_spare()  # a copy of the zygote without what they filled in
+        runner._spare_due = runner.prefork
+        runner.reap()  # forks the next spare now
+        log("ngw: the preloads' after-import work is done")
 
     def _held_fds(self):
         """The client descriptors received for a session that has not started yet: in

@@ -19,6 +19,13 @@ memo follows: a run through it does exactly what a cold run does, same results, 
 read outside the frozen packages, same log records.
 
 * ``ngw_contrib.botocore_memo``: the aws CLI 1.x and other botocore programs.
+* ``ngw_contrib.pygments_memo``: pygmentize and other pygments programs (lexers' token
+  tables).
+* ``ngw_contrib.metadata_memo``: programs that look up entry points on every run
+  (flask's plugin commands).
+
+Memos that fill what depends on modules the zygote learns between sessions register a
+function with ``ngw.after_imports`` (docs/ngw.md 12.5).
 
 The former names ``ngw.programs.awscli`` and ``ngw.memo.botocore`` still work: they are
 aliases of these modules.

@@ -1,0 +1,434 @@
+"""The memos of ngw_contrib for pygments (pygments_memo) and for entry point lookups
+(metadata_memo), against what the real programs and the standard library do without
+them, in the fidelity suite's venv (install-fidelity, run by run-tests):
+
+* the state pygments_memo leaves on a lexer class is the state its first instantiation
+  leaves in a cold process, for every lexer pygments ships (and the plugins installed),
+  compared structure by structure in two children forked from one process;
+* served by a worker, a child finds pygments_memo's tables (the learned lexer modules'
+  classes too, built by the memo between sessions) and pygmentize's output is
+  byte-identical to a cold run's;
+* metadata_memo answers what importlib.metadata answers, as distributions change; flask
+  served with it finds its plugin commands as a cold flask does, the child's lookup
+  answered by the memo.
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+import unittest
+
+import driver
+from support import client_env
+
+PEERS = os.environ.get("NGD_PEERS_DIR") or os.path.expanduser("~/.cache/ngd-peers")
+VENV = os.path.join(PEERS, "venv-fidelity")
+BIN = os.path.join(VENV, "bin")
+PY = os.path.join(BIN, "python")
+if not os.path.exists(PY):
+    raise RuntimeError("the fidelity venv is missing: run sdk/python/tests/install-fidelity "
+                       "(run-tests does)")
+
+# Imports every lexer module pygments knows (its own and the plugins'), then forks two
+# children: `cold` instantiates every RegexLexer class (subclasses before their bases, the
+# order least like the memo's); `memo` imports the memo, which builds the tables, records
+# the classes' state, then instantiates every class as `cold` did. Each prints, per class,
+# the state pygments keeps on it: _tokens (pattern, flags, token, new state per rule), the
+# other tables of _all_tokens, _tmpname, and the class's own `tokens` (which the merge with
+# its bases changes in place). Objects made before the fork (token types, callbacks,
+# words(), include()) are named by id, the same in both children.
+STATE_PROBE = r"""
+import importlib, json, os, sys
+import pygments.lexer, pygments.lexers, pygments.plugin
+from pygments.lexers._mapping import LEXERS
+from pygments.lexer import RegexLexer, include, inherit, default, combined, Future
+
+for module in sorted({v[0] for v in LEXERS.values()}):
+    importlib.import_module(module)
+plugins = [cls for cls in pygments.plugin.find_plugin_lexers()]
+
+def classes():
+    out, stack, seen = [], [RegexLexer], set()
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            if sub not in seen:
+                seen.add(sub); out.append(sub); stack.append(sub)
+    return out
+
+def enc(x):
+    if x is None or isinstance(x, (int, str)) and not isinstance(x, (include, combined)):
+        return x
+    if x is inherit:
+        return "<inherit>"
+    if isinstance(x, include):
+        return ["include", str(x)]
+    if isinstance(x, combined):
+        return ["combined"] + [enc(s) for s in x]
+    if isinstance(x, default):
+        return ["default", enc(x.state)]
+    if isinstance(x, tuple):
+        return ["tuple"] + [enc(i) for i in x]
+    if hasattr(x, "__self__") and hasattr(x.__self__, "pattern"):  # a Pattern's match
+        return ["re", x.__self__.pattern if isinstance(x.__self__.pattern, str)
+                else repr(x.__self__.pattern), x.__self__.flags, x.__name__]
+    return ["id", id(x)]
+
+def table(processed):
+    return {state: [[enc(r), enc(t), enc(n)] for r, t, n in rules]
+            for state, rules in processed.items()}
+
+def state(cls):
+    d = cls.__dict__
+    out = {"tmpname": d.get("_tmpname"),
+           "tokens_attr": {s: [enc(i) for i in items] for s, items in d.get("tokens", {}).items()}
+           if isinstance(d.get("tokens"), dict) else None}
+    if "_tokens" in d:
+        out["_tokens"] = table(d["_tokens"])
+        out["all_tokens"] = {k: table(v) for k, v in d["_all_tokens"].items()}
+        out["_tokens is all_tokens['']"] = d["_tokens"] is d["_all_tokens"].get("")
+    return out
+
+def instantiate(order):
+    for cls in order:
+        try:
+            cls()
+        except Exception:
+            pass
+
+def dump():
+    return {"%s.%s" % (c.__module__, c.__qualname__): state(c) for c in classes()}
+
+def child(fn):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        data = json.dumps(fn()).encode()
+        while data:
+            data = data[os.write(w, data):]
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while True:
+        c = os.read(r, 1 << 20)
+        if not c:
+            break
+        chunks.append(c)
+    os.waitpid(pid, 0)
+    return json.loads(b"".join(chunks))
+
+def cold():
+    instantiate(list(reversed(classes())))
+    return {"after": dump()}
+
+def memo():
+    import ngw_contrib.pygments_memo as m
+    before = dump()
+    built = ["%s.%s" % (c.__module__, c.__qualname__) for c in m._built]
+    instantiate(list(reversed(classes())))
+    return {"memo": before, "after": dump(), "built": built, "stats": m.stats()}
+
+print(json.dumps({"cold": child(cold), "memo": child(memo), "plugins": len(plugins)}))
+"""
+
+
+def venv_run(code, *args, timeout=600):
+    r = subprocess.run([PY, "-c", code] + list(args), env=client_env(PYTHONPATH=driver.SRC),
+                       capture_output=True, timeout=timeout)
+    if r.returncode:
+        raise AssertionError(r.stderr.decode(errors="replace")[-4000:])
+    return r.stdout
+
+
+class PygmentsMemoState(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.out = json.loads(venv_run(STATE_PROBE))
+
+    def test_memo_builds_what_the_first_instantiation_builds(self):
+        cold, memo = self.out["cold"]["after"], self.out["memo"]["memo"]
+        built = self.out["memo"]["built"]
+        # Every lexer pygments ships that builds its table on instantiation: ~500.
+        self.assertGreater(len(built), 400, self.out["memo"]["stats"])
+        for name in built:
+            with self.subTest(lexer=name):
+                for key in ("_tokens", "all_tokens", "tmpname", "_tokens is all_tokens['']"):
+                    self.assertEqual(memo[name][key], cold[name][key], key)
+        self.assertIn("pygments.lexers.python.PythonLexer", built)
+        # Inheritance (`inherit` in a subclass's states) and combined() states among them.
+        self.assertIn("pygments.lexers.c_cpp.CppLexer", built)
+        self.assertIn("pygments.lexers.javascript.TypeScriptLexer", built)
+
+    def test_instantiating_after_the_memo_leaves_what_a_cold_process_has(self):
+        cold, after = self.out["cold"]["after"], self.out["memo"]["after"]
+        self.assertEqual(sorted(after), sorted(cold))
+        for name in cold:
+            with self.subTest(lexer=name):
+                self.assertEqual(after[name], cold[name])
+
+    def test_classes_left_to_the_children(self):
+        memo, built = self.out["memo"]["memo"], set(self.out["memo"]["built"])
+        # token_variants lexers build their table per instance, in __init__.
+        for name in ("pygments.lexers.dotnet.CSharpLexer", "pygments.lexers.dotnet.NemerleLexer",
+                     "pygments.lexers.int_fiction.Inform6TemplateLexer"):
+            self.assertNotIn(name, built)
+            self.assertNotIn("_tokens", memo[name])
+        # Abstract bases with no table fail in a cold run too; the memo leaves them as
+        # they were.
+        failed = self.out["memo"]["stats"]["failed"]
+        self.assertIn("pygments.lexer.ExtendedRegexLexer", failed)
+        self.assertNotIn("_tokens", memo["pygments.lexer.ExtendedRegexLexer"])
+        self.assertIsNone(self.out["memo"]["stats"]["skipped"])
+
+
+# pygmentize's console script, which first says whether PythonLexer's table was in the
+# class before main() ran.
+PYGMENTS_PROGRAM = """import sys
+from pygments.cmdline import main
+lexers = sys.modules.get("pygments.lexers.python")
+print("prebuilt" if lexers and "_tokens" in vars(lexers.PythonLexer) else "cold",
+      file=sys.stderr, flush=True)
+sys.exit(main())
+"""
+
+CODE = "def f(x):\n    return 'é' + str(x)  # ü\n\nclass C(object):\n    pass\n"
+
+
+class PygmentsMemoServed(unittest.TestCase):
+    """A worker serving pygmentize with the memo preloaded."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ngw-pygments-memo-")
+        with open(os.path.join(self.tmp, "code.py"), "w", encoding="utf-8") as f:
+            f.write(CODE)
+        self.program = os.path.join(self.tmp, "pyg")
+        with open(self.program, "w") as f:
+            f.write("#!%s\n%s" % (PY, PYGMENTS_PROGRAM))
+        os.chmod(self.program, 0o755)
+        self.env = client_env(LANG="C.UTF-8")
+        self.env.pop("PYTHONPATH", None)
+        self.workers = []
+
+    def tearDown(self):
+        for w in self.workers:
+            try:
+                w.quit()
+            finally:
+                w.close()
+
+    def worker(self, *preloads):
+        argv = [PY, "-m", "ngw", "script", "pyg=" + self.program]
+        for p in preloads:
+            argv += ["--preload", p]
+        env = dict(self.env, PYTHONPATH=driver.SRC, NGW_STATE_DIR=self.tmp)
+        w = driver.Worker(argv, env=env)
+        self.workers.append(w)
+        w.hello(120)
+        return w
+
+    def cold(self, args):
+        return subprocess.run([self.program] + args, env=self.env, cwd=self.tmp,
+                              capture_output=True, timeout=120)
+
+    def assert_as_cold(self, w, args, expect):
+        cold = self.cold(args)
+        warm = w.run("pyg", args, env=self.env, cwd=self.tmp, timeout=120)
+        self.assertEqual(warm.notices, [])
+        self.assertEqual(bytes(warm.stdout), cold.stdout)
+        self.assertEqual(warm.code, cold.returncode)
+        first, _, rest = bytes(warm.stderr).partition(b"\n")
+        self.assertEqual(first.decode(), expect, w.log()[-3000:])
+        self.assertEqual(rest, cold.stderr.partition(b"\n")[2])
+        self.assertEqual(cold.stderr.partition(b"\n")[0], b"cold")
+
+    def test_preloaded_lexer_module(self):
+        w = self.worker("pygments.lexers.python", "ngw_contrib.pygments_memo")
+        for args in (["-l", "python", "-f", "html", "code.py"], ["-l", "python", "code.py"],
+                     ["-l", "python3", "-f", "html", "-O", "linenos=1", "code.py"],
+                     ["-l", "python", "-f", "raw", "code.py"]):
+            with self.subTest(args=args):
+                self.assert_as_cold(w, args, "prebuilt")
+
+    def test_learned_lexer_module(self):
+        """The lexer module the first child imports is learned, and the memo builds its
+        classes between sessions: later children find the tables."""
+        w = self.worker("ngw_contrib.pygments_memo")
+        args = ["-l", "python", "-f", "html", "code.py"]
+        self.assert_as_cold(w, args, "cold")
+        deadline = time.monotonic() + 60
+        while "after-import work is done" not in w.log():
+            self.assertLess(time.monotonic(), deadline, w.log()[-3000:])
+            time.sleep(0.1)
+        self.assert_as_cold(w, args, "prebuilt")
+
+
+if __name__ == "__main__":
+    unittest.main()
+
+
+def make_dist(root, name, eps):
+    """A distribution `name` in directory `root` (a .dist-info with METADATA), declaring
+    the entry points `eps` ({group: {name: value}}) if given."""
+    info = os.path.join(root, "%s-1.0.dist-info" % name)
+    os.makedirs(info, exist_ok=True)
+    with open(os.path.join(info, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n" % name)
+    if eps is not None:
+        write_eps(root, name, eps)
+
+
+def write_eps(root, name, eps):
+    path = os.path.join(root, "%s-1.0.dist-info" % name, "entry_points.txt")
+    with open(path + ".tmp", "w") as f:
+        for group, items in eps.items():
+            f.write("[%s]\n" % group + "".join("%s = %s\n" % kv for kv in items.items()))
+    os.replace(path + ".tmp", path)
+
+
+# Compares, at each step, what importlib.metadata.entry_points answers through the memo
+# with what it answers itself, for a few selections; prints the memo's stats after each.
+# The test's directory (argv[1], on PYTHONPATH) holds distributions that the steps change.
+METADATA_PROBE = r"""
+import importlib.metadata as md, json, os, shutil, sys
+import ngw_contrib.metadata_memo as memo
+root, tests = sys.argv[1:3]
+sys.path.insert(0, tests)
+from test_contrib_memos import make_dist, write_eps
+sys.path.pop(0)
+
+def view(answer):
+    if isinstance(answer, dict):  # SelectableGroups (3.10-3.11)
+        return {g: view(answer.select(group=g)) for g in sorted(answer.groups)}
+    return [[ep.name, ep.value, ep.group, str(ep.dist._path), type(ep.dist).__name__]
+            for ep in answer]
+
+def compare(step):
+    out = {}
+    before = memo.stats()["answered"]
+    for params in ({"group": "flask.commands"}, {"group": "console_scripts"}, {},
+                   {"name": "ngwtest"}):
+        got = view(md.entry_points(**params))
+        out[json.dumps(params)] = [got == view(memo._original(**params)), got]
+        out["answered"] = memo.stats()["answered"] - before
+    return out
+
+steps = {"filled": compare("filled")}
+write_eps(root, "ngwplug", {"flask.commands": {"ngwtest": "ngwplug:cmd", "two": "ngwplug:two"}})
+steps["entry points changed"] = compare("changed")
+make_dist(root, "ngwnew", {"flask.commands": {"three": "ngwnew:three"}})
+steps["distribution added"] = compare("added")
+shutil.rmtree(os.path.join(root, "ngwplug-1.0.dist-info"))
+steps["distribution removed"] = compare("removed")
+memo._fill()
+steps["refilled at once"] = compare("refilled")
+print(json.dumps({"steps": steps, "stats": memo.stats(), "root kept": root in memo._memo}))
+"""
+
+
+class MetadataMemo(unittest.TestCase):
+    def test_answers_are_importlib_metadata_s_own(self):
+        with tempfile.TemporaryDirectory() as root:
+            make_dist(root, "ngwplug", {"flask.commands": {"ngwtest": "ngwplug:cmd"},
+                                        "console_scripts": {"ngwplug": "ngwplug:main"}})
+            make_dist(root, "ngwnone", None)
+            # Files younger than the memo's SETTLED are not memoised (a change within the
+            # same tick of the file system's clock could go unseen).
+            time.sleep(2.2)
+            r = subprocess.run([PY, "-c", METADATA_PROBE, root, driver.HERE],
+                               env=client_env(PYTHONPATH=driver.SRC + os.pathsep + root),
+                               capture_output=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr.decode()[-3000:])
+        out = json.loads(r.stdout)
+        for step, answers in out["steps"].items():
+            for params, (same, got) in ((k, v) for k, v in answers.items() if k != "answered"):
+                self.assertTrue(same, (step, params, got))
+        steps = out["steps"]
+        # Filled at import: it answered every lookup.
+        self.assertEqual(steps["filled"]["answered"], 4)
+        self.assertIn(["ngwtest", "ngwplug:cmd", "flask.commands",
+                       os.path.join(root, "ngwplug-1.0.dist-info"), "PathDistribution"],
+                      steps["filled"]['{"group": "flask.commands"}'][1])
+        # Every change seen, by the stdlib's own lookup (the memo no longer answers).
+        self.assertEqual([e[0] for e in steps["entry points changed"][
+            '{"group": "flask.commands"}'][1]], ["ngwtest", "two"])
+        self.assertEqual(steps["entry points changed"]["answered"], 0)
+        self.assertIn("three", [e[0] for e in steps["distribution added"][
+            '{"group": "flask.commands"}'][1]])
+        self.assertNotIn("ngwtest", [e[0] for e in steps["distribution removed"][
+            '{"group": "flask.commands"}'][1]])
+        # Refilled right after a change: too recent to keep, so it does not answer.
+        self.assertEqual(steps["refilled at once"]["answered"], 0)
+        self.assertFalse(out["root kept"])
+        self.assertIsNone(out["stats"]["skipped"])
+
+
+PLUGIN = '''import os
+import sys
+
+import click
+
+
+@click.command("ngwtest")
+def cmd():
+    """A plugin command."""
+    click.echo("plugin ran")
+    memo = sys.modules.get("ngw_contrib.metadata_memo")
+    if memo is not None:  # served: says whether the memo answered flask's lookup
+        with open(os.environ["MEMOTEST_ANSWERED"], "w") as f:
+            f.write(str(memo.stats()["last"]))
+
+
+@click.command("ngwtwo")
+def two():
+    """Another plugin command."""
+    click.echo("second plugin ran")
+'''
+
+
+class MetadataMemoServed(unittest.TestCase):
+    """flask served with the memo: its plugin commands (entry points of `flask.commands`,
+    here from a distribution in the test's directory) as a cold flask finds them, before
+    and after the distribution changes."""
+
+    def test_flask_plugin_commands(self):
+        with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as state:
+            with open(os.path.join(root, "ngwplug.py"), "w") as f:
+                f.write(PLUGIN)
+            make_dist(root, "ngwplug", {"flask.commands": {"ngwtest": "ngwplug:cmd"}})
+            time.sleep(2.2)  # older than the memo's SETTLED: it is memoised
+            answered = os.path.join(state, "answered")
+            env = client_env(LANG="C.UTF-8", PYTHONPATH=driver.SRC + os.pathsep + root,
+                             MEMOTEST_ANSWERED=answered)
+            w = driver.Worker([PY, "-m", "ngw", "console-script", os.path.join(BIN, "flask"),
+                               "--preload", "ngw_contrib.metadata_memo"],
+                              env=dict(env, NGW_STATE_DIR=state))
+            try:
+                w.hello(120)
+
+                def same(args):
+                    cold = subprocess.run([os.path.join(BIN, "flask")] + args, env=env,
+                                          cwd=root, capture_output=True, timeout=120)
+                    warm = w.run("flask", args, env=env, cwd=root, timeout=120)
+                    self.assertEqual(warm.notices, [], w.log()[-2000:])
+                    self.maxDiff = None
+                    self.assertEqual((bytes(warm.stdout), bytes(warm.stderr), warm.code),
+                                     (cold.stdout, cold.stderr, cold.returncode))
+                    return cold.stdout.decode()
+
+                self.assertIn("ngwtest", same(["--help"]))
+                self.assertIn("plugin ran", same(["ngwtest"]))
+                with open(answered) as f:
+                    self.assertEqual(f.read(), "True")  # flask's lookup, by the memo
+                write_eps(root, "ngwplug", {"flask.commands": {"ngwtest": "ngwplug:cmd",
+                                                               "ngwtwo": "ngwplug:two"}})
+                self.assertIn("ngwtwo", same(["--help"]))
+                self.assertIn("second plugin ran", same(["ngwtwo"]))
+                os.remove(os.path.join(root, "ngwplug-1.0.dist-info", "entry_points.txt"))
+                self.assertNotIn("ngwtest", same(["--help"]))
+            finally:
+                try:
+                    w.quit()
+                finally:
+                    w.close()
