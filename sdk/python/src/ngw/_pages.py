@@ -1,0 +1,453 @@
+"""Learned copy-on-write pre-faulting: the spare takes, before its session exists, the
+copy-on-write faults that the previous sessions' children took while they ran
+(docs/ngw.md 11.7).
+
+A forked child shares every page with the worker until it writes to it; the first write
+to each shared page is a copy-on-write fault (~3 us), and a program's own run writes to
+thousands of them (reference counts, allocator pages, memoised objects), which the
+rehearsal (11.5) cannot reach since it does not run the program. The pages a run writes
+are mostly the same from one run to the next, so they are learned:
+
+* A child, after its exit report (off the path to the session's X), finds the pages of its
+  writable private mappings that it now holds **exclusively** (`/proc/self/maps`, then
+  `/proc/self/pagemap`: present, exclusively mapped, anonymous; readable unprivileged)
+  and reports them as page ranges to a pipe of the worker's (opened through
+  `/proc/<worker>/fd/<n>`, like the exit report), in writes of at most PIPE_BUF bytes so
+  that reports never interleave. It does so while what its command's children report
+  still changes the set, then for one session in `EVERY`.
+* The worker merges the reports into a bounded set of pages (`cap` bytes), each stamped
+  with the report that last named it; the oldest go first when the set is full, and a
+  page no report named in the last `MAX_AGE` reports is dropped. Each spare inherits the
+  set through fork.
+* The spare, after its rehearsal, calls `madvise(MADV_POPULATE_WRITE)` over the learned
+  ranges that lie in its own writable private mappings, `CHUNK` pages at a time, and
+  stops as soon as its session has arrived. MADV_POPULATE_WRITE (Linux 5.14) breaks
+  copy-on-write exactly as a write would and changes no content: nothing the program can
+  observe changes, only which faults it still takes.
+
+`NGW_PREFAULT` in the worker's environment: `0` turns it off, a positive number sets the
+cap in MiB (default 64)."""
+
+import errno
+import fcntl
+import mmap
+import os
+import struct
+
+ENV = "NGW_PREFAULT"
+DEFAULT_CAP_MB = 64
+PAGE = mmap.PAGESIZE
+MADV_POPULATE_WRITE = 23
+CHUNK = 32  # pages per madvise() between two looks at the spare's socket
+FIRST = 3  # reports per command before its set may count as settled
+SETTLED_NEW = 0.02  # a report that adds less than this share of its pages is "settled"
+SETTLED_RUNS = 2  # settled reports in a row after which a command reports less often
+EVERY = 16  # then one session in EVERY reports
+MAX_AGE = 64  # reports after which a page no report named is dropped
+PIPE_BUF = 4096  # bytes the kernel writes to a pipe atomically (POSIX minimum 512; Linux)
+_PIPE_SIZE = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+# A report message: magic, pid, last-message flag, name length, run count; then the
+# command's name (UTF-8) and `count` runs (first page number, pages).
+_HEAD = struct.Struct("=4sIBHH")
+_RUN = struct.Struct("=QI")
+_MAGIC = b"NGWP"
+_MAX_NAME = 256
+
+# pagemap entry, top byte: bit 63 present (0x80), 61 file page or shared anonymous
+# (0x20), 56 exclusively mapped (0x01). Wanted: present, exclusive, private anonymous.
+_MASK, _WANT = 0xA1, 0x81
+_EXCLUSIVE = bytes(1 if (b & _MASK) == _WANT else 0 for b in range(256))
+
+
+def cap_from_env(environ=None):
+    """The cap in bytes that NGW_PREFAULT sets, 0 when it turns pre-faulting off."""
+    raw = (environ if environ is not None else os.environ).get(ENV, "").strip().lower()
+    if raw in ("", "1", "on", "yes", "true"):
+        return DEFAULT_CAP_MB << 20
+    if raw in ("0", "off", "no", "false"):
+        return 0
+    try:
+        mb = float(raw)
+    except ValueError:
+        return DEFAULT_CAP_MB << 20
+    return max(0, int(mb * (1 << 20)))
+
+
+def writable_private(maps):
+    """The writable private mappings in a /proc/<pid>/maps text (bytes), as sorted
+    [(first page, end page)]."""
+    out = []
+    for line in maps.split(b"\n"):
+        parts = line.split(None, 2)
+        if len(parts) < 2:
+            continue
+        perms = parts[1]
+        if len(perms) < 4 or perms[1:2] != b"w" or perms[3:4] != b"p":
+            continue
+        lo, _, hi = parts[0].partition(b"-")
+        try:
+            start, end = int(lo, 16) // PAGE, int(hi, 16) // PAGE
+        except ValueError:
+            continue
+        if end > start:
+            out.append((start, end))
+    out.sort()
+    return out
+
+
+def exclusive_runs(entries, first_page):
+    """The runs of pages a pagemap read (`entries`: bytes, 8 per page, starting at page
+    `first_page`) shows present, exclusively mapped and anonymous: [(first page, pages)].
+    Only each entry's top byte matters, so the search runs over those bytes."""
+    flags = bytes(entries[7::8]).translate(_EXCLUSIVE)
+    out = []
+    i = flags.find(1)
+    while i >= 0:
+        j = flags.find(0, i)
+        if j < 0:
+            j = len(flags)
+        out.append((first_page + i, j - i))
+        i = flags.find(1, j)
+    return out
+
+
+def scan_self(regions=None, pagemap="/proc/self/pagemap", maps="/proc/self/maps"):
+    """The runs of pages this process holds exclusively in its writable private mappings."""
+    if regions is None:
+        regions = writable_private(_read(maps))
+    out = []
+    fd = os.open(pagemap, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        for start, end in regions:
+            try:
+                data = os.pread(fd, (end - start) * 8, start * 8)
+            except OSError:
+                continue
+            out.extend(exclusive_runs(data, start))
+    finally:
+        os.close(fd)
+    return out
+
+
+def merge_runs(runs):
+    """Sorted, overlapping and adjacent runs joined: [(first page, pages)]."""
+    out = []
+    for start, n in sorted(runs):
+        if n <= 0:
+            continue
+        if out and start <= out[-1][0] + out[-1][1]:
+            last = out[-1]
+            out[-1] = (last[0], max(last[1], start + n - last[0]))
+        else:
+            out.append((start, n))
+    return out
+
+
+def runs_of(pages):
+    """Runs of consecutive page numbers from an iterable of them."""
+    out = []
+    start = prev = None
+    for p in sorted(pages):
+        if prev is not None and p == prev + 1:
+            prev = p
+            continue
+        if start is not None:
+            out.append((start, prev - start + 1))
+        start = prev = p
+    if start is not None:
+        out.append((start, prev - start + 1))
+    return out
+
+
+def intersect(runs, regions):
+    """The parts of sorted `runs` ([(first page, pages)]) inside sorted `regions`
+    ([(first page, end page)])."""
+    out = []
+    i = 0
+    for start, n in runs:
+        end = start + n
+        while i < len(regions) and regions[i][1] <= start:
+            i += 1
+        k = i
+        while k < len(regions) and regions[k][0] < end:
+            lo, hi = max(start, regions[k][0]), min(end, regions[k][1])
+            if hi > lo:
+                out.append((lo, hi - lo))
+            k += 1
+    return out
+
+
+def encode_report(pid, command, runs):
+    """A report as messages of at most PIPE_BUF bytes each (each written atomically)."""
+    name = command.encode("utf-8", "surrogateescape")[:_MAX_NAME]
+    per = (PIPE_BUF - _HEAD.size - len(name)) // _RUN.size
+    out = []
+    for i in range(0, max(len(runs), 1), per):
+        part = runs[i:i + per]
+        last = i + per >= len(runs)
+        out.append(_HEAD.pack(_MAGIC, pid & 0xFFFFFFFF, last, len(name), len(part)) + name
+                   + b"".join(_RUN.pack(s, n) for s, n in part))
+    return out
+
+
+def decode_messages(buf):
+    """Whole messages at the start of `buf`: ([(pid, last, command, runs)], bytes used).
+    Stops at a message that is not one (the rest of the buffer is then dropped: -1)."""
+    out = []
+    at = 0
+    while len(buf) - at >= _HEAD.size:
+        magic, pid, last, nlen, count = _HEAD.unpack_from(buf, at)
+        if magic != _MAGIC or nlen > _MAX_NAME:
+            return out, -1
+        size = _HEAD.size + nlen + count * _RUN.size
+        if size > PIPE_BUF:
+            return out, -1
+        if len(buf) - at < size:
+            break
+        name = bytes(buf[at + _HEAD.size:at + _HEAD.size + nlen]).decode(
+            "utf-8", "surrogateescape")
+        runs = list(_RUN.iter_unpack(buf[at + _HEAD.size + nlen:at + size]))
+        out.append((pid, bool(last), name, runs))
+        at += size
+    return out, at
+
+
+def _read(path):
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while True:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                return b"".join(chunks)
+            chunks.append(data)
+    finally:
+        os.close(fd)
+
+
+def supported():
+    """None if madvise(MADV_POPULATE_WRITE) works here, else why not."""
+    if not hasattr(mmap.mmap, "madvise"):
+        return "this Python has no mmap.madvise"
+    if not os.path.exists("/proc/self/pagemap"):
+        return "/proc/self/pagemap is missing"
+    try:
+        m = mmap.mmap(-1, PAGE, flags=mmap.MAP_PRIVATE | getattr(mmap, "MAP_ANONYMOUS", 0x20))
+    except OSError as e:
+        return "mmap failed (%s)" % e
+    try:
+        m.madvise(MADV_POPULATE_WRITE)
+    except OSError as e:
+        return "madvise(MADV_POPULATE_WRITE) failed (%s)" % (
+            errno.errorcode.get(e.errno, e.errno))
+    finally:
+        m.close()
+    return None
+
+
+class Pages:
+    """The learned set (the worker's), what a child reports and what a spare pre-faults.
+
+    Built in the worker; children and spares use their inherited copy."""
+
+    def __init__(self, log, cap=None, libc=None):
+        self.log = log
+        self.cap = cap_from_env() if cap is None else cap
+        self.enabled = False
+        self.pages = {}  # page number -> stamp of the last report that named it
+        self.stamp = 0  # reports merged so far
+        self.forks = 0  # children forked so far (a child sees the count at its fork)
+        self.reports = {}  # command -> reports merged
+        self.settled = {}  # command -> settled reports in a row
+        self.last_report = {}  # command -> self.forks when its last report was merged
+        self.partial = {}  # pid -> (command, runs) of a report still arriving
+        self.buf = bytearray()
+        self.r = self.w = None
+        self.report_path = None
+        self._madvise = None
+        self._ctypes = None
+        if self.cap <= 0 or libc is None:
+            return
+        why = supported()
+        if why is not None:
+            self.log("ngw: copy-on-write pre-faulting is off: %s" % why)
+            return
+        try:
+            self._bind(libc)
+        except (AttributeError, OSError) as e:
+            self.log("ngw: copy-on-write pre-faulting is off: no madvise (%s)" % e)
+            return
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.r, False)
+        try:
+            fcntl.fcntl(self.w, _F_SETPIPE_SZ, _PIPE_SIZE)
+        except OSError:
+            pass
+        path = "/proc/%d/fd/%d" % (os.getpid(), self.w)
+        if not os.path.exists(path):
+            self.close()
+            return
+        self.report_path = path
+        self.enabled = True
+
+    def _bind(self, libc):
+        handle, ctypes = libc
+        fn = handle.madvise
+        fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        fn.restype = ctypes.c_int
+        self._madvise, self._ctypes = fn, ctypes
+
+    def close(self):
+        for fd in (self.r, self.w):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.r = self.w = None
+        self.enabled = False
+
+    def fds(self):
+        """The worker's descriptors that every child closes first thing."""
+        return [fd for fd in (self.r, self.w) if fd is not None]
+
+    def size(self):
+        return len(self.pages) * PAGE
+
+    # -- the worker ------------------------------------------------------------------------
+
+    def note_fork(self):
+        self.forks += 1
+
+    def absorb(self):
+        """Reads the reports that arrived and merges the finished ones into the set."""
+        if self.r is None:
+            return 0
+        while True:
+            try:
+                data = os.read(self.r, 1 << 16)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break
+            if not data:
+                break
+            self.buf += data
+        messages, used = decode_messages(self.buf)
+        if used < 0:
+            self.buf = bytearray()  # not a report: drop what is buffered
+            self.partial.clear()
+        else:
+            del self.buf[:used]
+        merged = 0
+        for pid, last, command, runs in messages:
+            held = self.partial.get(pid)
+            if held is None or held[0] != command:
+                held = self.partial[pid] = (command, [])
+            held[1].extend(runs)
+            if last:
+                del self.partial[pid]
+                self.merge(command, held[1])
+                merged += 1
+        if len(self.partial) > 64:  # reports whose end never came
+            self.partial.clear()
+        return merged
+
+    def merge(self, command, runs):
+        """One child's report into the set: its pages get the newest stamp; the oldest
+        pages go when the set is over the cap, and pages no recent report named."""
+        self.stamp += 1
+        stamp = self.stamp
+        pages = self.pages
+        before = len(pages)
+        total = 0
+        for start, n in runs:
+            if n <= 0 or n > (1 << 24):
+                continue
+            total += n
+            pages.update(dict.fromkeys(range(start, start + n), stamp))
+        added = len(pages) - before
+        self.reports[command] = self.reports.get(command, 0) + 1
+        if self.reports[command] > FIRST and added <= total * SETTLED_NEW:
+            self.settled[command] = self.settled.get(command, 0) + 1
+        elif added > total * SETTLED_NEW:
+            self.settled[command] = 0
+        self.last_report[command] = self.forks
+        limit = self.cap // PAGE
+        if len(pages) > limit or stamp % MAX_AGE == 0:
+            oldest = stamp - MAX_AGE
+            keep = [(s, p) for p, s in pages.items() if s > oldest]
+            if len(keep) > limit:
+                keep.sort(reverse=True)
+                del keep[limit:]
+            self.pages = dict((p, s) for s, p in keep)
+        return added
+
+    # -- a child ---------------------------------------------------------------------------
+
+    def wants_report(self, command):
+        """Whether a child that ran `command` reports its pages: while the command's
+        reports still change the set, then one session in EVERY."""
+        if not self.enabled:
+            return False
+        if self.settled.get(command, 0) < SETTLED_RUNS:
+            return True
+        return self.forks - self.last_report.get(command, 0) >= EVERY
+
+    def child_report(self, command):
+        """In a child before it exits: its exclusive pages, to the worker."""
+        if not self.wants_report(command):
+            return
+        runs = scan_self()
+        if not runs:
+            return
+        try:
+            fd = os.open(self.report_path, os.O_WRONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            return
+        try:
+            for message in encode_report(os.getpid(), command, runs):
+                os.write(fd, message)
+        except OSError:
+            pass  # the pipe is full: the rest of this report is lost, the worker copes
+        finally:
+            os.close(fd)
+
+    # -- a spare ---------------------------------------------------------------------------
+
+    def plan(self):
+        """The learned runs inside this process's writable private mappings."""
+        if not self.enabled or not self.pages:
+            return []
+        return intersect(runs_of(self.pages), writable_private(_read("/proc/self/maps")))
+
+    def prefault(self, arrived):
+        """In a spare: breaks copy-on-write over the learned pages, CHUNK pages at a time,
+        until done or `arrived()` says the session is here. Returns the pages done."""
+        if not self.enabled or not self.pages:
+            return 0
+        try:
+            todo = self.plan()
+        except OSError:
+            return 0
+        madvise, get_errno = self._madvise, self._ctypes.get_errno
+        done = 0
+        for start, n in todo:
+            at, end = start, start + n
+            while at < end:
+                if arrived():
+                    return done
+                k = min(CHUNK, end - at)
+                if madvise(at * PAGE, k * PAGE, MADV_POPULATE_WRITE) != 0:
+                    err = get_errno()
+                    if err in (errno.EINTR, errno.EAGAIN):
+                        continue
+                    if err == errno.EINVAL and done == 0 and at == todo[0][0]:
+                        self.enabled = False  # not supported after all
+                        return 0
+                    break  # EFAULT, ENOMEM, EPERM, EINVAL: this run is not for us
+                at += k
+                done += k
+        return done
