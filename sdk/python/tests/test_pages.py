@@ -138,15 +138,15 @@ class Units(unittest.TestCase):
 
     def test_report_messages_fit_pipe_buf_and_round_trip(self):
         runs = [(i * 3, 2) for i in range(1000)]
-        messages = _pages.encode_report(4242, "touch", runs)
+        messages = _pages.encode_report(4242, runs)
         self.assertGreater(len(messages), 1)
         self.assertTrue(all(len(m) <= _pages.PIPE_BUF for m in messages))
         decoded, used = _pages.decode_messages(b"".join(messages) + b"NGW")
         self.assertEqual(used, len(b"".join(messages)))  # the partial tail waits
-        self.assertEqual([(p, c) for p, _, c, _ in decoded], [(4242, "touch")] * len(messages))
-        self.assertEqual([last for _, last, _, _ in decoded],
+        self.assertEqual([p for p, _, _ in decoded], [4242] * len(messages))
+        self.assertEqual([last for _, last, _ in decoded],
                          [False] * (len(messages) - 1) + [True])
-        self.assertEqual([r for _, _, _, rs in decoded for r in rs], runs)
+        self.assertEqual([r for _, _, rs in decoded for r in rs], runs)
         self.assertEqual(_pages.decode_messages(b"garbage that is long enough")[1], -1)
 
     def test_cap_from_env(self):
@@ -164,42 +164,57 @@ class LearnedSet(unittest.TestCase):
 
     def test_the_cap_keeps_the_newest_pages(self):
         p = self.learned(100)
-        p.merge("a", [(1000, 80)])
-        p.merge("a", [(5000, 50)])
+        p.merge([(1000, 80)])
+        p.merge([(5000, 50)])
         self.assertEqual(len(p.pages), 100)
         self.assertTrue(all(q in p.pages for q in range(5000, 5050)))  # the newest, all
         self.assertEqual(sum(q in p.pages for q in range(1000, 1080)), 50)
-        p.merge("a", [(1000, 80), (9000, 500)])  # one report over the cap
+        p.merge([(1000, 80), (9000, 500)])  # one report over the cap
         self.assertEqual(len(p.pages), 100)
 
     def test_pages_no_recent_report_named_age_out(self):
         p = self.learned(10000)
-        p.merge("a", [(1, 10)])
+        p.merge([(1, 10)])
         for _ in range(2 * _pages.MAX_AGE):  # swept every MAX_AGE reports
-            p.merge("b", [(100, 10)])
+            p.merge([(100, 10)])
         self.assertNotIn(1, p.pages)
         self.assertIn(100, p.pages)
 
-    def test_reports_thin_out_once_the_set_settles(self):
+    def test_the_first_children_then_one_in_every_sample(self):
         p = self.learned(10000)
         p.enabled = True
-        for _ in range(_pages.FIRST + _pages.SETTLED_RUNS):
-            self.assertTrue(p.wants_report("a"))
+        for _ in range(_pages.FIRST):
             p.note_fork()
-            p.merge("a", [(1, 100)])
-        self.assertFalse(p.wants_report("a"))
-        self.assertTrue(p.wants_report("b"))  # another command is still learned
-        for _ in range(_pages.EVERY):
+            self.assertTrue(p.sample)
+            self.assertTrue(p.wants_report())
+            p.merge([(1, 100)])
+        sampled = []
+        for _ in range(4 * _pages.EVERY):
             p.note_fork()
-        self.assertTrue(p.wants_report("a"))
-        p.merge("a", [(1, 100), (500, 100)])  # it changed: every session again
-        self.assertTrue(p.wants_report("a"))
+            sampled.append(p.sample)
+        self.assertEqual(sum(sampled), 4)
+        # A child whose spare pre-faulted does not report (what the spare pre-faulted is
+        # exclusive whether the program wrote it or not).
+        p.sample, p.prefaulted = True, True
+        self.assertFalse(p.wants_report())
+
+    def test_the_most_named_pages_are_planned_first(self):
+        p = _pages.Pages(lambda m: None, cap=4 << 20, libc=libc_handle())
+        self.addCleanup(p.close)
+        region = Region(8)
+        self.addCleanup(region.close)
+        s = region.start
+        p.merge([(s, 2)])
+        p.merge([(s + 4, 4)])
+        p.merge([(s + 4, 2)])
+        p.merge([(s + 4, 2)])  # pages s+4, s+5: 3 hits, the others 1
+        self.assertEqual(p.plan(), [(s + 4, 2), (s, 2), (s + 6, 2)])
 
     def test_absorb_merges_whole_reports_from_the_pipe(self):
         p = _pages.Pages(lambda m: None, cap=4 << 20, libc=libc_handle())
         self.assertTrue(p.enabled)
         try:
-            msgs = _pages.encode_report(7, "x", [(i * 2, 1) for i in range(600)])
+            msgs = _pages.encode_report(7, [(i * 2, 1) for i in range(600)])
             for m in msgs[:-1]:
                 os.write(p.w, m)
             self.assertEqual(p.absorb(), 0)  # its last message has not come
@@ -223,7 +238,9 @@ class PagemapAndPrefault(unittest.TestCase):
     def pages(self):
         p = _pages.Pages(lambda m: None, cap=1 << 20, libc=libc_handle())
         self.assertTrue(p.enabled, "MADV_POPULATE_WRITE must work on this kernel")
-        p.merge("x", [(self.region.start, self.region.n)])
+        p.merge([(self.region.start, self.region.n)])
+        p.sample = False  # a spare that pre-faults
+        self.addCleanup(p.close)
         return p
 
     def test_scan_sees_what_a_child_wrote(self):
@@ -251,6 +268,15 @@ class PagemapAndPrefault(unittest.TestCase):
         done, exclusive, byte = in_child(child)
         self.assertEqual((done, exclusive, byte), (reg.n, reg.n, 42))
 
+    def test_a_sampling_spare_does_not_prefault(self):
+        reg = self.region
+        p = self.pages()
+        p.sample = True
+
+        def child():
+            return p.prefault(lambda: False), exclusive_pages(os.getpid(), reg.start, reg.n)
+        self.assertEqual(in_child(child), [0, 0])
+
     def test_prefault_stops_when_the_session_arrives(self):
         reg = self.region
         p = self.pages()
@@ -274,7 +300,7 @@ class PagemapAndPrefault(unittest.TestCase):
             maps = f.read()
         ro = [l for l in maps.split(b"\n") if b" r--p " in l][0]
         lo, hi = (int(x, 16) // PAGE for x in ro.split()[0].split(b"-"))
-        p.merge("x", [(lo, hi - lo), (0, 1)])
+        p.merge([(lo, hi - lo), (0, 1)])
         plan = p.plan()
         self.assertIn((self.region.start, self.region.n), plan)
         self.assertFalse([r for r in plan if r[0] < hi and r[0] + r[1] > lo])
@@ -319,7 +345,8 @@ class Degrades(unittest.TestCase):
         self.region = Region(2 * _pages.CHUNK)
         self.addCleanup(self.region.close)
         self.addCleanup(p.close)
-        p.merge("x", [(self.region.start, self.region.n)])
+        p.merge([(self.region.start, self.region.n)])
+        p.sample = False
         return p
 
     def test_einval_on_the_first_call_switches_it_off(self):
@@ -351,7 +378,7 @@ class Degrades(unittest.TestCase):
         self.assertIn("pre-faulting is off", logged[0])
         p.note_fork()
         self.assertEqual(p.absorb(), 0)
-        self.assertFalse(p.wants_report("x"))
+        self.assertFalse(p.wants_report())
         self.assertEqual(p.prefault(lambda: False), 0)
 
     def test_supported_here(self):
@@ -411,14 +438,16 @@ class InAWorker(unittest.TestCase):
         self.assertGreater(n, 500)
         spare = self.spare(w)
         self.assertLess(exclusive_pages(spare, first, n), n // 10)  # nothing learned yet
-        self.run_ok(w, "touch")  # its child writes every page of the buffer, and reports
+        for _ in range(_pages.FIRST):  # children that write every page of the buffer
+            self.run_ok(w, "touch")    # and report (the first ones sample)
         self.run_ok(w, "read")  # the spare for this one had learned them
         self.assertEqual(self.exclusive_in_spare(w, first, n, n), n)
 
     def test_off_with_ngw_prefault_0(self):
         w = self.worker(NGW_PREFAULT="0")
         first, n = self.buffer_pages(w)
-        self.run_ok(w, "touch")
+        for _ in range(_pages.FIRST):
+            self.run_ok(w, "touch")
         self.run_ok(w, "read")
         self.spare(w)
         time.sleep(0.2)  # whatever it would do, it has had the time to
@@ -443,7 +472,8 @@ class InAWorker(unittest.TestCase):
         # 48 MiB to pre-fault: sessions arrive while the spare is at it, and still run
         # exactly (the spare stops at its next chunk).
         w = self.worker(TEST_PAGES=str(12 * 1024))
-        self.run_ok(w, "touch")
+        for _ in range(_pages.FIRST):
+            self.run_ok(w, "touch")
         for _ in range(5):
             r = self.run_ok(w, "read", "x")
             self.assertTrue(bytes(r.stdout).endswith(b" 1 ['x']\n"), r)

@@ -8,26 +8,30 @@ thousands of them (reference counts, allocator pages, memoised objects), which t
 rehearsal (11.5) cannot reach since it does not run the program. The pages a run writes
 are mostly the same from one run to the next, so they are learned:
 
-* A child, after its exit report (off the path to the session's X), finds the pages of its
-  writable private mappings that it now holds **exclusively** (`/proc/self/maps`, then
-  `/proc/self/pagemap`: present, exclusively mapped, anonymous; readable unprivileged)
-  and reports them as page ranges to a pipe of the worker's (opened through
-  `/proc/<worker>/fd/<n>`, like the exit report), in writes of at most PIPE_BUF bytes so
-  that reports never interleave. It does so while what its command's children report
-  still changes the set, then for one session in `EVERY`.
-* The worker merges the reports into a bounded set of pages (`cap` bytes), each stamped
-  with the report that last named it; the oldest go first when the set is full, and a
-  page no report named in the last `MAX_AGE` reports is dropped. Each spare inherits the
-  set through fork.
-* The spare, after its rehearsal, calls `madvise(MADV_POPULATE_WRITE)` over the learned
-  ranges that lie in its own writable private mappings, `CHUNK` pages at a time, and
-  stops as soon as its session has arrived. MADV_POPULATE_WRITE (Linux 5.14) breaks
-  copy-on-write exactly as a write would and changes no content: nothing the program can
-  observe changes, only which faults it still takes.
+* A *sampling* child, after its exit report (off the path to the session's X), finds the
+  pages of its writable private mappings that it now holds **exclusively**
+  (`/proc/self/maps`, then `/proc/self/pagemap`: present, exclusively mapped, anonymous;
+  readable unprivileged) and reports them as page ranges to a pipe of the worker's
+  (opened through `/proc/<worker>/fd/<n>`, like the exit report), in writes of at most
+  PIPE_BUF bytes so that reports never interleave. A child samples when its spare did
+  not pre-fault (what a spare pre-faulted is exclusive whether the program wrote it or
+  not, so such a child's report would only repeat the set): the first `FIRST` children,
+  then one fork in `EVERY`.
+* The worker merges the reports into a bounded set of pages (`cap` bytes), each with the
+  report that last named it and how many reports did; the oldest go first when the set
+  is full, and a page that none of the last `MAX_AGE` reports named is dropped. Each
+  spare inherits the set through fork.
+* A spare that does not sample, after its rehearsal, calls `madvise(MADV_POPULATE_WRITE)`
+  over the learned ranges that lie in its own writable private mappings, the pages most
+  reports named first, `CHUNK` pages between two looks at its socket, and stops as soon
+  as its session has arrived. MADV_POPULATE_WRITE (Linux 5.14) breaks copy-on-write
+  exactly as a write would and changes no content: nothing the program can observe
+  changes, only which faults it still takes.
 
 `NGW_PREFAULT` in the worker's environment: `0` turns it off, a positive number sets the
 cap in MiB (default 64)."""
 
+import collections
 import errno
 import fcntl
 import mmap
@@ -38,22 +42,20 @@ ENV = "NGW_PREFAULT"
 DEFAULT_CAP_MB = 64
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = 23
-CHUNK = 32  # pages per madvise() between two looks at the spare's socket
-FIRST = 3  # reports per command before its set may count as settled
-SETTLED_NEW = 0.02  # a report that adds less than this share of its pages is "settled"
-SETTLED_RUNS = 2  # settled reports in a row after which a command reports less often
-EVERY = 16  # then one session in EVERY reports
-MAX_AGE = 64  # reports after which a page no report named is dropped
+CHUNK = 32  # pages pre-faulted between two looks at the spare's socket
+FIRST = 3  # reports merged before spares start pre-faulting
+EVERY = 16  # then one fork in EVERY samples (its spare does not pre-fault; it reports)
+MAX_AGE = 32  # reports after which a page none of them named is dropped
+HOT = 2  # pages named by at least 1/HOT as many reports as the most named go first
 PIPE_BUF = 4096  # bytes the kernel writes to a pipe atomically (POSIX minimum 512; Linux)
 _PIPE_SIZE = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
-# A report message: magic, pid, last-message flag, name length, run count; then the
-# command's name (UTF-8) and `count` runs (first page number, pages).
-_HEAD = struct.Struct("=4sIBHH")
+# A report message: magic, pid, last-message flag, run count; then `count` runs (first
+# page number, pages).
+_HEAD = struct.Struct("=4sIBH")
 _RUN = struct.Struct("=QI")
 _MAGIC = b"NGWP"
-_MAX_NAME = 256
 
 # pagemap entry, top byte: bit 63 present (0x80), 61 file page or shared anonymous
 # (0x20), 56 exclusively mapped (0x01). Wanted: present, exclusive, private anonymous.
@@ -179,37 +181,31 @@ def intersect(runs, regions):
     return out
 
 
-def encode_report(pid, command, runs):
+def encode_report(pid, runs):
     """A report as messages of at most PIPE_BUF bytes each (each written atomically)."""
-    name = command.encode("utf-8", "surrogateescape")[:_MAX_NAME]
-    per = (PIPE_BUF - _HEAD.size - len(name)) // _RUN.size
+    per = (PIPE_BUF - _HEAD.size) // _RUN.size
     out = []
     for i in range(0, max(len(runs), 1), per):
         part = runs[i:i + per]
         last = i + per >= len(runs)
-        out.append(_HEAD.pack(_MAGIC, pid & 0xFFFFFFFF, last, len(name), len(part)) + name
+        out.append(_HEAD.pack(_MAGIC, pid & 0xFFFFFFFF, last, len(part))
                    + b"".join(_RUN.pack(s, n) for s, n in part))
     return out
 
 
 def decode_messages(buf):
-    """Whole messages at the start of `buf`: ([(pid, last, command, runs)], bytes used).
-    Stops at a message that is not one (the rest of the buffer is then dropped: -1)."""
+    """Whole messages at the start of `buf`: ([(pid, last, runs)], bytes used). Stops at
+    a message that is not one (bytes used is then -1: drop the buffer)."""
     out = []
     at = 0
     while len(buf) - at >= _HEAD.size:
-        magic, pid, last, nlen, count = _HEAD.unpack_from(buf, at)
-        if magic != _MAGIC or nlen > _MAX_NAME:
-            return out, -1
-        size = _HEAD.size + nlen + count * _RUN.size
-        if size > PIPE_BUF:
+        magic, pid, last, count = _HEAD.unpack_from(buf, at)
+        size = _HEAD.size + count * _RUN.size
+        if magic != _MAGIC or size > PIPE_BUF:
             return out, -1
         if len(buf) - at < size:
             break
-        name = bytes(buf[at + _HEAD.size:at + _HEAD.size + nlen]).decode(
-            "utf-8", "surrogateescape")
-        runs = list(_RUN.iter_unpack(buf[at + _HEAD.size + nlen:at + size]))
-        out.append((pid, bool(last), name, runs))
+        out.append((pid, bool(last), list(_RUN.iter_unpack(buf[at + _HEAD.size:at + size]))))
         at += size
     return out, at
 
@@ -257,12 +253,12 @@ class Pages:
         self.cap = cap_from_env() if cap is None else cap
         self.enabled = False
         self.pages = {}  # page number -> stamp of the last report that named it
+        self.hits = collections.Counter()  # page number -> reports that named it
         self.stamp = 0  # reports merged so far
-        self.forks = 0  # children forked so far (a child sees the count at its fork)
-        self.reports = {}  # command -> reports merged
-        self.settled = {}  # command -> settled reports in a row
-        self.last_report = {}  # command -> self.forks when its last report was merged
-        self.partial = {}  # pid -> (command, runs) of a report still arriving
+        self.forks = 0  # children forked so far
+        self.sample = True  # the child forked last samples (decided at each fork)
+        self.prefaulted = False  # in a spare and its child: it pre-faulted something
+        self.partial = {}  # pid -> runs of a report still arriving
         self.buf = bytearray()
         self.r = self.w = None
         self.report_path = None
@@ -319,7 +315,10 @@ class Pages:
     # -- the worker ------------------------------------------------------------------------
 
     def note_fork(self):
+        """Before each fork: whether that child samples (its spare, if it is one, does
+        not pre-fault; the child reports): the first children, then one in EVERY."""
         self.forks += 1
+        self.sample = self.stamp < FIRST or self.forks % EVERY == 0
 
     def absorb(self):
         """Reads the reports that arrived and merges the finished ones into the set."""
@@ -342,39 +341,32 @@ class Pages:
         else:
             del self.buf[:used]
         merged = 0
-        for pid, last, command, runs in messages:
-            held = self.partial.get(pid)
-            if held is None or held[0] != command:
-                held = self.partial[pid] = (command, [])
-            held[1].extend(runs)
+        for pid, last, runs in messages:
+            held = self.partial.setdefault(pid, [])
+            held.extend(runs)
             if last:
                 del self.partial[pid]
-                self.merge(command, held[1])
+                self.merge(held)
                 merged += 1
         if len(self.partial) > 64:  # reports whose end never came
             self.partial.clear()
         return merged
 
-    def merge(self, command, runs):
-        """One child's report into the set: its pages get the newest stamp; the oldest
-        pages go when the set is over the cap, and pages no recent report named."""
+    def merge(self, runs):
+        """One child's report into the set: its pages get the newest stamp and one more
+        hit; the oldest pages go when the set is over the cap, and pages none of the
+        last MAX_AGE reports named. Returns how many pages were new."""
         self.stamp += 1
         stamp = self.stamp
-        pages = self.pages
+        pages, hits = self.pages, self.hits
         before = len(pages)
-        total = 0
         for start, n in runs:
             if n <= 0 or n > (1 << 24):
                 continue
-            total += n
-            pages.update(dict.fromkeys(range(start, start + n), stamp))
+            span = range(start, start + n)
+            pages.update(dict.fromkeys(span, stamp))
+            hits.update(span)
         added = len(pages) - before
-        self.reports[command] = self.reports.get(command, 0) + 1
-        if self.reports[command] > FIRST and added <= total * SETTLED_NEW:
-            self.settled[command] = self.settled.get(command, 0) + 1
-        elif added > total * SETTLED_NEW:
-            self.settled[command] = 0
-        self.last_report[command] = self.forks
         limit = self.cap // PAGE
         if len(pages) > limit or stamp % MAX_AGE == 0:
             oldest = stamp - MAX_AGE
@@ -383,22 +375,19 @@ class Pages:
                 keep.sort(reverse=True)
                 del keep[limit:]
             self.pages = dict((p, s) for s, p in keep)
+            self.hits = collections.Counter({p: hits[p] for p in self.pages})
         return added
 
     # -- a child ---------------------------------------------------------------------------
 
-    def wants_report(self, command):
-        """Whether a child that ran `command` reports its pages: while the command's
-        reports still change the set, then one session in EVERY."""
-        if not self.enabled:
-            return False
-        if self.settled.get(command, 0) < SETTLED_RUNS:
-            return True
-        return self.forks - self.last_report.get(command, 0) >= EVERY
+    def wants_report(self):
+        """Whether this child reports its pages: it samples, and nothing was
+        pre-faulted for it."""
+        return self.enabled and self.sample and not self.prefaulted
 
-    def child_report(self, command):
+    def child_report(self):
         """In a child before it exits: its exclusive pages, to the worker."""
-        if not self.wants_report(command):
+        if not self.wants_report():
             return
         runs = scan_self()
         if not runs:
@@ -408,7 +397,7 @@ class Pages:
         except OSError:
             return
         try:
-            for message in encode_report(os.getpid(), command, runs):
+            for message in encode_report(os.getpid(), runs):
                 os.write(fd, message)
         except OSError:
             pass  # the pipe is full: the rest of this report is lost, the worker copes
@@ -418,36 +407,53 @@ class Pages:
     # -- a spare ---------------------------------------------------------------------------
 
     def plan(self):
-        """The learned runs inside this process's writable private mappings."""
+        """The learned runs inside this process's writable private mappings, in the order
+        to pre-fault them: the pages at least 1/HOT as many reports named as the most
+        named one first (those every run writes), then the others."""
         if not self.enabled or not self.pages:
             return []
-        return intersect(runs_of(self.pages), writable_private(_read("/proc/self/maps")))
+        regions = writable_private(_read("/proc/self/maps"))
+        hits = self.hits
+        top = max(hits.values(), default=0)
+        hot = [p for p in self.pages if hits[p] * HOT >= top]
+        if len(hot) == len(self.pages):
+            return intersect(runs_of(self.pages), regions)
+        hot_set = set(hot)
+        cold = [p for p in self.pages if p not in hot_set]
+        return intersect(runs_of(hot), regions) + intersect(runs_of(cold), regions)
 
     def prefault(self, arrived):
-        """In a spare: breaks copy-on-write over the learned pages, CHUNK pages at a time,
-        until done or `arrived()` says the session is here. Returns the pages done."""
-        if not self.enabled or not self.pages:
+        """In a spare: breaks copy-on-write over the learned pages until done or
+        `arrived()` (asked every CHUNK pages) says the session is here. Returns the pages
+        done. A sampling spare does nothing (its child reports what it writes)."""
+        if not self.enabled or not self.pages or self.sample:
             return 0
         try:
             todo = self.plan()
         except OSError:
             return 0
         madvise, get_errno = self._madvise, self._ctypes.get_errno
-        done = 0
+        done = since = 0
+        first = True
         for start, n in todo:
             at, end = start, start + n
             while at < end:
-                if arrived():
-                    return done
-                k = min(CHUNK, end - at)
+                if since >= CHUNK or first:
+                    if arrived():
+                        return done
+                    since = 0
+                k = min(CHUNK - since, end - at) or 1
+                self.prefaulted = True
                 if madvise(at * PAGE, k * PAGE, MADV_POPULATE_WRITE) != 0:
                     err = get_errno()
                     if err in (errno.EINTR, errno.EAGAIN):
                         continue
-                    if err == errno.EINVAL and done == 0 and at == todo[0][0]:
+                    if err == errno.EINVAL and first:
                         self.enabled = False  # not supported after all
                         return 0
                     break  # EFAULT, ENOMEM, EPERM, EINVAL: this run is not for us
+                first = False
                 at += k
                 done += k
+                since += k
         return done

@@ -335,7 +335,7 @@ class Child:
             # The pages this child wrote, for the spares to pre-fault (docs/ngw.md 11.7).
             if self._command is not None and self._pages.enabled:
                 try:
-                    self._pages.child_report(self._command)
+                    self._pages.child_report()
                 except Exception:
                     pass
 

@@ -89,8 +89,8 @@ class ForkRunner:
         self.pid = os.getpid()
         self.libc = load_libc()
         # The pages children write: learned from their reports, pre-faulted by spares
-        # (copy-on-write pre-faulting, docs/ngw.md 11.7).
-        self.pages = _pages.Pages(log, libc=libc_handle())
+        # (copy-on-write pre-faulting, docs/ngw.md 11.7); nothing to do without spares.
+        self.pages = _pages.Pages(log, cap=None if prefork else 0, libc=libc_handle())
         # ctypes array types for the C environment, by capacity (creating one costs ~25 us)
         self.environ_types = {}
         if self.libc[2] is not None:
