@@ -34,6 +34,7 @@ cap in MiB (default 64)."""
 import collections
 import errno
 import fcntl
+import itertools
 import mmap
 import os
 import struct
@@ -360,12 +361,10 @@ class Pages:
         stamp = self.stamp
         pages, hits = self.pages, self.hits
         before = len(pages)
-        for start, n in runs:
-            if n <= 0 or n > (1 << 24):
-                continue
-            span = range(start, start + n)
-            pages.update(dict.fromkeys(span, stamp))
-            hits.update(span)
+        flat = list(itertools.chain.from_iterable(
+            [range(start, start + n) for start, n in runs if 0 < n <= self.cap // PAGE]))
+        pages.update(dict.fromkeys(flat, stamp))
+        hits.update(flat)
         added = len(pages) - before
         limit = self.cap // PAGE
         if len(pages) > limit or stamp % MAX_AGE == 0:
