@@ -157,8 +157,8 @@ class Child:
                 self._rehearse(ctl)
             except Exception:
                 pass
-        if self._pages.enabled:
-            self._prefault(ctl)
+            if self._pages.enabled:  # the same rule as the rehearsal's (docs/ngw.md 11.7)
+                self._prefault(ctl)
 
     def _prefault(self, ctl):
         """In a spare, before it waits: the copy-on-write faults the previous sessions'
