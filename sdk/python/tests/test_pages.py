@@ -476,6 +476,7 @@ class InAWorker(unittest.TestCase):
         w = self.worker(TEST_PAGES=str(12 * 1024))
         for _ in range(_pages.FIRST):
             self.run_ok(w, "touch")
+        time.sleep(0.03)  # past the spare's wait (IDLE_BEFORE), within its 48 MiB
         for _ in range(5):
             r = self.run_ok(w, "read", "x", spaced=False)
             self.assertTrue(bytes(r.stdout).endswith(b" 1 ['x']\n"), r)

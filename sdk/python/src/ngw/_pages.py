@@ -48,6 +48,7 @@ FIRST = 3  # reports merged before spares start pre-faulting
 EVERY = 16  # then one fork in EVERY samples (its spare does not pre-fault; it reports)
 MAX_AGE = 32  # reports after which a page none of them named is dropped
 HOT = 2  # pages named by at least 1/HOT as many reports as the most named go first
+IDLE_BEFORE = 0.01  # seconds a spare waits for its session before it pre-faults
 PIPE_BUF = 4096  # bytes the kernel writes to a pipe atomically (POSIX minimum 512; Linux)
 _PIPE_SIZE = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)

@@ -15,7 +15,7 @@ import sys
 import termios
 import threading
 
-from .. import _adaptive, _argv, _exact, _pyexit
+from .. import _adaptive, _argv, _exact, _pages, _pyexit
 from .._context import Context
 from .._session import SessionInfo
 from . import stdio
@@ -162,10 +162,15 @@ class Child:
 
     def _prefault(self, ctl):
         """In a spare, before it waits: the copy-on-write faults the previous sessions'
-        children took, taken now (docs/ngw.md 11.7), until the session arrives."""
+        children took, taken now (docs/ngw.md 11.7), until the session arrives. Not at
+        once: a session that comes within IDLE_BEFORE of the fork finds the CPUs free of
+        it (sessions in a loop, where it would compete with the client and ngd)."""
         p = select.poll()
         p.register(ctl, select.POLLIN)
         try:
+            if self._pages.sample or not self._pages.pages or \
+                    p.poll(int(_pages.IDLE_BEFORE * 1000)):
+                return
             self._pages.prefault(lambda: bool(p.poll(0)))
         except Exception:
             pass
