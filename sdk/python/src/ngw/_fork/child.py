@@ -157,14 +157,14 @@ class Child:
                 self._rehearse(ctl)
             except Exception:
                 pass
-            if self._pages.enabled:  # the same rule as the rehearsal's (docs/ngw.md 11.7)
-                self._prefault(ctl)
+        if self._pages.enabled:
+            self._prefault(ctl)
 
     def _prefault(self, ctl):
         """In a spare, before it waits: the copy-on-write faults the previous sessions'
         children took, taken now (docs/ngw.md 11.7), until the session arrives. Not at
-        once: a session that comes within IDLE_BEFORE of the fork finds the CPUs free of
-        it (sessions in a loop, where it would compete with the client and ngd)."""
+        once: a session that comes within IDLE_BEFORE finds the CPUs free of it (sessions
+        in a loop, where it would compete with the client and ngd for them)."""
         p = select.poll()
         p.register(ctl, select.POLLIN)
         try:
