@@ -3,7 +3,7 @@ copy-on-write faults that the previous sessions' children took while they ran
 (docs/ngw.md 11.7).
 
 A forked child shares every page with the worker until it writes to it; the first write
-to each shared page is a copy-on-write fault (~3 us), and a program's own run writes to
+to each shared page is a copy-on-write fault (~4 us), and a program's own run writes to
 thousands of them (reference counts, allocator pages, memoised objects), which the
 rehearsal (11.5) cannot reach since it does not run the program. The pages a run writes
 are mostly the same from one run to the next, so they are learned:
@@ -13,20 +13,21 @@ are mostly the same from one run to the next, so they are learned:
   (`/proc/self/maps`, then `/proc/self/pagemap`: present, exclusively mapped, anonymous;
   readable unprivileged) and reports them as page ranges to a pipe of the worker's
   (opened through `/proc/<worker>/fd/<n>`, like the exit report), in writes of at most
-  PIPE_BUF bytes so that reports never interleave. A child samples when its spare did
-  not pre-fault (what a spare pre-faulted is exclusive whether the program wrote it or
-  not, so such a child's report would only repeat the set): the first `FIRST` children,
-  then one fork in `EVERY`.
+  PIPE_BUF bytes so that reports never interleave. The sampling children are the first
+  `FIRST`, then one fork in `EVERY`; their spares do not pre-fault, since a page a spare
+  pre-faulted is exclusive whether the program wrote it or not (a pre-faulted child's
+  report would only repeat the set, and nothing would ever age out of it).
 * The worker merges the reports into a bounded set of pages (`cap` bytes), each with the
   report that last named it and how many reports did; the oldest go first when the set
   is full, and a page that none of the last `MAX_AGE` reports named is dropped. Each
   spare inherits the set through fork.
-* A spare that does not sample, after its rehearsal, calls `madvise(MADV_POPULATE_WRITE)`
-  over the learned ranges that lie in its own writable private mappings, the pages most
-  reports named first, `CHUNK` pages between two looks at its socket, and stops as soon
-  as its session has arrived. MADV_POPULATE_WRITE (Linux 5.14) breaks copy-on-write
-  exactly as a write would and changes no content: nothing the program can observe
-  changes, only which faults it still takes.
+* A spare that does not sample, once it is ready, waits up to `IDLE_BEFORE` for its
+  session (sessions in a loop find the CPUs free of it), then calls
+  `madvise(MADV_POPULATE_WRITE)` over the learned ranges that lie in its own writable
+  private mappings, the pages most reports named first, `CHUNK` pages between two looks
+  at its socket, and stops as soon as its session has arrived. MADV_POPULATE_WRITE
+  (Linux 5.14) breaks copy-on-write exactly as a write would and changes no content:
+  nothing the program can observe changes, only which faults it still takes.
 
 `NGW_PREFAULT` in the worker's environment: `0` turns it off, a positive number sets the
 cap in MiB (default 64)."""
