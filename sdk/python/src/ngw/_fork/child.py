@@ -1,8 +1,9 @@
 """The session child's side of fork mode: everything from the fork to `_exit`, run in
 the forked process (docs/ngw.md 11.1): the signal reset, `setsid`, `PR_SET_PDEATHSIG`,
 closing the worker's descriptors, a spare's wait for its session, the session's
-descriptors, umask, directory, environment and argv, the rehearsal (11.5) and the exit
-report. Nothing here runs in the worker."""
+descriptors, umask, directory, environment and argv, the rehearsal (11.5), the spare's
+copy-on-write pre-faulting and a child's page report (11.7), and the exit report.
+Nothing here runs in the worker."""
 
 import fcntl
 import marshal
@@ -14,7 +15,7 @@ import sys
 import termios
 import threading
 
-from .. import _adaptive, _argv, _exact, _pyexit
+from .. import _adaptive, _argv, _exact, _pages, _pyexit
 from .._context import Context
 from .._session import SessionInfo
 from . import stdio
@@ -76,6 +77,8 @@ class Child:
         self._inherited = runner.child_closes()
         # (module names the zygote has, roots, report path, re's cache keys it has)
         self._learn = runner.learn
+        self._pages = runner.pages  # learned pages (docs/ngw.md 11.7)
+        self._command = None
         # With `signals`, the process group is chosen with the session (docs/ngw.md 15.5).
         self._job_control = runner.signals_on
 
@@ -94,7 +97,7 @@ class Child:
                 self.prepare(None, streams)
                 fds = session.fds or [(n, s.child_fd) for n, s in enumerate(streams)]
                 prebuilt = False
-            name = info.command
+            name = self._command = info.command
             self.set_up_session(info, cmd, fds, prebuilt)
             ctx = Context(info, *(getattr(f, "buffer", None)
                                   for f in (sys.stdin, sys.stdout, sys.stderr)),
@@ -154,6 +157,23 @@ class Child:
                 self._rehearse(ctl)
             except Exception:
                 pass
+        if self._pages.enabled:
+            self._prefault(ctl)
+
+    def _prefault(self, ctl):
+        """In a spare, before it waits: the copy-on-write faults the previous sessions'
+        children took, taken now (docs/ngw.md 11.7), until the session arrives. Not at
+        once: a session that comes within IDLE_BEFORE finds the CPUs free of it (sessions
+        in a loop, where it would compete with the client and ngd for them)."""
+        p = select.poll()
+        p.register(ctl, select.POLLIN)
+        try:
+            if self._pages.sample or not self._pages.pages or \
+                    p.poll(int(_pages.IDLE_BEFORE * 1000)):
+                return
+            self._pages.prefault(lambda: bool(p.poll(0)))
+        except Exception:
+            pass
 
     def receive(self, ctl):
         """A spare's wait for its session. Exits quietly when the worker discards it."""
@@ -315,6 +335,12 @@ class Child:
             if self._learn is not None:
                 try:
                     _adaptive.child_report(*self._learn)
+                except Exception:
+                    pass
+            # The pages this child wrote, for the spares to pre-fault (docs/ngw.md 11.7).
+            if self._command is not None and self._pages.enabled:
+                try:
+                    self._pages.child_report()
                 except Exception:
                     pass
 

@@ -1,5 +1,6 @@
 """What the worker side and the child side of fork mode share: the sizes of the records
-they exchange, Linux's `prctl` and C `environ`, and `_signal`'s C functions."""
+they exchange, Linux's `prctl`, C `environ` and the C library itself (for `madvise`),
+and `_signal`'s C functions."""
 
 import signal
 import socket
@@ -21,6 +22,9 @@ FD = struct.Struct("=i")
 CMSG_SPACE = socket.CMSG_SPACE(3 * FD.size)  # room for three descriptors
 
 
+_LIBC = []  # (the C library's handle, ctypes), once load_libc() has loaded it
+
+
 def load_libc():
     """(prctl, the C `environ` variable, ctypes) on Linux; Nones where unavailable."""
     if not sys.platform.startswith("linux"):
@@ -32,8 +36,15 @@ def load_libc():
         prctl = libc.prctl
     except (ImportError, OSError, AttributeError):
         return None, None, None
+    _LIBC[:] = [(libc, ctypes)]
     try:
         environ = ctypes.c_void_p.in_dll(libc, "environ")
     except (ValueError, AttributeError):
         return prctl, None, None
     return prctl, environ, ctypes
+
+
+def libc_handle():
+    """(the C library's handle, loaded with use_errno, and ctypes), or None: what
+    load_libc() loaded."""
+    return _LIBC[0] if _LIBC else None

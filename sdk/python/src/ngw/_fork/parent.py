@@ -11,12 +11,12 @@ import sys
 import threading
 import time
 
-from .. import _rules, _wire
+from .. import _pages, _rules, _wire
 from .._channel import close_fds
 from .._signals import exit_payload
 from . import stdio
 from .child import Child
-from .common import LEN, REPORT, load_libc, sigmask
+from .common import LEN, REPORT, libc_handle, load_libc, sigmask
 from .relay import Relay, exit_code_of_status
 from .stdio import (Stream, close_fd, close_streams, configure_pty, make_streams,
                     winsize_of)
@@ -88,6 +88,9 @@ class ForkRunner:
         self.zombies = []  # children that are gone or going but not reaped yet
         self.pid = os.getpid()
         self.libc = load_libc()
+        # The pages children write: learned from their reports, pre-faulted by spares
+        # (copy-on-write pre-faulting, docs/ngw.md 11.7); nothing to do without spares.
+        self.pages = _pages.Pages(log, cap=None if prefork else 0, libc=libc_handle())
         # ctypes array types for the C environment, by capacity (creating one costs ~25 us)
         self.environ_types = {}
         if self.libc[2] is not None:
@@ -262,6 +265,9 @@ class ForkRunner:
             except (OSError, ValueError):
                 pass
         self.worker_stdio = stdio.worker_stdio()
+        if session is None:
+            self.pages.absorb()  # what the last children reported, for this spare
+        self.pages.note_fork()
         ctl = theirs = None
         streams = []
         if session is None:
@@ -431,4 +437,4 @@ class ForkRunner:
         the client descriptors it holds for sessions not yet started."""
         held = self.held_fds() if self.held_fds is not None else []
         return [self.wake_r.fileno(), self.wake_w.fileno(), self.report_r,
-                self.report_w] + self.private_fds + held
+                self.report_w] + self.pages.fds() + self.private_fds + held
