@@ -22,7 +22,9 @@ from .stdio import (Stream, close_fd, close_streams, configure_pty, make_streams
                     winsize_of)
 
 _HAND_OVER_TIMEOUT = 5.0  # seconds a spare may take to read its session
-_BACK_TO_BACK = 0.005  # a session this soon after the previous X: fork the next spare at X
+# A session this soon after the previous X comes back to back: its child is handed the
+# session first, then the next spare is forked while that child runs (docs/ngw.md 11.5).
+_BACK_TO_BACK = 0.005
 
 #: A session the worker forks a child for at once: its record, command and streams.
 #: `fds`: [(0-2, descriptor)] of the client's, when the command takes them.
@@ -184,6 +186,16 @@ class ForkRunner:
         for s in streams:
             close_fd(s.child_fd)
             s.child_fd = -1
+        if back_to_back and self.prefork:
+            # The next session's spare, now: the worker has nothing to do while the child
+            # runs, and the other CPU would be idle, whereas after X the fork would compete
+            # with the client receiving X and with the next client's start. It is a copy
+            # of the worker between two sessions too (nothing but the relay runs in the
+            # worker during a fork-mode session) and closes this session's pipes and ptys.
+            # Spaced-out sessions keep the spare forked after the reap: their child,
+            # handed over to a spare that has rehearsed, ends before the fork would (its
+            # X would wait for the fork).
+            self._fork_spare(session_fds=[s.fd for s in streams])
         relay = Relay(self, chan, child.pid, streams)
         try:
             status = relay.loop()
@@ -195,13 +207,10 @@ class ForkRunner:
         if relay.error is not None:
             raise relay.error
         gone = chan.eof or chan.dead
-        # The next session's spare: forked once this child has been reaped (reap(), from
-        # the idle loop on SIGCHLD), so that its fork does not compete for the CPU with the
-        # client still receiving this X; right away when sessions come back to back, so
-        # that it is ready sooner (docs/ngw.md 11.5).
-        self._spare_due = self.prefork and not relay.quit and not gone
-        if self._spare_due and back_to_back:
-            self._fork_spare(rehearse=False)  # the session would interrupt it anyway
+        # The next session's spare, unless forked during this one: once this child has
+        # been reaped (reap(), from the idle loop on SIGCHLD), so that its fork does not
+        # compete for the CPU with the client still receiving this X (docs/ngw.md 11.5).
+        self._spare_due = self.prefork and not relay.quit and not gone and self.spare is None
         self.reap()
         return relay.quit, gone
 
@@ -225,13 +234,20 @@ class ForkRunner:
                               info.session)
         return reason
 
-    def _fork_spare(self, rehearse=True):
+    def _fork_spare(self, session_fds=()):
+        """Forks the next session's child ahead of time. `session_fds`: the worker's ends
+        of the running session's pipes and ptys, which the spare closes with the rest of
+        the worker's plumbing (a copy would keep that session's stdin open, for one)."""
         self._spare_due = False
-        self.rehearse_spare = rehearse
+        self.rehearse_spare = True
+        private = self.private_fds
+        self.private_fds = private + list(session_fds)
         try:
             self.spare = self._fork(None)
         except OSError as e:
             self.log("ngw: cannot fork the next session's child ahead of time: %s" % e)
+        finally:
+            self.private_fds = private
 
     def _fail(self, chan, message):
         self.log(message.rstrip())
