@@ -1,7 +1,8 @@
 """Fork mode's spare, the next session's child forked ahead of time, and the exit report
 that lets X go before the kernel has torn a child down (docs/ngw.md 11.1, 11.5): when the
-spare is forked (after the reap; during the session when sessions come back to back),
-and that it is the same as a child forked at session time."""
+spare is forked (after the reap; during the session when sessions come back to back and
+the command's last session was short, else at X), and that it is the same as a child
+forked at session time."""
 
 import json
 import os
@@ -274,7 +275,8 @@ class SpareTiming(unittest.TestCase):
 
 class SpareTimingBackToBack(SpareTiming):
     """Every session counts as back to back: the next spare is forked while the session's
-    child runs, so it is ready before that session's X."""
+    child runs, so it is ready before that session's X, unless the command's last session
+    was long."""
 
     back_to_back = "1"
 
@@ -306,6 +308,25 @@ class SpareTimingBackToBack(SpareTiming):
         # was left open anywhere. The next session runs in the spare forked during this one.
         self.assertEqual(self.fmark()["pid"], nxt)
         self.assertTrue(dead(spare))
+
+    def test_after_a_long_session_of_the_command_the_spare_is_forked_at_x(self):
+        self.fmark()
+        first = self.the_spare()
+        self.w.start("fcat", env=self.env)
+        self.assertEqual(self.w.read_chunk(), ("S", b""))
+        during = self.kids() - {first}  # forked during it: fcat has no history yet
+        self.assertEqual(len(during), 1, during)
+        time.sleep(0.05)  # a long session: more than 5 ms from the hand-over to X
+        self.assertEqual(self.finish_fcat(b"long"), (b"long", b"0\n"))
+        (spare,) = during
+        self.w.start("fcat", env=self.env)
+        # The S comes after any fork done during the session: none this time, since the
+        # command's last session was long. Its spare is forked at X instead.
+        self.assertEqual(self.w.read_chunk(), ("S", b""))
+        self.assertEqual(self.kids(), {spare})
+        self.assertEqual(self.finish_fcat(b"again"), (b"again", b"0\n"))
+        nxt = self.the_spare(other_than={first, spare})
+        self.assertEqual(self.fmark()["pid"], nxt)
 
     def test_back_to_back_sessions_leave_one_spare(self):
         pids = [self.fmark()["pid"] for _ in range(6)]
