@@ -115,10 +115,9 @@ class Spare(unittest.TestCase):
         self.assertTrue(all(fds[n].startswith("pipe:") for n in range(3)), fds)
         self.assertEqual(len(fds), 4, fds)
         self.w.run("cat", stdin=b"x")
-        wait_for(lambda: dead(spare), what="the spare to be discarded")
-        self.w.run("cat", stdin=b"x")
         wait_for(lambda: not driver.worker_pids_children(self.w.proc.pid),
                  what="the spare to be discarded and reaped")
+        self.assertTrue(dead(spare))
 
     def test_quit_ends_the_spare(self):
         self.finfo()
@@ -160,10 +159,7 @@ class Spare(unittest.TestCase):
                  dict(env=client_env(PYTHONIOENCODING="latin-1", PYTHONUNBUFFERED="1")),
                  dict(cwd="/tmp", umask=0o027, args=["a", "b c"])]
         for kw in cases:
-            # No spare: the next child is forked at once (the first in-process session
-            # after a fork-mode one has the spare replaced; the second leaves none).
-            self.w.run("cat", stdin=b"")
-            self.w.run("cat", stdin=b"")
+            self.w.run("cat", stdin=b"")  # no spare: the next child is forked at once
             kw.setdefault("env", self.env)
             cold = self.w.run("finfo", **kw)
             warm = self.w.run("finfo", **kw)  # the spare
@@ -267,10 +263,19 @@ class SpareTiming(unittest.TestCase):
         self.assertEqual(self.fmark()["pid"], nxt)
 
     def test_in_process_sessions_alone_fork_nothing(self):
-        for _ in range(3):
-            self.w.run("mark", ["x"], env=self.env)
+        self.fmark()
+        first = self.the_spare()
+        for n in range(3):
+            self.w.run("mark", [str(n)], env=self.env)
+        wait_for(lambda: not driver.worker_pids_children(self.w.proc.pid),
+                 what="the spare to be discarded and reaped")
         time.sleep(0.1)
         self.assertEqual(driver.worker_pids_children(self.w.proc.pid), [])
+        # The next fork-mode child is forked at session time and sees what the in-process
+        # sessions changed.
+        got = self.fmark()
+        self.assertEqual(got["mark"], "2")
+        self.assertNotEqual(got["pid"], first)
 
 
 class SpareTimingBackToBack(SpareTiming):
