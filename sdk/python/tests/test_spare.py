@@ -312,7 +312,9 @@ class SpareTimingBackToBack(SpareTiming):
         # The session's stdin reached its end of file: no copy of the pipe's write end
         # was left open anywhere. The next session runs in the spare forked during this one.
         self.assertEqual(self.fmark()["pid"], nxt)
-        self.assertTrue(dead(spare))
+        # The session's child reported its exit before exiting (and may still be writing
+        # its adaptive and page reports).
+        wait_for(lambda: dead(spare), what="the first session's child to exit")
 
     def test_after_a_long_session_of_the_command_the_spare_is_forked_at_x(self):
         self.fmark()
