@@ -326,6 +326,9 @@ class SpareTimingBackToBack(SpareTiming):
         time.sleep(0.05)  # a long session: more than 5 ms from the hand-over to X
         self.assertEqual(self.finish_fcat(b"long"), (b"long", b"0\n"))
         (spare,) = during
+        # The first session's child reported its exit before exiting (and may still be
+        # writing its adaptive and page reports).
+        wait_for(lambda: dead(first), what="the first session's child to exit")
         self.w.start("fcat", env=self.env)
         # The S comes after any fork done during the session: none this time, since the
         # command's last session was long. Its spare is forked at X instead.
