@@ -14,12 +14,9 @@ use std::process::{Command, Stdio};
 
 /// Copies the program at `from` to `to`, executable by everyone (mode 755).
 pub fn copy_executable(from: &Path, to: &Path) {
-    let mut sh = Command::new("/bin/sh");
-    sh.args(["-c", "cp -- \"$1\" \"$2\" && chmod 755 -- \"$2\"", "sh"])
-        .arg(from)
-        .arg(to);
-    run(
-        sh,
+    sh(
+        "cp -- \"$1\" \"$2\" && chmod 755 -- \"$2\"",
+        &[from, to],
         None,
         &format!("copy {} to {}", from.display(), to.display()),
     );
@@ -27,12 +24,9 @@ pub fn copy_executable(from: &Path, to: &Path) {
 
 /// Copies the directory tree `from` to `to` (which must not exist), keeping modes.
 pub fn copy_tree(from: &Path, to: &Path) {
-    let mut sh = Command::new("/bin/sh");
-    sh.args(["-c", "cp -R -p -- \"$1\" \"$2\"", "sh"])
-        .arg(from)
-        .arg(to);
-    run(
-        sh,
+    sh(
+        "cp -R -p -- \"$1\" \"$2\"",
+        &[from, to],
         None,
         &format!("copy {} to {}", from.display(), to.display()),
     );
@@ -40,17 +34,19 @@ pub fn copy_tree(from: &Path, to: &Path) {
 
 /// Writes `contents` to `path` as a program (mode 755), replacing any file there.
 pub fn write_executable(path: &Path, contents: impl AsRef<[u8]>) {
-    let mut sh = Command::new("/bin/sh");
-    sh.args(["-c", "cat > \"$1\" && chmod 755 -- \"$1\"", "sh"])
-        .arg(path);
-    run(
-        sh,
+    sh(
+        "cat > \"$1\" && chmod 755 -- \"$1\"",
+        &[path],
         Some(contents.as_ref()),
         &format!("write {}", path.display()),
     );
 }
 
-fn run(mut sh: Command, input: Option<&[u8]>, what: &str) {
+/// Runs `script` with `/bin/sh -c`, the paths as `$1`, `$2`, ..., and `input` (if any) on
+/// its stdin; panics with `what` unless it succeeds.
+fn sh(script: &str, paths: &[&Path], input: Option<&[u8]>, what: &str) {
+    let mut sh = Command::new("/bin/sh");
+    sh.args(["-c", script, "sh"]).args(paths);
     sh.stdin(if input.is_some() {
         Stdio::piped()
     } else {

@@ -55,14 +55,14 @@ import sysconfig
 import time
 import warnings
 
+from ._channel import report_pipe
+
 IDLE_BEFORE = 0.05  # seconds of idleness before the zygote imports a learned module
 MAX_MODULES = 4000
 _REPORT_CAP = 1 << 18  # bytes a child writes (one pipe write)
 MAX_PATTERNS = 384  # learned patterns kept; re's cache holds 512
 MAX_PATTERN_LEN = 1 << 16  # characters (or bytes) of a pattern worth learning
 PATTERN_SLICE = 0.003  # seconds of compiling before the worker looks at ngd again
-_PIPE_SIZE = 1 << 20  # the report pipe's capacity, when the kernel allows it
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 _FIONREAD = 0x541B  # Linux
 _PATTERN_LINE = b"\0"  # a report line that starts with it is a pattern, not a module
@@ -325,15 +325,7 @@ class Learner:
         self.patterns_done = 0  # compiled since they were last saved and frozen
         self.patterns_dirty = False  # compiled or excluded since they were last saved
         self.buf = b""
-        self.r, self.w = os.pipe()
-        os.set_blocking(self.r, False)
-        try:
-            fcntl.fcntl(self.w, _F_SETPIPE_SZ, _PIPE_SIZE)
-        except OSError:
-            pass
-        self.report_path = "/proc/%d/fd/%d" % (os.getpid(), self.w)
-        if not os.path.exists(self.report_path):
-            self.report_path = None
+        self.r, self.w, self.report_path = report_pipe()
         self.roots = install_roots()
 
     def load(self):

@@ -14,6 +14,7 @@ chunk starting in it, or that came truncated (`MSG_CTRUNC`), are closed at once.
 
 import array
 import collections
+import fcntl
 import os
 import select
 import socket
@@ -22,12 +23,30 @@ import time
 
 from . import _wire
 
+_REPORT_PIPE_SIZE = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
 _READ_SIZE = 256 << 10
 _FD_SIZE = array.array("i").itemsize
 _CMSG_SPACE = socket.CMSG_SPACE(4 * _FD_SIZE)  # ngd sends at most 3; one more shows excess
 _MAX_PENDING = 16  # reads with descriptors not yet matched to a chunk; more are closed
 _CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 _HEADER = (_wire.ARG, _wire.ENV, _wire.DIR, _wire.CMD)
+
+
+def report_pipe():
+    """A pipe that forked children report to: (read end, non-blocking; write end; the
+    path a child opens the write end by, `/proc/<worker>/fd/<n>`, or None where /proc
+    does not show it). Enlarged to 1 MiB where the kernel allows, so that a report is
+    rarely cut short by a full pipe."""
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    try:
+        fcntl.fcntl(w, _F_SETPIPE_SZ, _REPORT_PIPE_SIZE)
+    except OSError:
+        pass
+    path = "/proc/%d/fd/%d" % (os.getpid(), w)
+    return r, w, (path if os.path.exists(path) else None)
 
 
 def close_fds(fds):

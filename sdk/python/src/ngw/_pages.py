@@ -34,11 +34,12 @@ cap in MiB (default 64)."""
 
 import collections
 import errno
-import fcntl
 import itertools
 import mmap
 import os
 import struct
+
+from ._channel import report_pipe
 
 ENV = "NGW_PREFAULT"
 DEFAULT_CAP_MB = 64
@@ -51,8 +52,6 @@ MAX_AGE = 32  # reports after which a page none of them named is dropped
 HOT = 2  # pages named by at least 1/HOT as many reports as the most named go first
 IDLE_BEFORE = 0.01  # seconds a spare waits for its session before it pre-faults
 PIPE_BUF = 4096  # bytes the kernel writes to a pipe atomically (POSIX minimum 512; Linux)
-_PIPE_SIZE = 1 << 20
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 # A report message: magic, pid, last-message flag, run count; then `count` runs (first
 # page number, pages).
@@ -278,14 +277,8 @@ class Pages:
         except (AttributeError, OSError) as e:
             self.log("ngw: copy-on-write pre-faulting is off: no madvise (%s)" % e)
             return
-        self.r, self.w = os.pipe()
-        os.set_blocking(self.r, False)
-        try:
-            fcntl.fcntl(self.w, _F_SETPIPE_SZ, _PIPE_SIZE)
-        except OSError:
-            pass
-        path = "/proc/%d/fd/%d" % (os.getpid(), self.w)
-        if not os.path.exists(path):
+        self.r, self.w, path = report_pipe()
+        if path is None:
             self.close()
             return
         self.report_path = path
