@@ -1,8 +1,5 @@
 """Fork mode's spare, the next session's child forked ahead of time, and the exit report
-that lets X go before the kernel has torn a child down (docs/ngw.md 11.1, 11.5): when the
-spare is forked (after the reap; during the session when sessions come back to back and
-the command's last session was short, else at X), and that it is the same as a child
-forked at session time."""
+that lets X go before the kernel has torn a child down (docs/ngw.md 11.1, 11.5)."""
 
 import json
 import os
@@ -16,29 +13,6 @@ from support import BASIC, client_env
 
 # What a session child reports that differs between any two children.
 PER_PROCESS = ("pid", "ppid", "pgid", "sid")
-
-# basic.py with two more commands: `mark` (in-process) changes the worker, `fmark`
-# (fork mode) shows what its child sees of that change, and its pid. With
-# TEST_BACK_TO_BACK=1 every session counts as back to back (docs/ngw.md 11.5), so that a
-# test need not race the 5 ms that tell them apart.
-TIMING_WORKER = """
-import builtins, json, os, runpy, sys
-import ngw
-from ngw._fork import parent
-if os.environ.get("TEST_BACK_TO_BACK") == "1":
-    parent._BACK_TO_BACK = float("inf")
-builtins._spare_test_mark = None
-
-@ngw.command("mark")
-def mark(ctx):
-    builtins._spare_test_mark = ctx.args[0]
-
-@ngw.command("fmark", fork=True)
-def fmark(ctx):
-    print(json.dumps({"mark": builtins._spare_test_mark, "pid": os.getpid()}))
-
-runpy.run_path(sys.argv[1], run_name="__main__")
-"""
 
 
 def proc_state(pid):
@@ -65,12 +39,6 @@ def wait_for(predicate, timeout=5.0, what="condition"):
 def dead(pid):
     st = proc_state(pid)
     return st is None or st[0] == "Z"
-
-
-def fd_links(pid):
-    """{fd: what /proc/<pid>/fd/<fd> points to}."""
-    return {int(fd): os.readlink("/proc/%d/fd/%s" % (pid, fd))
-            for fd in os.listdir("/proc/%d/fd" % pid)}
 
 
 class Spare(unittest.TestCase):
@@ -201,148 +169,6 @@ class Spare(unittest.TestCase):
         for _ in range(3):
             r = self.w.run("fforkret", env=self.env)
             self.assertEqual(r.code, 3, r)
-
-
-class SpareTiming(unittest.TestCase):
-    """When the spare is forked: after the reap, or during a back-to-back session
-    (docs/ngw.md 11.5)."""
-
-    back_to_back = "0"
-
-    def setUp(self):
-        env = driver.worker_env({"TEST_BACK_TO_BACK": self.back_to_back})
-        self.w = driver.Worker([sys.executable, "-c", TIMING_WORKER, BASIC], env=env)
-        self.w.hello()
-        self.env = client_env()
-
-    def tearDown(self):
-        self.w.stop()
-
-    def kids(self):
-        return {pid for pid, state in driver.worker_pids_children(self.w.proc.pid)
-                if state != "Z"}
-
-    def the_spare(self, other_than=()):
-        """Waits until the worker's only child is one sleeping process, not one of
-        `other_than`; returns its pid."""
-        def one():
-            kids = driver.worker_pids_children(self.w.proc.pid)
-            return (len(kids) == 1 and kids[0][1] == "S" and kids[0][0] not in other_than
-                    and kids[0][0])
-        return wait_for(one, what="exactly one sleeping child (the spare)")
-
-    def fmark(self):
-        r = self.w.run("fmark", env=self.env)
-        self.assertEqual(r.code, 0, r)
-        return json.loads(bytes(r.stdout))
-
-    def finish_fcat(self, data):
-        """Sends `data` and end of file to a running fcat; returns (stdout, X payload)."""
-        self.w.send("0", data)
-        self.w.send(".")
-        out = b""
-        while True:
-            c = self.w.read_chunk()
-            self.assertIsNotNone(c)
-            ty, payload = c
-            if ty == "1":
-                out += payload
-            elif ty == "X":
-                return out, payload
-
-    def test_spaced_sessions_fork_the_spare_after_the_reap(self):
-        self.fmark()
-        spare = self.the_spare()
-        time.sleep(0.05)  # the next session is not back to back: 5 ms and more after X
-        self.w.start("fcat", env=self.env)
-        self.assertEqual(self.w.read_chunk(), ("S", b""))
-        # The spare runs the session, and no other process is forked while it runs.
-        self.assertEqual(self.kids(), {spare})
-        self.assertEqual(self.finish_fcat(b"spaced"), (b"spaced", b"0\n"))
-        nxt = self.the_spare(other_than={spare})
-        self.assertEqual(self.fmark()["pid"], nxt)
-
-    def test_in_process_sessions_alone_fork_nothing(self):
-        self.fmark()
-        first = self.the_spare()
-        for n in range(3):
-            self.w.run("mark", [str(n)], env=self.env)
-        wait_for(lambda: not driver.worker_pids_children(self.w.proc.pid),
-                 what="the spare to be discarded and reaped")
-        time.sleep(0.1)
-        self.assertEqual(driver.worker_pids_children(self.w.proc.pid), [])
-        # The next fork-mode child is forked at session time and sees what the in-process
-        # sessions changed.
-        got = self.fmark()
-        self.assertEqual(got["mark"], "2")
-        self.assertNotEqual(got["pid"], first)
-
-
-class SpareTimingBackToBack(SpareTiming):
-    """Every session counts as back to back: the next spare is forked while the session's
-    child runs, so it is ready before that session's X, unless the command's last session
-    was long."""
-
-    back_to_back = "1"
-
-    test_spaced_sessions_fork_the_spare_after_the_reap = None
-
-    def test_the_next_spare_exists_before_x(self):
-        self.fmark()
-        spare = self.the_spare()
-        self.w.start("fcat", env=self.env)
-        self.assertEqual(self.w.read_chunk(), ("S", b""))
-        # While the session runs (fcat waits for its stdin): the spare it was handed to,
-        # and the next one.
-        new = wait_for(lambda: self.kids() - {spare}, what="the next spare, before X")
-        self.assertEqual(len(new), 1, new)
-        (nxt,) = new
-        self.assertEqual(proc_state(nxt)[2], self.w.proc.pid)
-        # Once it has prepared (its own session; the worker's descriptors closed), it
-        # holds its own three pipes and its socket, and nothing of the running
-        # session's: no copy of the pipes of that session's child.
-        def settled():
-            links = fd_links(nxt)
-            return proc_state(nxt)[1] == nxt and len(links) == 4 and links
-        links = wait_for(settled, what="the next spare to prepare")
-        self.assertEqual(sorted(links)[:3], [0, 1, 2])
-        session_pipes = {fd_links(spare)[n] for n in range(3)}
-        self.assertFalse(set(links.values()) & session_pipes, (links, session_pipes))
-        self.assertEqual(self.finish_fcat(b"data"), (b"data", b"0\n"))
-        # The session's stdin reached its end of file: no copy of the pipe's write end
-        # was left open anywhere. The next session runs in the spare forked during this one.
-        self.assertEqual(self.fmark()["pid"], nxt)
-        # The session's child reported its exit before exiting (and may still be writing
-        # its adaptive and page reports).
-        wait_for(lambda: dead(spare), what="the first session's child to exit")
-
-    def test_after_a_long_session_of_the_command_the_spare_is_forked_at_x(self):
-        self.fmark()
-        first = self.the_spare()
-        self.w.start("fcat", env=self.env)
-        self.assertEqual(self.w.read_chunk(), ("S", b""))
-        during = self.kids() - {first}  # forked during it: fcat has no history yet
-        self.assertEqual(len(during), 1, during)
-        time.sleep(0.05)  # a long session: more than 5 ms from the hand-over to X
-        self.assertEqual(self.finish_fcat(b"long"), (b"long", b"0\n"))
-        (spare,) = during
-        # The first session's child reported its exit before exiting (and may still be
-        # writing its adaptive and page reports).
-        wait_for(lambda: dead(first), what="the first session's child to exit")
-        self.w.start("fcat", env=self.env)
-        # The S comes after any fork done during the session: none this time, since the
-        # command's last session was long. Its spare is forked at X instead.
-        self.assertEqual(self.w.read_chunk(), ("S", b""))
-        self.assertEqual(self.kids(), {spare})
-        self.assertEqual(self.finish_fcat(b"again"), (b"again", b"0\n"))
-        nxt = self.the_spare(other_than={first, spare})
-        self.assertEqual(self.fmark()["pid"], nxt)
-
-    def test_back_to_back_sessions_leave_one_spare(self):
-        pids = [self.fmark()["pid"] for _ in range(6)]
-        self.assertEqual(len(set(pids)), 6)
-        spare = self.the_spare(other_than=set(pids))
-        self.assertEqual(self.fmark()["pid"], spare)
 
 
 class NoPrefork(Spare):

@@ -22,13 +22,7 @@ from .stdio import (Stream, close_fd, close_streams, configure_pty, make_streams
                     winsize_of)
 
 _HAND_OVER_TIMEOUT = 5.0  # seconds a spare may take to read its session
-# A session this soon after the previous X comes back to back: if its command's previous
-# session was short, its child is handed the session first, then the next spare is forked
-# while that child runs (docs/ngw.md 11.5).
-_BACK_TO_BACK = 0.005
-# A session at most this long from the hand-over to its X is short: the next spare's fork
-# and preparation would otherwise compete for the CPUs with the command's own work.
-_SHORT_SESSION = 0.005
+_BACK_TO_BACK = 0.005  # a session this soon after the previous X: fork the next spare at X
 
 #: A session the worker forks a child for at once: its record, command and streams.
 #: `fds`: [(0-2, descriptor)] of the client's, when the command takes them.
@@ -85,7 +79,6 @@ class ForkRunner:
         self.spare = None  # a _Forked waiting for its session
         self._spare_due = False  # fork a spare once the previous session's child is reaped
         self._last_x = None  # when the last fork-mode session ended (time.monotonic())
-        self._took = {}  # command name -> its last session's hand-over to X, in seconds
         self.rehearse_spare = True
         self.signals_on = False  # `signals` negotiated (docs/ngw.md 15.5)
         self.stdin_window = False  # `stdin-window` negotiated (docs/ngw.md 15.6)
@@ -194,20 +187,6 @@ class ForkRunner:
         for s in streams:
             close_fd(s.child_fd)
             s.child_fd = -1
-        handed = time.monotonic()
-        if back_to_back and self.prefork and \
-                self._took.get(cmd.name, 0.0) <= _SHORT_SESSION:
-            # The next session's spare, now: the worker has nothing to do while the child
-            # runs, and the other CPU would be idle, whereas after X the fork would compete
-            # with the client receiving X and with the next client's start. It is a copy
-            # of the worker between two sessions too (nothing but the relay runs in the
-            # worker during a fork-mode session) and closes this session's pipes and ptys.
-            # Only for a command whose last session was short: a longer one would share
-            # the CPUs with the fork and the spare's preparation, which after its X cost
-            # it nothing. Spaced-out sessions keep the spare forked after the reap: their
-            # child, handed over to a spare that has rehearsed, ends before the fork
-            # would (its X would wait for the fork).
-            self._fork_spare(session_fds=[s.fd for s in streams])
         relay = Relay(self, chan, child.pid, streams)
         try:
             status = relay.loop()
@@ -216,18 +195,16 @@ class ForkRunner:
         chan.send(_wire.EXIT, exit_payload(relay.status, status, self.signals_on))
         chan.flush_some()
         self._last_x = time.monotonic()
-        self._took[cmd.name] = self._last_x - handed
         if relay.error is not None:
             raise relay.error
         gone = chan.eof or chan.dead
-        # The next session's spare, unless forked during this one: right away when
-        # sessions come back to back, so that it is ready sooner; else once this child
-        # has been reaped (reap(), from the idle loop on SIGCHLD), so that its fork does
-        # not compete for the CPU with the client still receiving this X (docs/ngw.md
-        # 11.5).
-        self._spare_due = self.prefork and not relay.quit and not gone and self.spare is None
+        # The next session's spare: forked once this child has been reaped (reap(), from
+        # the idle loop on SIGCHLD), so that its fork does not compete for the CPU with the
+        # client still receiving this X; right away when sessions come back to back, so
+        # that it is ready sooner (docs/ngw.md 11.5).
+        self._spare_due = self.prefork and not relay.quit and not gone
         if self._spare_due and back_to_back:
-            self._fork_spare(rehearse=False)  # the next session would interrupt it anyway
+            self._fork_spare(rehearse=False)  # the session would interrupt it anyway
         self.reap()
         return relay.quit, gone
 
@@ -251,20 +228,13 @@ class ForkRunner:
                               info.session)
         return reason
 
-    def _fork_spare(self, rehearse=True, session_fds=()):
-        """Forks the next session's child ahead of time. `session_fds`: the worker's ends
-        of the running session's pipes and ptys, which the spare closes with the rest of
-        the worker's plumbing (a copy would keep that session's stdin open, for one)."""
+    def _fork_spare(self, rehearse=True):
         self._spare_due = False
         self.rehearse_spare = rehearse
-        private = self.private_fds
-        self.private_fds = private + list(session_fds)
         try:
             self.spare = self._fork(None)
         except OSError as e:
             self.log("ngw: cannot fork the next session's child ahead of time: %s" % e)
-        finally:
-            self.private_fds = private
 
     def _fail(self, chan, message):
         self.log(message.rstrip())
