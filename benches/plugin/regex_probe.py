@@ -30,7 +30,7 @@ import types
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "sdk", "python", "src"))
 from ngw import _adaptive  # noqa: E402
-from limit_probe import prepare  # noqa: E402
+from limit_probe import in_child, prepare  # noqa: E402
 
 
 def run_script(code, script, args):
@@ -50,27 +50,6 @@ def run_script(code, script, args):
                 stream.flush()
             except (OSError, ValueError, AttributeError):
                 pass
-
-
-def in_child(fn):
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            os.write(w, json.dumps(fn()).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    data = b""
-    while True:
-        chunk = os.read(r, 1 << 16)
-        if not chunk:
-            break
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    return json.loads(data)
 
 
 def measured(code, script, args, known):

@@ -32,8 +32,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "sdk", "python", "src"))
 from ngw import _adaptive  # noqa: E402
-from regex_probe import in_child, run_script  # noqa: E402
-from limit_probe import prepare  # noqa: E402
+from regex_probe import run_script  # noqa: E402
+from limit_probe import in_child, prepare  # noqa: E402
 
 
 def timed(code, script, args):
