@@ -303,7 +303,11 @@ class Extensions(unittest.TestCase):
                 round_(i)
             time.sleep(0.3)
             after = driver.open_fds(pid)
-            self.assertEqual(sorted(before), sorted(after), (before, after))
+            # The same descriptors, but for the spare's socket and pipes: a spare cloned
+            # by the previous one (docs/ngw.md 11.5) may hold other numbers. So: the same
+            # kinds, as many of each.
+            self.assertEqual(sorted(v.split(":")[0] for v in before.values()),
+                             sorted(v.split(":")[0] for v in after.values()), (before, after))
             os.close(w_)
             w_ = -1
             # Nobody (worker, spare, children) kept a copy of the write end.
@@ -438,7 +442,7 @@ class Extensions(unittest.TestCase):
     def test_windowed_read_ahead_is_bounded(self):
         data = b"".join(b"line %d\n" % i for i in range(500000))  # ~6 MiB
         r = self.w.run("fline", env=client_env(), stdin=data, chunk=128 << 10)
-        self.assertEqual(bytes(r.stdout), b"got 'line 0\\n'\n")
+        self.assertEqual(bytes(r.stdout), b"got 'line 0\\n'\n", (r, bytes(r.stderr), self.w.log()[-1500:]))
         # the window, plus what fits in the pipe before the child exits
         self.assertLessEqual(r.stdin_sent, (256 << 10) + (64 << 10) + (128 << 10))
 

@@ -106,7 +106,9 @@ class Runner(unittest.TestCase):
             script = os.path.join(tmp, "tool")
             with open(script, "w") as f:
                 f.write("import os\nprint(os.getppid())\n")
-            for flags, spares in (([], 1), (["--no-prefork"], 0)):
+            # With prefork: the spare, and after back-to-back sessions perhaps the
+            # successor it cloned (docs/ngw.md 11.5).
+            for flags, spares in (([], (1, 2)), (["--no-prefork"], (0,))):
                 w = driver.Worker(RUNNER + ["script", "tool=" + script] + flags)
                 try:
                     w.hello()
@@ -116,10 +118,10 @@ class Runner(unittest.TestCase):
                     deadline = time.monotonic() + 5
                     while time.monotonic() < deadline:
                         kids = driver.worker_pids_children(w.proc.pid)
-                        if len(kids) == spares and all(st == "S" for _, st in kids):
+                        if len(kids) in spares and all(st == "S" for _, st in kids):
                             break
                         time.sleep(0.01)
-                    self.assertEqual(len(kids), spares, (flags, kids))
+                    self.assertIn(len(kids), spares, (flags, kids))
                     self.assertEqual(w.quit(), 0)
                 finally:
                     w.close()

@@ -195,3 +195,113 @@ class NoPrefork(Spare):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class _Sessions(unittest.TestCase):
+    """A worker and back-to-back fork-mode sessions."""
+
+    env_extra = {}
+
+    def setUp(self):
+        self.w = driver.Worker([sys.executable, BASIC], env=driver.worker_env(self.env_extra))
+        self.w.hello()
+        self.env = client_env()
+
+    def tearDown(self):
+        self.w.stop()
+
+    def ident(self, **kw):
+        r = self.w.run("fident", env=self.env, **kw)
+        self.assertEqual(r.code, 0, r)
+        return json.loads(bytes(r.stdout).split(b"\n", 1)[0])
+
+    def back_to_back(self, n, gap=0.003, **kw):
+        """n sessions, each `gap` seconds after the previous X: back to back for the
+        worker (under 5 ms), with time for a spare to clone its successor."""
+        got = []
+        for _ in range(n):
+            got.append(self.ident(**kw))
+            time.sleep(gap)
+        return got
+
+    def counts(self):
+        """(spares forked by the worker, spares cloned by spares), from its log at exit."""
+        self.assertEqual(self.w.quit(), 0)
+        for line in self.w.log().splitlines():
+            if "spares forked by the worker" in line:
+                words = line.split()
+                return int(words[3]), int(words[9])
+        return None, 0
+
+    def spares(self):
+        return [pid for pid, st in driver.worker_pids_children(self.w.proc.pid) if st != "Z"]
+
+    def settled(self):
+        """The spare and its successor once both exist (the successor is usually there:
+        a spare whose session came before it could clone has none)."""
+        try:
+            return wait_for(lambda: len(self.spares()) == 2 and self.spares(), timeout=1.0)
+        except AssertionError:
+            kids = self.spares()
+            self.assertEqual(len(kids), 1, kids)
+            return kids
+
+
+class Successor(_Sessions):
+    """The spare's successor (docs/ngw.md 11.5): back to back, the spare clones the next
+    spare with clone(CLONE_PARENT), so the worker does not fork."""
+
+    def test_back_to_back_children_are_cloned_and_look_like_forked_ones(self):
+        got = self.back_to_back(30)
+        pids = [g["pid"] for g in got]
+        self.assertEqual(len(set(pids)), len(pids))
+        self.assertEqual(len({g["random"] for g in got}), len(got))  # reseeded in each
+        for g in got:
+            self.assertEqual(g["ppid"], self.w.proc.pid)  # the worker's child, cloned or not
+            self.assertEqual((g["sid"], g["pgid"]), (g["pid"], g["pid"]))
+            self.assertEqual(g["native_id"], g["pid"])  # the C library's thread id too
+            self.assertEqual(g["fds"], [0, 1, 2, 3])  # 3: the listing's own
+        forked, cloned = self.counts()
+        # Most are cloned; under load some spares get their session before they could.
+        self.assertGreater(cloned, 5, (forked, cloned))
+
+    def test_terminal_sessions_between_cloned_ones(self):
+        # A spare that gets a terminal session makes it its controlling terminal; its
+        # successor must be out of its session by then, or the terminal's hangup at the
+        # end of that session would reach the successor.
+        for i in range(30):
+            tty = (1, 1, 1) if i % 2 else (0, 0, 0)
+            g = self.ident(tty=tty)
+            self.assertEqual(g["ppid"], self.w.proc.pid)
+            time.sleep(0.003)
+        forked, cloned = self.counts()
+        self.assertGreater(cloned, 5, (forked, cloned))
+
+    def test_a_killed_standby_is_replaced(self):
+        self.back_to_back(5)
+        kids = self.settled()
+        for pid in kids:
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: all(dead(pid) for pid in kids), what="the spares gone")
+        got = self.back_to_back(5)
+        self.assertTrue(all(g["ppid"] == self.w.proc.pid for g in got))
+
+    def test_an_in_process_session_discards_the_spare_and_its_successor(self):
+        self.back_to_back(5)
+        kids = self.settled()
+        self.assertEqual(self.w.run("exit", ["0"], env=self.env).code, 0)
+        wait_for(lambda: all(dead(pid) for pid in kids), what="both discarded")
+        self.assertEqual(self.ident()["ppid"], self.w.proc.pid)
+
+
+class SuccessorOff(_Sessions):
+    """NGW_CLONE=0: the worker forks every spare, as where cloning is not available."""
+
+    env_extra = {"NGW_CLONE": "0"}
+
+    def test_back_to_back_children_are_forked_by_the_worker(self):
+        got = self.back_to_back(10)
+        self.assertTrue(all(g["ppid"] == self.w.proc.pid for g in got))
+        self.assertEqual(len(self.spares()), 1)  # the spare, no successor
+        self.assertEqual(self.counts()[1], 0)
+        self.assertIn("spares are forked by the worker only (NGW_CLONE=0)", self.w.log())

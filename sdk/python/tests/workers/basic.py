@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -186,6 +187,15 @@ def fglobal(ctx):
                       "seen_umask": seen_umask,
                       "leaked_module": "leaked_module" in sys.modules and previous is not None}))
     os.chdir("/")
+
+
+@ngw.command("fident", fork=True)
+def fident(ctx):
+    """What tells two children apart: their random state and ids, as JSON."""
+    print(json.dumps({"random": random.random(), "pid": os.getpid(), "ppid": os.getppid(),
+                      "sid": os.getsid(0), "pgid": os.getpgrp(),
+                      "native_id": threading.get_native_id(),
+                      "fds": sorted(int(f) for f in os.listdir("/proc/self/fd"))}))
 
 
 @ngw.command("fsleep", fork=True)

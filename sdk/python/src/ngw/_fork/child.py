@@ -21,6 +21,7 @@ from .._session import SessionInfo
 from . import stdio
 from .common import (CMSG_SPACE, FD, LEN, PR_SET_PDEATHSIG, REPORT, getsignal, setsignal,
                      sigmask)
+from .stdio import close_fd, make_streams
 
 _DFL, _IGN = int(signal.SIG_DFL), int(signal.SIG_IGN)  # _signal's functions take ints
 _FRESH = {int(signal.SIGINT): signal.default_int_handler, int(signal.SIGPIPE): _IGN}
@@ -30,6 +31,8 @@ if hasattr(signal, "SIGXFSZ"):
 #: In a child: what must outlive it (the C environment's strings), and what it need not
 #: free (the worker's os.environ data: freeing it writes to memory shared with the worker).
 _KEEP = []
+#: Seconds a spare waits for the successor it cloned to say it is ready.
+_SUCCESSOR_START = 2.0
 
 
 def _environ_plan(env, delta, rules=None):
@@ -81,6 +84,10 @@ class Child:
         self._command = None
         # With `signals`, the process group is chosen with the session (docs/ngw.md 15.5).
         self._job_control = runner.signals_on
+        self._cloner = runner.cloner  # a spare clones its successor (11.5) with it
+        self._worker_pgrp = runner.pgrp
+        self._rbuf = bytearray()  # what a spare read from its socket past one message
+        self._rfds = []  # descriptors that came with it
 
     def run(self, ctl, session, streams):
         status = 126
@@ -88,7 +95,7 @@ class Child:
         try:
             if session is None:  # a spare: its pipes on 0-2 now, its session later
                 self.prepare(ctl, streams)
-                info, cmd, fds = self.receive(ctl)
+                info, cmd, fds = self.wait(ctl)
                 prebuilt = True
             else:
                 info, cmd, streams = session.info, session.cmd, session.streams
@@ -157,8 +164,6 @@ class Child:
                 self._rehearse(ctl)
             except Exception:
                 pass
-        if self._pages.enabled:
-            self._prefault(ctl)
 
     def _prefault(self, ctl):
         """In a spare, before it waits: the copy-on-write faults the previous sessions'
@@ -175,27 +180,44 @@ class Child:
         except Exception:
             pass
 
+    def wait(self, ctl):
+        """A spare's wait for its session: pre-faulting while idle (11.7), cloning its
+        successor when the worker asks (11.5), until the session comes."""
+        while True:
+            if self._pages.enabled and not self._rbuf:  # nothing read ahead waits
+                self._prefault(ctl)
+            record, fds = self.receive(ctl)
+            if "clone" not in record:
+                ctl.close()
+                return self.session_of(record, fds)
+            ctl = self._successor(ctl, record)
+
     def receive(self, ctl):
-        """A spare's wait for its session. Exits quietly when the worker discards it."""
-        try:
-            data, ancdata, _, _ = ctl.recvmsg(1 << 16, CMSG_SPACE)
-        except OSError:
-            os._exit(0)
-        if not data:
-            os._exit(0)
-        fds = []
-        for level, kind, cdata in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.extend(FD.unpack_from(cdata, i)[0]
-                           for i in range(0, len(cdata) - len(cdata) % 4, 4))
-        buf = bytearray(data)
+        """The next message from the worker, and the descriptors that came with it. Exits
+        quietly when the worker discards the spare."""
+        buf, fds = self._rbuf, self._rfds
         while len(buf) < LEN.size or len(buf) < LEN.size + LEN.unpack_from(buf)[0]:
-            more = ctl.recv(1 << 20)
-            if not more:
+            try:
+                data, ancdata, _, _ = ctl.recvmsg(1 << 20, CMSG_SPACE)
+            except OSError:
                 os._exit(0)
-            buf += more
-        ctl.close()
-        record = marshal.loads(memoryview(buf)[LEN.size:])
+            if not data:
+                os._exit(0)
+            for level, kind, cdata in ancdata:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.extend(FD.unpack_from(cdata, i)[0]
+                               for i in range(0, len(cdata) - len(cdata) % 4, 4))
+            buf += data
+        end = LEN.size + LEN.unpack_from(buf)[0]
+        record = marshal.loads(memoryview(buf)[LEN.size:end])
+        del buf[:end]
+        if "clone" in record:  # a request carries no descriptors: any are the session's
+            return record, []
+        self._rfds = []
+        return record, fds
+
+    def session_of(self, record, fds):
+        """(info, command, [(0-2, descriptor)]) from a session record."""
         info = SessionInfo.from_wire(record["info"])
         numbers = record["fds"]
         if len(fds) != len(numbers):
@@ -278,6 +300,104 @@ class Child:
             t = self._environ_types[cap] = self._ctypes.c_char_p * cap
         return t
 
+    def _successor(self, ctl, request):
+        """In a spare the worker asked for its successor (docs/ngw.md 11.5): a copy of this
+        prepared spare, made with `clone(CLONE_PARENT)` so that it is the worker's child
+        as a spare the worker forks is, with its own socket and pipes. The worker gets
+        its pid and its ends of them; or None and why, when this spare cannot be cloned
+        exactly or its session is already here (the clone would delay it). Returns the
+        socket to wait on: this spare's, or in the copy the copy's."""
+        pid, why, theirs, streams = None, None, None, []
+        ours = None
+        if self._cloner is None:
+            why = "cloning is off"
+        elif self._rbuf or select.select([ctl], [], [], 0)[0]:
+            why = "its session came first"
+        elif not self._cloner.ready():
+            why = "it has threads"
+        else:
+            try:
+                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                streams = make_streams(None)
+                pid = self._cloner.clone()
+            except OSError as e:
+                why = "cannot clone: %s" % e
+                pid = None
+        if pid == 0:
+            ctl.close()
+            ours.close()
+            for s in streams:
+                close_fd(s.fd)
+            self._become_successor(theirs, streams, request)
+            return theirs
+        for s in streams:
+            close_fd(s.child_fd)
+        if theirs is not None:
+            theirs.close()
+        if pid and not _ready(ours):
+            why = "its successor did not start"
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            pid = None
+        give = [ours.fileno()] + [s.fd for s in streams] if pid else []
+        payload = marshal.dumps({"pid": pid, "why": why})
+        data = LEN.pack(len(payload)) + payload
+        try:
+            n = socket.send_fds(ctl, [data], give) if give else ctl.send(data)
+            if n < len(data):
+                ctl.sendall(memoryview(data)[n:])
+        except OSError:
+            if pid:  # the worker let this spare go meanwhile: no one would use the copy
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        finally:
+            if ours is not None:
+                ours.close()
+            for s in streams:
+                close_fd(s.fd)
+        return ctl
+
+    def _become_successor(self, ctl, streams, request):
+        """In the copy: what is per process in a spare's preparation, done again: its
+        own session (or the worker's process group, as the spare it copies), the
+        parent-death signal, its own pipes on fds 0-2. sys.stdin/stdout/stderr stay: they
+        were built on fds 0-2 as pipes, which these are too. A signal that reached it
+        before it left the spare's session or process group (the worker may have handed
+        the spare its session and signalled that group meanwhile) was meant for the spare's
+        session: then it exits, and the spare answers that it has no successor."""
+        if not self._job_control:
+            os.setsid()
+        else:
+            os.setpgid(0, self._worker_pgrp)  # the worker's group, as a spare it forks
+        if _sigpending():
+            os._exit(0)
+        if self._prctl is not None:
+            self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != self._pid:
+                os._exit(128 + signal.SIGKILL)
+        for n, s in enumerate(streams):
+            os.dup2(s.child_fd, n)
+        for s in streams:
+            if s.child_fd > 2:
+                os.close(s.child_fd)
+        ctl.setblocking(True)
+        # Ready: out of the spare's session, so that the terminal the spare's session may
+        # give it (and that terminal's hangup at the end) is not this copy's too.
+        ctl.sendall(b"r")
+        self._rbuf = bytearray()
+        self._rfds = []
+        self._pages.sample = bool(request.get("sample"))
+        self._pages.prefaulted = False
+        if request.get("rehearse"):
+            try:
+                self._rehearse(ctl)
+            except Exception:
+                pass
+
     def _rehearse(self, ctl):
         """In a spare, before it waits: the session set-up's work once, on stand-in data,
         keeping nothing. The first write to each page of memory shared with the worker
@@ -344,6 +464,28 @@ class Child:
                 except Exception:
                     pass
 
+
+
+def _sigpending():
+    try:
+        from _signal import sigpending  # the C function: no enum members built
+    except ImportError:  # pragma: no cover
+        sigpending = signal.sigpending
+    return bool(sigpending())
+
+
+def _ready(sock, timeout=_SUCCESSOR_START):
+    """Whether a successor said it is ready (one byte) on `sock` within `timeout`."""
+    try:
+        sock.settimeout(timeout)
+        return sock.recv(1) == b"r"
+    except OSError:
+        return False
+    finally:
+        try:
+            sock.setblocking(True)
+        except OSError:
+            pass
 
 
 def _chdir(path, client_pid):

@@ -16,13 +16,20 @@ from .._channel import close_fds
 from .._signals import exit_payload
 from . import stdio
 from .child import Child
-from .common import LEN, REPORT, libc_handle, load_libc, sigmask
+from .common import FD, LEN, REPORT, Cloner, libc_handle, load_libc, sigmask
 from .relay import Relay, exit_code_of_status
 from .stdio import (Stream, close_fd, close_streams, configure_pty, make_streams,
                     winsize_of)
 
 _HAND_OVER_TIMEOUT = 5.0  # seconds a spare may take to read its session
-_BACK_TO_BACK = 0.005  # a session this soon after the previous X: fork the next spare at X
+_ANSWER_TIMEOUT = 2.0  # seconds a spare may take to answer a request for its successor
+# A session this soon after the previous X comes back to back: its spare's successor is
+# asked for at X, or while the session runs if the command's last session was short.
+_BACK_TO_BACK = 0.005
+# A session at most this long from the hand-over to its X is short: a successor cloned
+# during a longer one would compete for the CPUs with the command's own work.
+_SHORT_SESSION = 0.005
+_ANSWER_SPACE = socket.CMSG_SPACE(4 * FD.size)  # a successor's socket and three pipes
 
 #: A session the worker forks a child for at once: its record, command and streams.
 #: `fds`: [(0-2, descriptor)] of the client's, when the command takes them.
@@ -36,14 +43,19 @@ def _noop(signum, frame):
 class _Forked:
     """A forked child as the parent sees it: `ctl` is the parent's end of the socket a
     spare reads its session from, `streams` the parent's ends of its pipes (both None
-    once handed over, and for a child forked with its session already in memory)."""
+    once handed over, and for a child forked with its session already in memory).
+    `asked`: the spare was asked for its successor and its answer is not read yet;
+    `stamp`: the learned pages' stamp when the worker forked it or the spare it was
+    cloned from."""
 
-    __slots__ = ("pid", "ctl", "streams")
+    __slots__ = ("pid", "ctl", "streams", "asked", "stamp")
 
-    def __init__(self, pid, ctl, streams):
+    def __init__(self, pid, ctl, streams, stamp=0):
         self.pid = pid
         self.ctl = ctl
         self.streams = streams
+        self.asked = False
+        self.stamp = stamp
 
 
 class ForkRunner:
@@ -77,6 +89,13 @@ class ForkRunner:
         # a copy left open would keep the client's pipes and terminal open after it.
         self.held_fds = None
         self.spare = None  # a _Forked waiting for its session
+        # The spare's successor, cloned by it (docs/ngw.md 11.5): a _Forked that becomes
+        # the spare when the spare is handed its session.
+        self.standby = None
+        self.pending = None  # a spare handed its session before its answer was read
+        self.cloner = Cloner.probe(log) if prefork else None
+        self.forked = self.cloned = 0  # spares the worker forked, and spares cloned
+        self._took = {}  # command name -> its last session's hand-over to X, in seconds
         self._spare_due = False  # fork a spare once the previous session's child is reaped
         self._last_x = None  # when the last fork-mode session ended (time.monotonic())
         self.rehearse_spare = True
@@ -87,6 +106,7 @@ class ForkRunner:
         self.worker_stdio = None  # stdio.worker_stdio(), read right before each fork
         self.zombies = []  # children that are gone or going but not reaped yet
         self.pid = os.getpid()
+        self.pgrp = os.getpgrp()
         self.libc = load_libc()
         # The pages children write: learned from their reports, pre-faulted by spares
         # (copy-on-write pre-faulting, docs/ngw.md 11.7); nothing to do without spares.
@@ -135,6 +155,10 @@ class ForkRunner:
         self.reap()
         self.read_reports()
         child, self.spare = self.spare, None
+        if child is not None and child.asked:
+            self._read_answer(child, 0.0)
+        if self.standby is not None:
+            self.spare, self.standby = self.standby, None
         taken = info.fds is not None
         if taken:
             # The child's terminals are the client's own: what it sees is what it gets.
@@ -187,6 +211,13 @@ class ForkRunner:
         for s in streams:
             close_fd(s.child_fd)
             s.child_fd = -1
+        handed = time.monotonic()
+        if back_to_back and self._took.get(cmd.name, 1.0) <= _SHORT_SESSION:
+            # The next spare's successor now, while this session's child runs: the worker
+            # has nothing to do meanwhile, and after X it would compete with the client
+            # receiving X and with the next client's start. Only for a short command: a
+            # longer one would share the CPUs with the clone.
+            self._ask(self.spare)
         relay = Relay(self, chan, child.pid, streams)
         try:
             status = relay.loop()
@@ -195,16 +226,27 @@ class ForkRunner:
         chan.send(_wire.EXIT, exit_payload(relay.status, status, self.signals_on))
         chan.flush_some()
         self._last_x = time.monotonic()
+        self._took[cmd.name] = self._last_x - handed
         if relay.error is not None:
             raise relay.error
         gone = chan.eof or chan.dead
+        if self.pending is not None:  # the successor the session's child made as a spare
+            child = self.pending
+            self._read_answer(child, _ANSWER_TIMEOUT)
+            child.ctl.close()
+            child.ctl = None
+            if self.spare is None and self.standby is not None:
+                self.spare, self.standby = self.standby, None
         # The next session's spare: forked once this child has been reaped (reap(), from
         # the idle loop on SIGCHLD), so that its fork does not compete for the CPU with the
         # client still receiving this X; right away when sessions come back to back, so
-        # that it is ready sooner (docs/ngw.md 11.5).
-        self._spare_due = self.prefork and not relay.quit and not gone
-        if self._spare_due and back_to_back:
-            self._fork_spare(rehearse=False)  # the session would interrupt it anyway
+        # that it is ready sooner, and then the spare is asked for its successor at once,
+        # so that the session after it finds one ready too (docs/ngw.md 11.5).
+        self._spare_due = self.prefork and not relay.quit and not gone and self.spare is None
+        if self.prefork and not relay.quit and not gone and back_to_back:
+            if self.spare is None:
+                self._fork_spare(rehearse=False)  # the session would interrupt it anyway
+            self._ask(self.spare)
         self.reap()
         return relay.quit, gone
 
@@ -233,8 +275,87 @@ class ForkRunner:
         self.rehearse_spare = rehearse
         try:
             self.spare = self._fork(None)
+            self.forked += 1
         except OSError as e:
             self.log("ngw: cannot fork the next session's child ahead of time: %s" % e)
+
+    # -- the spare's successor (docs/ngw.md 11.5) ------------------------------------------
+
+    def _ask(self, spare):
+        """Asks `spare` to clone its successor, the standby, if it can and there is none.
+        Not while the learned pages are still being learned (fewer than _pages.FIRST
+        reports when the spare's lineage was forked) and changed since: the copies would
+        carry an empty or early set; the worker forks the next spare instead. Later the
+        set changes little, and a copy's set is renewed whenever the worker forks."""
+        if spare is None or spare.asked or spare.ctl is None or self.standby is not None \
+                or self.cloner is None:
+            return
+        self.pages.absorb()
+        if self.pages.stamp != spare.stamp and spare.stamp < _pages.FIRST:
+            return
+        self.pages.note_fork()
+        payload = marshal.dumps({"clone": True, "sample": self.pages.sample,
+                                 "rehearse": False})
+        try:
+            spare.ctl.setblocking(False)
+            spare.ctl.send(LEN.pack(len(payload)) + payload)  # small: it fits at once
+            spare.asked = True
+        except OSError:
+            pass  # gone: reap() notices
+
+    def _read_answer(self, spare, timeout):
+        """Reads `spare`'s answer to _ask: its successor becomes the standby. With no
+        answer yet (timeout 0) the spare is kept as `pending`, to be read after its X."""
+        ctl = spare.ctl
+        self.pending = None
+        if ctl is None:
+            return
+        buf, fds = bytearray(), []
+        try:
+            ctl.settimeout(timeout)
+            while len(buf) < LEN.size or len(buf) < LEN.size + LEN.unpack_from(buf)[0]:
+                data, ancdata, _, _ = ctl.recvmsg(4096, _ANSWER_SPACE)
+                for level, kind, cdata in ancdata:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        fds.extend(FD.unpack_from(cdata, i)[0]
+                                   for i in range(0, len(cdata) - len(cdata) % 4, 4))
+                if not data:
+                    break
+                buf += data
+        except (BlockingIOError, socket.timeout):
+            if not buf and not fds and timeout == 0:
+                self.pending = spare  # it is still cloning: after its X
+                return
+        except OSError:
+            pass
+        spare.asked = False
+        end = LEN.size + (LEN.unpack_from(buf)[0] if len(buf) >= LEN.size else 0)
+        try:
+            answer = marshal.loads(memoryview(buf)[LEN.size:end]) if len(buf) >= end \
+                else {"pid": None}
+            pid = answer.get("pid")
+        except (EOFError, ValueError, TypeError, AttributeError):
+            pid = None
+        if not pid or len(fds) != 4:
+            close_fds(fds)
+            if pid:
+                self._kill(pid)
+            return
+        streams = [Stream(fds[1], -1, False), Stream(fds[2], -1, False, _wire.STDOUT),
+                   Stream(fds[3], -1, False, _wire.STDERR)]
+        successor = _Forked(pid, socket.socket(fileno=fds[0]), streams, spare.stamp)
+        self.cloned += 1
+        if self.standby is None:
+            self.standby = successor
+        else:  # cannot happen: one request per spare, one standby
+            self._discard(successor)
+
+    def _kill(self, pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.zombies.append(pid)
 
     def _fail(self, chan, message):
         self.log(message.rstrip())
@@ -299,7 +420,7 @@ class ForkRunner:
         for s in streams:
             close_fd(s.child_fd)
             s.child_fd = -1
-        return _Forked(pid, ctl, streams)
+        return _Forked(pid, ctl, streams, self.pages.stamp)
 
     def _session_streams(self, child, info):
         """A spare's pipes, with a pty instead where the session has a terminal: (the
@@ -328,7 +449,9 @@ class ForkRunner:
         payload = marshal.dumps({"command": cmd.name, "info": info.to_wire(),
                                  "fds": [n for n, _ in replaced]})
         data = LEN.pack(len(payload)) + payload
-        ctl, child.ctl = child.ctl, None
+        ctl = child.ctl
+        if child is not self.pending:  # else kept for the answer it owes
+            child.ctl = None
         try:
             ctl.settimeout(_HAND_OVER_TIMEOUT)
             if replaced:
@@ -343,9 +466,17 @@ class ForkRunner:
                      "forking another" % e)
             return False
         finally:
-            ctl.close()
+            if child is not self.pending:
+                ctl.close()
 
     def _discard(self, child):
+        if child.asked:  # its successor, if it made one, goes too
+            self._read_answer(child, _ANSWER_TIMEOUT)
+            if self.standby is not None:
+                standby, self.standby = self.standby, None
+                self._discard(standby)
+        if child is self.pending:
+            self.pending = None
         if child.ctl is not None:
             child.ctl.close()
             child.ctl = None
@@ -362,13 +493,14 @@ class ForkRunner:
         """Before an in-process session: it may change the worker, and a child forked
         before that change would not see what a child forked at session time sees."""
         self._spare_due = False
-        if self.spare is not None:
-            spare, self.spare = self.spare, None
-            self._discard(spare)
+        for spare in (self.standby, self.spare):
+            if spare is not None:
+                self._discard(spare)
+        self.spare = self.standby = None
 
     def watching(self):
         """Whether the idle loop should watch wake_r (SIGCHLD) and call reap()."""
-        return self.spare is not None or bool(self.zombies)
+        return self.spare is not None or self.standby is not None or bool(self.zombies)
 
     def reap(self):
         """Reaps what has exited, without blocking; notices a spare that died."""
@@ -380,24 +512,36 @@ class ForkRunner:
                 done = pid
             if done:
                 self.zombies.remove(pid)
-        if self._spare_due and not self.zombies:
-            self._fork_spare()
-        if self.spare is not None:
+        for which in ("standby", "spare"):
+            spare = getattr(self, which)
+            if spare is None:
+                continue
             try:
-                done, st = os.waitpid(self.spare.pid, os.WNOHANG)
+                done, st = os.waitpid(spare.pid, os.WNOHANG)
             except ChildProcessError:
-                done, st = self.spare.pid, 0
+                done, st = spare.pid, 0
             if done:
                 self.log("ngw: the session child forked ahead of time exited (status %d)"
                          % exit_code_of_status(st))
-                spare, self.spare = self.spare, None
-                spare.ctl.close()
+                setattr(self, which, None)
+                if spare.asked:  # it may have cloned a successor before it went
+                    self._read_answer(spare, 0.0)
+                    self.pending = None
+                if spare.ctl is not None:
+                    spare.ctl.close()
                 close_streams(spare.streams)
+        if self.spare is None and self.standby is not None:
+            self.spare, self.standby = self.standby, None
+        if self._spare_due and not self.zombies and self.spare is None:
+            self._fork_spare()
 
     def shutdown(self):
         """The worker is exiting: ends the spare and reaps every child (bounded wait)."""
         self.discard_spare()
         self._spare_due = False
+        if self.cloned:
+            self.log("ngw: fork mode: %d spares forked by the worker, %d cloned by spares"
+                     % (self.forked, self.cloned))
         deadline = time.monotonic() + 2.0
         while self.zombies:
             self.reap()
@@ -436,5 +580,11 @@ class ForkRunner:
         """The worker's descriptors that a child closes first thing: its plumbing, and
         the client descriptors it holds for sessions not yet started."""
         held = self.held_fds() if self.held_fds is not None else []
+        spares = []
+        for spare in (self.spare, self.standby, self.pending):
+            if spare is not None:
+                if spare.ctl is not None:
+                    spares.append(spare.ctl.fileno())
+                spares.extend(st.fd for st in spare.streams or ())
         return [self.wake_r.fileno(), self.wake_w.fileno(), self.report_r,
-                self.report_w] + self.pages.fds() + self.private_fds + held
+                self.report_w] + self.pages.fds() + self.private_fds + held + spares
