@@ -439,6 +439,32 @@ class Extensions(unittest.TestCase):
             self.assertLess(r.sends, 40, command)  # not one round trip per chunk
             self.assertTrue(r.eof_sent)
 
+    def test_stdio_objects_on_taken_descriptors_are_a_fresh_forks(self):
+        # A spare builds sys.stdin/stdout/stderr ahead of time on its pipes, and on the
+        # null device; a session on the client's descriptors keeps those only where they
+        # are what a child forked at session time builds (docs/ngw.md 11.1 step 8).
+        r_, w_ = os.pipe()
+        nul = os.open(os.devnull, os.O_RDWR)
+        fd, path = tempfile.mkstemp(dir=self.tmp)
+        os.write(fd, b"hello")  # at offset 5
+        sa, sb = socket.socketpair()
+        try:
+            combos = [[r_, w_, w_], [nul, nul, nul], [nul, fd, nul], [sa.fileno()] * 2 + [nul],
+                      [r_, w_, fd], [nul, w_, nul]]
+            for fds in combos:
+                self.assertEqual(self.w.run("cat", stdin=b"").code, 0)  # no spare now
+                _, cold = self.probe(fds)  # forked at session time
+                for _ in range(3):  # the spare, then (back to back) perhaps its successor
+                    _, warm = self.probe(fds)
+                    self.assertEqual(cold["stdio"], warm["stdio"], fds)
+                if fds[1] == fd:
+                    self.assertEqual(cold["stdio"][1]["tell"], 5)
+        finally:
+            for x in (r_, w_, nul, fd):
+                os.close(x)
+            sa.close()
+            sb.close()
+
     def test_windowed_read_ahead_is_bounded(self):
         data = b"".join(b"line %d\n" % i for i in range(500000))  # ~6 MiB
         r = self.w.run("fline", env=client_env(), stdin=data, chunk=128 << 10)

@@ -266,6 +266,24 @@ def _size(fd):
         return None
 
 
+def _stdio_state(f):
+    """What a program can see of a sys.std* object (None if there is none)."""
+    if f is None:
+        return None
+
+    def ask(fn):
+        try:
+            return fn()
+        except (OSError, ValueError) as e:
+            return type(e).__name__
+
+    return {"seekable": ask(f.seekable), "tell": ask(f.buffer.tell), "isatty": ask(f.isatty),
+            "line_buffering": f.line_buffering, "write_through": f.write_through,
+            "encoding": f.encoding, "errors": f.errors, "mode": f.mode,
+            "buffer": type(f.buffer).__name__, "raw_seekable": ask(f.buffer.raw.seekable),
+            "name": f.buffer.raw.name, "fileno": ask(f.fileno)}
+
+
 @ngw.command("fprobe", fork=True)
 def fprobe(ctx):
     """Writes what it runs on to the file args[0] (its fds may be anything), then writes
@@ -282,6 +300,7 @@ def fprobe(ctx):
         "sigterm": _handler(signal.SIGTERM), "sigpipe": _handler(signal.SIGPIPE),
         "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
         "nailgun_tty": {k: v for k, v in ctx.nailgun_env.items() if "TTY" in k},
+        "stdio": [_stdio_state(f) for f in (sys.stdin, sys.stdout, sys.stderr)],
     }
     with open(ctx.args[0], "w") as f:
         json.dump(report, f)

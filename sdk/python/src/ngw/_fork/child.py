@@ -85,6 +85,7 @@ class Child:
         # With `signals`, the process group is chosen with the session (docs/ngw.md 15.5).
         self._job_control = runner.signals_on
         self._cloner = runner.cloner  # a spare clones its successor (11.5) with it
+        self._null_stdio = None  # a spare's stdio objects for the null device on fds 0-2
         self._worker_pgrp = runner.pgrp
         self._rbuf = bytearray()  # what a spare read from its socket past one message
         self._rfds = []  # descriptors that came with it
@@ -152,12 +153,17 @@ class Child:
         # A spare: its pipes become fds 0-2 and sys.stdin/stdout/stderr are built on them
         # now, as for a session whose streams are all pipes (most are); the session
         # replaces what differs.
+        env = stdio.stdio_env(self.stdio_key)
+        try:
+            self._null_stdio = stdio.null_stdio(env, self._worker_stdio)
+        except OSError:
+            self._null_stdio = None
         for n, s in enumerate(streams):
             os.dup2(s.child_fd, n)
         for s in streams:
             if s.child_fd > 2:
                 os.close(s.child_fd)
-        stdio.install_stdio(stdio.stdio_env(self.stdio_key), self._worker_stdio)
+        stdio.install_stdio(env, self._worker_stdio)
         ctl.setblocking(True)
         if self._rehearse_spare:
             try:
@@ -198,7 +204,9 @@ class Child:
         buf, fds = self._rbuf, self._rfds
         while len(buf) < LEN.size or len(buf) < LEN.size + LEN.unpack_from(buf)[0]:
             try:
-                data, ancdata, _, _ = ctl.recvmsg(1 << 20, CMSG_SPACE)
+                # 64 KiB: a session record is most often smaller, and a bigger buffer
+                # would be a fresh mapping for every read
+                data, ancdata, _, _ = ctl.recvmsg(1 << 16, CMSG_SPACE)
             except OSError:
                 os._exit(0)
             if not data:
@@ -264,9 +272,34 @@ class Child:
             _exact.cold_exec(cmd.cold + list(info.args), info.env, ignored)
         self._set_environ(info.env)
         _argv.apply([cmd.argv0] + list(info.args))
-        if not prebuilt or fds or taken or stdio.stdio_key(info.env) != self.stdio_key:
+        if not prebuilt or stdio.stdio_key(info.env) != self.stdio_key:
             stdio.install_stdio(info.env, self._worker_stdio)
+        elif fds or taken:
+            self._session_stdio(info.env)
         sigmask(signal.SIG_SETMASK, ())
+
+    def _session_stdio(self, env):
+        """A spare's sys.stdin/stdout/stderr for descriptors other than its pipes: its
+        prebuilt objects where they are what make_stdio() would build on the session's
+        descriptor (a pipe or socket: the pipe objects; the null device: those built on
+        it), new ones for the rest (terminals, files, closed descriptors)."""
+        current = (sys.stdin, sys.stdout, sys.stderr)
+        made, rebuild = [], []
+        for n in range(3):
+            kind = stdio.fd_kind(n)
+            if kind == "pipe":
+                made.append(current[n])
+            elif kind == "null" and self._null_stdio is not None:
+                made.append(self._null_stdio[n])
+            else:
+                made.append(None)
+                rebuild.append(n)
+        if rebuild:
+            fresh = stdio.make_stdio(env, self._worker_stdio, rebuild)
+            for n in rebuild:
+                made[n] = fresh[n]
+        if made != list(current):
+            stdio.install_stdio(env, self._worker_stdio, made)
 
     def _set_environ(self, env):
         """Replaces os.environ (and os.environb, which shares its data) and the C

@@ -6,6 +6,7 @@ start-up (docs/ngw.md 11.1 step 8)."""
 import fcntl
 import io
 import os
+import stat
 import struct
 import sys
 import termios
@@ -141,12 +142,49 @@ def rebuild_stdio(info):
     install_stdio(info.env, worker_stdio())
 
 
-def install_stdio(env, inherited):
+try:
+    _NULL_RDEV = os.stat(os.devnull).st_rdev
+except OSError:  # pragma: no cover
+    _NULL_RDEV = None
+
+
+def fd_kind(fd):
+    """Which of a spare's prebuilt objects is what make_stdio() would build on `fd` now:
+    "pipe" for a pipe, FIFO or socket (never a terminal, never seekable: what the spare's
+    own pipes are), "null" for the null device (seekable, always at offset 0, not a
+    terminal), None for anything else (a terminal, a file at some offset, closed)."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+        return "pipe"
+    if stat.S_ISCHR(st.st_mode) and _NULL_RDEV is not None and st.st_rdev == _NULL_RDEV:
+        return "null"
+    return None
+
+
+def null_stdio(env, inherited):
+    """In a spare, before its pipes go on fds 0-2: the objects make_stdio() builds when
+    fds 0-2 are the null device, for sessions whose descriptors are (`ng ... >/dev/null`).
+    Built with the null device on fds 0-2 for the while; fds 0-2 are left on it."""
+    fd = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        for n in range(3):
+            os.dup2(fd, n)
+    finally:
+        if fd > 2:
+            os.close(fd)
+    return make_stdio(env, inherited)
+
+
+def install_stdio(env, inherited, made=None):
     """New sys.stdin/stdout/stderr on fds 0-2, built the way CPython builds them at startup
     (line buffering on terminals, stderr always line-buffered, PYTHONUNBUFFERED and
     PYTHONIOENCODING from the client's environment; otherwise the worker's encoding); None
-    for a closed descriptor."""
-    made = make_stdio(env, inherited)
+    for a closed descriptor. `made`: the three objects, when the caller has them."""
+    if made is None:
+        made = make_stdio(env, inherited)
     # Objects that preloaded modules may still hold also write to fds 0-2 now; flush
     # them at exit like the new ones.
     _pyexit.also_flush.extend(f for f in (sys.stdout, sys.__stdout__) if f is not None)
@@ -156,12 +194,16 @@ def install_stdio(env, inherited):
     sys.stderr = sys.__stderr__ = made[2]
 
 
-def make_stdio(env, inherited):
+def make_stdio(env, inherited, only=(0, 1, 2)):
+    """The objects for fds 0-2 (for the fds not in `only`: None)."""
     unbuffered = bool(env.get("PYTHONUNBUFFERED"))
     enc_override, _, err_override = env.get("PYTHONIOENCODING", "").partition(":")
     made = []
     names = ("<stdin>", "<stdout>", "<stderr>")
     for fd, name, (old_encoding, old_errors) in zip((0, 1, 2), names, inherited):
+        if fd not in only:
+            made.append(None)
+            continue
         try:
             os.fstat(fd)
         except OSError:  # closed (the client's map left it out): None, as CPython has it
