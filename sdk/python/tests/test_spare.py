@@ -41,7 +41,9 @@ def dead(pid):
     return st is None or st[0] == "Z"
 
 
-class Spare(unittest.TestCase):
+class _WorkerCase(unittest.TestCase):
+    """A fresh worker per test (the basic test worker, with `env_extra`)."""
+
     env_extra = {}
 
     def setUp(self):
@@ -51,6 +53,9 @@ class Spare(unittest.TestCase):
 
     def tearDown(self):
         self.w.stop()
+
+
+class Spare(_WorkerCase):
 
     def children(self):
         """The worker's children that are not zombies."""
@@ -193,22 +198,8 @@ class NoPrefork(Spare):
     test_tty_stdin_from_a_spare = None
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
-class _Sessions(unittest.TestCase):
+class _Sessions(_WorkerCase):
     """A worker and back-to-back fork-mode sessions."""
-
-    env_extra = {}
-
-    def setUp(self):
-        self.w = driver.Worker([sys.executable, BASIC], env=driver.worker_env(self.env_extra))
-        self.w.hello()
-        self.env = client_env()
-
-    def tearDown(self):
-        self.w.stop()
 
     def ident(self, **kw):
         r = self.w.run("fident", env=self.env, **kw)
@@ -305,3 +296,7 @@ class SuccessorOff(_Sessions):
         self.assertEqual(len(self.spares()), 1)  # the spare, no successor
         self.assertEqual(self.counts()[1], 0)
         self.assertIn("spares are forked by the worker only (NGW_CLONE=0)", self.w.log())
+
+
+if __name__ == "__main__":
+    unittest.main()
