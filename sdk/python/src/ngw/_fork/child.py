@@ -31,6 +31,9 @@ if hasattr(signal, "SIGXFSZ"):
 #: In a child: what must outlive it (the C environment's strings), and what it need not
 #: free (the worker's os.environ data: freeing it writes to memory shared with the worker).
 _KEEP = []
+#: A spare's answer when its session came before it could clone its successor: the usual
+#: case under load, not worth a log line.
+_SESSION_FIRST = "its session came first"
 #: Seconds a spare waits for the successor it cloned to say it is ready.
 _SUCCESSOR_START = 2.0
 
@@ -345,7 +348,7 @@ class Child:
         if self._cloner is None:
             why = "cloning is off"
         elif self._rbuf or select.select([ctl], [], [], 0)[0]:
-            why = "its session came first"
+            why = _SESSION_FIRST
         elif not self._cloner.ready():
             why = "it has threads"
         else:

@@ -15,7 +15,7 @@ from .. import _pages, _rules, _wire
 from .._channel import close_fds
 from .._signals import exit_payload
 from . import stdio
-from .child import Child
+from .child import _SESSION_FIRST, Child
 from .common import FD, LEN, REPORT, Cloner, libc_handle, load_libc, sigmask
 from .relay import Relay, exit_code_of_status
 from .stdio import (Stream, close_fd, close_streams, configure_pty, make_streams,
@@ -96,6 +96,7 @@ class ForkRunner:
         self.cloner = Cloner.probe(log) if prefork else None
         self.forked = self.cloned = 0  # spares the worker forked, and spares cloned
         self._took = {}  # command name -> its last session's hand-over to X, in seconds
+        self._warned_clone = set()
         self._spare_due = False  # fork a spare once the previous session's child is reaped
         self._last_x = None  # when the last fork-mode session ended (time.monotonic())
         self.rehearse_spare = True
@@ -227,9 +228,6 @@ class ForkRunner:
         chan.flush_some()
         self._last_x = time.monotonic()
         self._took[cmd.name] = self._last_x - handed
-        if relay.error is not None:
-            raise relay.error
-        gone = chan.eof or chan.dead
         if self.pending is not None:  # the successor the session's child made as a spare
             child = self.pending
             self._read_answer(child, _ANSWER_TIMEOUT)
@@ -237,6 +235,9 @@ class ForkRunner:
             child.ctl = None
             if self.spare is None and self.standby is not None:
                 self.spare, self.standby = self.standby, None
+        if relay.error is not None:
+            raise relay.error
+        gone = chan.eof or chan.dead
         # The next session's spare: forked once this child has been reaped (reap(), from
         # the idle loop on SIGCHLD), so that its fork does not compete for the CPU with the
         # client still receiving this X; right away when sessions come back to back, so
@@ -334,8 +335,13 @@ class ForkRunner:
             answer = marshal.loads(memoryview(buf)[LEN.size:end]) if len(buf) >= end \
                 else {"pid": None}
             pid = answer.get("pid")
+            why = answer.get("why")
         except (EOFError, ValueError, TypeError, AttributeError):
-            pid = None
+            pid = why = None
+        if why and why != _SESSION_FIRST and why not in self._warned_clone:
+            self._warned_clone.add(why)
+            self.log("ngw: a spare did not clone its successor: %s; the worker forks the "
+                     "next spare" % why)
         if not pid or len(fds) != 4:
             close_fds(fds)
             if pid:
