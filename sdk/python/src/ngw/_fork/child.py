@@ -370,14 +370,16 @@ class Child:
             close_fd(s.child_fd)
         if theirs is not None:
             theirs.close()
+        give = [ours.fileno()] + [s.fd for s in streams] if pid else []
         if pid and not _ready(ours):
+            # Killed, and its pid sent without descriptors: the worker, its parent,
+            # reaps it.
             why = "its successor did not start"
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-            pid = None
-        give = [ours.fileno()] + [s.fd for s in streams] if pid else []
+            give = []
         payload = marshal.dumps({"pid": pid, "why": why})
         data = LEN.pack(len(payload)) + payload
         try:
@@ -428,11 +430,6 @@ class Child:
         self._rfds = []
         self._pages.sample = bool(request.get("sample"))
         self._pages.prefaulted = False
-        if request.get("rehearse"):
-            try:
-                self._rehearse(ctl)
-            except Exception:
-                pass
 
     def _rehearse(self, ctl):
         """In a spare, before it waits: the session set-up's work once, on stand-in data,

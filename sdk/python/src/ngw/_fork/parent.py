@@ -295,8 +295,7 @@ class ForkRunner:
         if self.pages.stamp != spare.stamp and spare.stamp < _pages.FIRST:
             return
         self.pages.note_fork()
-        payload = marshal.dumps({"clone": True, "sample": self.pages.sample,
-                                 "rehearse": False})
+        payload = marshal.dumps({"clone": True, "sample": self.pages.sample})
         try:
             spare.ctl.setblocking(False)
             spare.ctl.send(LEN.pack(len(payload)) + payload)  # small: it fits at once
@@ -342,7 +341,7 @@ class ForkRunner:
             self._warned_clone.add(why)
             self.log("ngw: a spare did not clone its successor: %s; the worker forks the "
                      "next spare" % why)
-        if not pid or len(fds) != 4:
+        if not pid or len(fds) != 4:  # none, or one the spare gave up on: killed here, reaped
             close_fds(fds)
             if pid:
                 self._kill(pid)
