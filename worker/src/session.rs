@@ -380,6 +380,11 @@ impl Session {
     /// Tells ngd the command stopped itself with signal `name` (`z`, `signals`): ngd stops
     /// the client too and continues the command with [`Interrupt::Signal`] `SIGCONT` once
     /// the client is resumed. `Ok(false)` when `signals` was not negotiated (nothing sent).
+    ///
+    /// Not for a stop that answers a forwarded stop signal: between an
+    /// [`Interrupt::Signal`] `SIGTSTP` (`SIGTTIN`, `SIGTTOU`, `SIGSTOP`) and the next
+    /// `SIGCONT` the client is stopped already, and a report that reaches it after it was
+    /// continued would stop it again (`docs/ngw.md` §15.5).
     pub fn stopped(&self, name: &str) -> io::Result<bool> {
         if !self.negotiated().signals {
             return Ok(false);

@@ -623,14 +623,19 @@ impl Bridge {
         }
         let (wait_tx, wait_rx) = unbounded();
         std::thread::spawn(move || wait_reporting_stops(pid, &wait_tx));
+        // The client forwarded a stop and has not been continued: it stopped itself, so
+        // the plugin's stop is not reported back (a late `z` would stop it again).
+        let mut client_stopped = false;
         let status = loop {
             crossbeam_channel::select! {
                 recv(wait_rx) -> w => match w {
-                    Ok(Waited::Stopped(sig)) => {
+                    // A stop the waiter saw before a SIGCONT was sent is over already.
+                    Ok(Waited::Stopped(sig)) if !client_stopped && is_stopped(pid) => {
                         if let Some(name) = ngw::signal_name(sig) {
                             let _ = s.stopped(name);
                         }
                     }
+                    Ok(Waited::Stopped(_)) => {}
                     Ok(Waited::Exited(st)) => break Some(st),
                     Err(_) => break None,
                 },
@@ -642,6 +647,13 @@ impl Bridge {
                         Ok(ngw::Interrupt::Hangup) => (Some(libc::SIGHUP), true),
                         Err(_) => (None, true),
                     };
+                    match sig {
+                        Some(libc::SIGCONT) => client_stopped = false,
+                        Some(libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU | libc::SIGSTOP) => {
+                            client_stopped = true;
+                        }
+                        _ => {}
+                    }
                     // SAFETY: signalling the plugin's own group (as a terminal would) or
                     // process; it is not reaped before the waiter reports it.
                     match sig {
@@ -674,6 +686,17 @@ enum Waited {
     Stopped(libc::c_int),
     /// It ended.
     Exited(std::process::ExitStatus),
+}
+
+/// Whether process `pid` is stopped now (`T` in `/proc/<pid>/stat`): a `SIGCONT` has
+/// made it runnable by the time `kill` returns.
+fn is_stopped(pid: libc::pid_t) -> bool {
+    std::fs::read(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.iter()
+            .rposition(|&b| b == b')')
+            .and_then(|at| stat.get(at + 2))
+            == Some(&b'T')
+    })
 }
 
 /// Waits for process `pid` (our child, never waited on elsewhere), reporting stops,

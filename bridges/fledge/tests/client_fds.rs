@@ -302,6 +302,61 @@ fn a_stop_is_reported_and_sigcont_resumes_it() {
     assert_eq!(text.join().unwrap(), "continued\n");
 }
 
+/// The children of `parent` that are stopped (`T`), from `/proc`.
+fn stopped_children(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split(' ').collect();
+        if fields.first() == Some(&"T") && fields.get(1) == Some(&parent.to_string().as_str()) {
+            found.extend(
+                entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.parse::<u32>().ok()),
+            );
+        }
+    }
+    found
+}
+
+#[test]
+fn a_forwarded_stop_stops_the_plugin_and_is_not_reported_back() {
+    let w = World::new();
+    let mut d = bridge(&w);
+    let bridge_pid = d.child().unwrap().id();
+    let (mut r, wr) = pipe();
+    let id = d
+        .start(&request(&w, "sig", &["wait"]).fds(vec![wr.into()], "1"))
+        .unwrap();
+    let mut ready = [0u8; 6];
+    r.read_exact(&mut ready).unwrap();
+    d.interrupt(id, "SIGTSTP").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while stopped_children(bridge_pid).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the plugin never stopped"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The client stopped itself when it forwarded the stop: the plugin's is not reported.
+    d.interrupt(id, "SIGCONT").unwrap();
+    d.interrupt(id, "SIGTERM process").unwrap();
+    let out = d.finish(id).unwrap();
+    let mut rest = String::new();
+    r.read_to_string(&mut rest).unwrap();
+    assert_eq!(
+        (out.stops.as_slice(), rest.as_str(), out.code),
+        (&[][..], "got TERM\n", 7)
+    );
+}
+
 #[test]
 fn a_window_size_and_a_process_signal_reach_the_plugin() {
     let w = World::new();

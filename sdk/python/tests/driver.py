@@ -244,7 +244,7 @@ class Worker:
     def run(self, command, args=(), env=None, cwd=None, umask=0o022, tty=(0, 0, 0),
             stdin=b"", chunk=2048, interrupt=None, interrupt_after=None, interrupt_on=None,
             stall=None, timeout=60, extra=(), discard_after_interrupt=False, fds=None,
-            fd_map=None, continue_stops=False, interrupt_when=None, on_stop=None):
+            fd_map=None, continue_stops=False, interrupt_when=None, on_stop=None, tick=None):
         """One whole session. stdin: bytes sent in `chunk`-sized `0`s, one per `S`, then
         `.`; None means the client never has input (S is left unanswered). interrupt: the
         `i` payload, sent `interrupt_after` seconds after C, or when `interrupt_on` shows
@@ -252,7 +252,8 @@ class Worker:
         interrupt, if any, is sent). fds, fd_map: see start(); continue_stops: answer
         each `z` with `i SIGCONT`; on_stop(name): called for each `z` instead;
         interrupt_when: a function, called every 20 ms, that says when to send the
-        interrupt. With `stdin-window`, a windowed S is answered with `chunk`-sized `0`s
+        interrupt; tick(res): called every 20 ms or so, to act mid-session (send more
+        `i`). With `stdin-window`, a windowed S is answered with `chunk`-sized `0`s
         within its count, then `.` at end of file."""
         t0 = time.monotonic()
         self.start(command, args, env, cwd, umask, tty, extra, fds, fd_map)
@@ -285,6 +286,9 @@ class Worker:
             if interrupt is not None and not sent_interrupt and interrupt_after is not None:
                 wait = min(wait, max(0.0, t0 + interrupt_after - now))
             if interrupt is not None and not sent_interrupt and interrupt_when is not None:
+                wait = min(wait, 0.02)
+            if tick is not None:
+                tick(res)
                 wait = min(wait, 0.02)
             try:
                 c = self.read_chunk(wait)

@@ -24,6 +24,8 @@ _READ_SIZE = _wire.MAX_OUTPUT_CHUNK
 #: With `stdin-window`: the most stdin the worker asks for ahead of the child (docs/ngw.md
 #: 15.6); topped up once less than half of it is outstanding or waiting for the pipe.
 STDIN_WINDOW = 256 << 10
+# Signals whose default action stops a process.
+_STOPS = frozenset((signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGSTOP))
 
 
 def exit_code_of_status(status):
@@ -46,6 +48,9 @@ class Relay:
         self.status = None  # wait status, from waitpid() or the child's exit report
         self.reaped = False
         self.stopped = False  # stopped (WUNTRACED, `signals`) and not continued since
+        # The client forwarded a stop signal and has not forwarded SIGCONT since: it stopped
+        # itself already, so a stop of the command is not reported back to it.
+        self.client_stopped = False
         self.stdin = streams[0] if streams else Stream(-1, -1, False)
         self.stdin_buf = bytearray()
         self.stdin_done = not streams  # no more S: EOF relayed, stdin closed, or hangup
@@ -148,11 +153,14 @@ class Relay:
             if not pid:
                 return
             if os.WIFSTOPPED(st):
-                # The command stopped (itself, or a forwarded SIGTSTP): ngd stops the
-                # client and continues the command with `i SIGCONT` (docs/ngw.md 15.5).
+                # The command stopped itself: ngd stops the client and continues the
+                # command with `i SIGCONT` (docs/ngw.md 15.5). A stop that answers the
+                # client's own is not reported: by the time ngd read it, the client could
+                # have been continued, and it would stop again.
                 self.stopped = True
-                name = signal_name(os.WSTOPSIG(st)) or "SIGSTOP"
-                self.chan.send(_wire.STOPPED, name.encode())
+                if not self.client_stopped:
+                    name = signal_name(os.WSTOPSIG(st)) or "SIGSTOP"
+                    self.chan.send(_wire.STOPPED, name.encode())
                 continue
             self.status = st
             self.reaped = True
@@ -190,6 +198,9 @@ class Relay:
             self.kill_at = time.monotonic() + self.runner.kill_grace
         if what.signum == signal.SIGCONT:
             self.stopped = False
+            self.client_stopped = False
+        elif what.kind == "signal" and what.signum in _STOPS:
+            self.client_stopped = True
         if what.process:
             try:
                 os.kill(self.pid, what.signum)
