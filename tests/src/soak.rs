@@ -35,6 +35,10 @@ use ng_testkit::procfs;
 
 /// The plugin's `min_workers`: the pool an idle server is back to.
 pub const MIN_WORKERS: usize = 1;
+/// The children an idle worker may keep: the SDK's spare (the next fork-mode session's
+/// child, forked ahead of time) and, after sessions that came back to back, the spare's
+/// successor, which it cloned for the session after (docs/ngw.md §11.5).
+pub const IDLE_CHILDREN_PER_WORKER: usize = 2;
 /// The plugin's `max_workers`.
 pub const MAX_WORKERS: usize = 4;
 /// The plugin's `idle_timeout_ms`: how soon the extra workers stop once the load ends.
@@ -506,8 +510,8 @@ pub struct Vitals {
     pub cpu_ticks: u64,
     /// Its children: the plugin's workers.
     pub workers: usize,
-    /// The workers' children: fork-mode session children, and at idle the SDK's spare (the
-    /// next session's child, forked ahead of time; at most one per worker).
+    /// The workers' children: fork-mode session children, and at idle the SDK's spare and
+    /// its successor (at most [`IDLE_CHILDREN_PER_WORKER`] per worker).
     pub children: usize,
     /// Processes below those (what session children started).
     pub deeper: usize,
@@ -536,8 +540,9 @@ pub fn vitals(server: &PluginServer) -> Vitals {
     }
 }
 
-/// Waits until `ngd` is idle: the pool back to [`MIN_WORKERS`], each worker with at most one
-/// child (its spare) and nothing below, descriptors (equal to `want_fds`, when given) and
+/// Waits until `ngd` is idle: the pool back to [`MIN_WORKERS`], each worker with at most
+/// [`IDLE_CHILDREN_PER_WORKER`] children (its spare and the spare's successor) and nothing
+/// below, descriptors (equal to `want_fds`, when given) and
 /// CPU time unchanged for 1 s. Returns the last vital signs, how long it waited, and whether
 /// it got there within `timeout`.
 pub fn settle(
@@ -552,7 +557,7 @@ pub fn settle(
         let now_vitals = vitals(server);
         let now = Instant::now();
         let quiet = now_vitals.workers == MIN_WORKERS
-            && now_vitals.children <= now_vitals.workers
+            && now_vitals.children <= now_vitals.workers * IDLE_CHILDREN_PER_WORKER
             && now_vitals.deeper == 0
             && want_fds.is_none_or(|want| now_vitals.fds == want);
         let same = last.is_some_and(|l| {
