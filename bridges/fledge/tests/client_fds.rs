@@ -302,6 +302,19 @@ fn a_stop_is_reported_and_sigcont_resumes_it() {
     assert_eq!(text.join().unwrap(), "continued\n");
 }
 
+/// Starts `sig wait` with fd 1 on a pipe and waits for its `ready`: the session and the
+/// pipe's read end.
+fn sig_waiting(w: &World, d: &mut Driver) -> (u64, File) {
+    let (mut r, wr) = pipe();
+    let id = d
+        .start(&request(w, "sig", &["wait"]).fds(vec![wr.into()], "1"))
+        .unwrap();
+    let mut ready = [0u8; 6];
+    r.read_exact(&mut ready).unwrap();
+    assert_eq!(&ready, b"ready\n");
+    (id, r)
+}
+
 /// The children of `parent` that are stopped (`T`), from `/proc`.
 fn stopped_children(parent: u32) -> Vec<u32> {
     let mut found = Vec::new();
@@ -330,12 +343,7 @@ fn a_forwarded_stop_stops_the_plugin_and_is_not_reported_back() {
     let w = World::new();
     let mut d = bridge(&w);
     let bridge_pid = d.child().unwrap().id();
-    let (mut r, wr) = pipe();
-    let id = d
-        .start(&request(&w, "sig", &["wait"]).fds(vec![wr.into()], "1"))
-        .unwrap();
-    let mut ready = [0u8; 6];
-    r.read_exact(&mut ready).unwrap();
+    let (id, mut r) = sig_waiting(&w, &mut d);
     d.interrupt(id, "SIGTSTP").unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while stopped_children(bridge_pid).is_empty() {
@@ -361,13 +369,7 @@ fn a_forwarded_stop_stops_the_plugin_and_is_not_reported_back() {
 fn a_window_size_and_a_process_signal_reach_the_plugin() {
     let w = World::new();
     let mut d = bridge(&w);
-    let (mut r, wr) = pipe();
-    let id = d
-        .start(&request(&w, "sig", &["wait"]).fds(vec![wr.into()], "1"))
-        .unwrap();
-    let mut ready = [0u8; 6];
-    r.read_exact(&mut ready).unwrap();
-    assert_eq!(&ready, b"ready\n");
+    let (id, mut r) = sig_waiting(&w, &mut d);
     // A resize reaches the plugin as SIGWINCH.
     d.interrupt(id, "winsize 120 40 0 0").unwrap();
     let mut winch = [0u8; 10];
