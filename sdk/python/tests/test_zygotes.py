@@ -85,6 +85,18 @@ def alive(pid):
     return stat[stat.rindex(")") + 2] != "Z"
 
 
+def is_sub_zygote(pid):
+    """Whether `pid` was started as a sub-zygote: the worker starts those with
+    NGW_ZYGOTE_KEY in their environment; its spares and session children are forks of
+    it, with its environment."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            environ = f.read().split(b"\0")
+    except OSError:
+        return False
+    return any(entry.startswith(b"NGW_ZYGOTE_KEY=") for entry in environ)
+
+
 def wait_gone(pid, timeout=10):
     deadline = time.monotonic() + timeout
     while alive(pid) and time.monotonic() < deadline:
@@ -256,10 +268,10 @@ class Zygotes(unittest.TestCase):
             self.assertTrue(wait_gone(pid), pid)
 
     def sub_zygotes(self):
-        """The worker's live children in its own session: its sub-zygotes (a forked
-        child, warm or cold, has a session of its own)."""
+        """The worker's live sub-zygotes. Not told apart by their session: a spare the
+        worker has just forked is in the worker's session until it makes its own."""
         return [pid for pid, state in driver.worker_pids_children(self.w.proc.pid)
-                if state != "Z" and os.getsid(pid) != pid]
+                if state != "Z" and is_sub_zygote(pid)]
 
     def test_stale_code_retires_the_worker_with_its_sub_zygotes(self):
         sub = self.warm_in_sub_zygote("1")["ppid"]
