@@ -1,6 +1,7 @@
-"""Adaptive preloading of compiled regular expressions (docs/ngw.md 12.5): a child's
-report of the patterns it compiled, the worker's compiling of them into `re`'s cache, the
-bound, the cache file, and a real worker whose next child finds them cached.
+"""Adaptive preloading of compiled regular expressions and memo keys (docs/ngw.md 12.5): a
+child's report of the patterns it compiled and the keys its memos lacked, the worker's
+compiling and filling of them, the bounds, the cache file, and real workers whose next
+child finds them.
 
 The unit tests use `ngw._adaptive` directly, a child's side in a forked process (so that
 this process's `re` cache is the "zygote's"); the worker tests spawn
@@ -293,7 +294,8 @@ class Worker(unittest.TestCase):
                 deadline = time.monotonic() + 20
                 while "precompiled" not in w.log() and time.monotonic() < deadline:
                     time.sleep(0.05)
-                self.assertRegex(w.log(), r"ngw: precompiled [3-9] patterns that sessions")
+                self.assertRegex(w.log(), r"ngw: precompiled [3-9] patterns and memo keys that "
+                                          r"sessions")
                 self.assertIn("not precompiling the pattern", w.log())
                 second = w.run("rx", [t], env=env)
                 self.assertEqual((bytes(second.stdout), second.code),
@@ -321,6 +323,159 @@ class Worker(unittest.TestCase):
                 r = w.run("rx", [t], env=env)
                 self.assertEqual(bytes(r.stdout), b"[True, True, True] 42\n")
                 self.assertIn(warning, bytes(r.stderr))
+                w.quit()
+            finally:
+                w.close()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class Memos(unittest.TestCase):
+    """`ngw.memo_learner`: a child reports the keys its memo lacked, the worker fills them
+    (or excludes them, with the memo's reason), and they are kept in the cache file."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ngw-adaptive-memo-")
+        self.log = Recorder()
+        self.learner = _adaptive.Learner(self.log, os.path.join(self.tmp, "preload.json"))
+        self.name = "test-" + token()
+        self.memo = {}
+        self.missed = []
+
+        def fill(key):
+            if key == ["bad"]:
+                return "bad key"
+            if key == ["raises"]:
+                raise ValueError("no")
+            self.memo[json.dumps(key)] = len(self.memo)
+            return None
+
+        _adaptive.memo_learner(self.name, lambda: list(self.missed), fill)
+
+    def tearDown(self):
+        _adaptive.MEMOS.pop(self.name, None)
+        os.close(self.learner.r)
+        os.close(self.learner.w)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_reported_filled_excluded_and_kept(self):
+        keys = [["a", [True, "é"], False], ["bad"], ["raises"], {"x": 1}, "a\nb"]
+        in_child(self.learner, lambda: self.missed.extend(keys + ["z" * 5000, float("nan")]))
+        self.assertEqual(len(self.learner.memo_queue), 5)  # too long, not JSON: dropped
+        self.assertEqual(self.learner.compile_patterns(), 3)
+        self.assertEqual(sorted(self.memo), sorted(json.dumps(k) for k in
+                                                   [keys[0], keys[3], keys[4]]))
+        self.assertEqual(len(self.learner.memo_excluded), 2)
+        self.assertTrue(any("bad key" in line for line in self.log.lines), self.log.lines)
+        self.assertTrue(any("ValueError: no" in line for line in self.log.lines))
+        # Reported again: learned or excluded, nothing is queued twice.
+        in_child(self.learner, lambda: self.missed.extend(keys))
+        self.assertEqual(self.learner.memo_queue, {})
+        # Kept: the next worker fills the learned ones at start, keeps the excluded ones
+        # out, and keeps the keys of a memo it does not have.
+        os.write(self.learner.w, b"\1" + _adaptive.encode_memo_key("gone", [1]).encode()
+                 + b"\n")
+        self.learner.read_reports()  # not registered: ignored
+        self.assertEqual(self.learner.memo_queue, {})
+        self.learner.memo_other.append(("gone", "[1]"))
+        self.learner.save()
+        self.memo.clear()
+        other = _adaptive.Learner(self.log, self.learner.path)
+        try:
+            other.load()
+            self.assertEqual(len(other.memo_queue), 3)
+            self.assertEqual(other.memo_other, [("gone", "[1]")])
+            self.assertEqual(len(other.memo_excluded), 2)
+            self.assertEqual(other.compile_patterns(), 3)
+            self.assertEqual(len(self.memo), 3)
+            other.save()
+            with open(other.path) as f:
+                self.assertIn('["gone", "[1]"]', json.load(f)["memos"])
+        finally:
+            os.close(other.r)
+            os.close(other.w)
+
+    def test_a_failing_report_learns_nothing(self):
+        def report():
+            raise RuntimeError("cannot say")
+
+        _adaptive.MEMOS[self.name] = (report, _adaptive.MEMOS[self.name][1])
+        in_child(self.learner, lambda: None)
+        self.assertEqual(self.learner.memo_queue, {})
+
+    def test_bound(self):
+        self.learner.memo_keys = {("x", str(i)): None for i in range(_adaptive.MAX_MEMO_KEYS)}
+        in_child(self.learner, lambda: self.missed.append(["one more"]))
+        self.assertEqual(self.learner.memo_queue, {})
+
+
+MEMO_MODULE = r"""
+import ngw
+
+_memo = {}
+_missed = []
+
+
+def square(n):
+    if n in _memo:
+        return _memo[n], True
+    _memo[n] = n * n
+    _missed.append(n)
+    return _memo[n], False
+
+
+def fill(n):
+    if not isinstance(n, int) or n < 0:
+        return "not a natural number"
+    _memo[n] = n * n
+    return None
+
+
+ngw.memo_learner("squares", lambda: list(_missed), fill)
+
+
+def main():
+    import sys
+    print(*[square(int(a)) for a in sys.argv[1:]])
+"""
+
+
+class MemoWorker(unittest.TestCase):
+    """A real worker with a memo: the next child finds the key the previous one computed,
+    and so does the first child of the next worker."""
+
+    def test_learned_between_sessions_and_across_restarts(self):
+        tmp = tempfile.mkdtemp(prefix="ngw-adaptive-memo-")
+        try:
+            with open(os.path.join(tmp, "memo_ngw.py"), "w") as f:
+                f.write(MEMO_MODULE)
+            env = client_env(PYTHONPATH=tmp)
+            wenv = driver.worker_env({"PYTHONPATH": driver.SRC + os.pathsep + tmp,
+                                      "NGW_STATE_DIR": tmp})
+            argv = RUNNER + ["entrypoint", "sq=memo_ngw:main", "--preload", "memo_ngw"]
+            w = driver.Worker(argv, env=wenv)
+            try:
+                w.hello()
+                first = w.run("sq", ["7", "-2"], env=env)
+                self.assertEqual((bytes(first.stdout), first.code),
+                                 (b"(49, False) (4, False)\n", 0), first)
+                deadline = time.monotonic() + 20
+                while "precompiled" not in w.log() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertRegex(w.log(), r"precompiled [0-9]+ patterns and memo keys .*, "
+                                          r"1 memo keys learned")
+                self.assertIn("not filling squares's key -2: not a natural number", w.log())
+                second = w.run("sq", ["7", "-2"], env=env)
+                self.assertEqual(bytes(second.stdout), b"(49, True) (4, False)\n")
+                w.quit()
+            finally:
+                w.close()
+            w = driver.Worker(argv, env=wenv)
+            try:
+                w.hello()
+                self.assertIn("filled 1 memo keys that earlier sessions computed", w.log())
+                r = w.run("sq", ["7"], env=env)
+                self.assertEqual(bytes(r.stdout), b"(49, True)\n")
                 w.quit()
             finally:
                 w.close()

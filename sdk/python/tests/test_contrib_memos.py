@@ -10,7 +10,11 @@ them, in the fidelity suite's venv (install-fidelity, run by run-tests):
   byte-identical to a cold run's;
 * metadata_memo answers what importlib.metadata answers, as distributions change; flask
   served with it finds its plugin commands as a cold flask does, the child's lookup
-  answered by the memo.
+  answered by the memo;
+* werkzeug_memo's URL builders are the functions werkzeug compiles (same code, a new
+  function with fresh globals each, the same URLs built), filled in the zygote from a
+  child's report; flask served with it builds an application's routes from the memo once
+  a session has reported them, with output byte-identical to a cold run's.
 """
 
 import json
@@ -387,6 +391,21 @@ def two():
 '''
 
 
+def flask_as_cold(test, w, env, root):
+    """A function of flask's arguments that runs flask cold and through the worker `w` in
+    `root`, asserts the two show the same, and returns the cold stdout."""
+    def same(args):
+        cold = subprocess.run([os.path.join(BIN, "flask")] + args, env=env, cwd=root,
+                              capture_output=True, timeout=120)
+        warm = w.run("flask", args, env=env, cwd=root, timeout=120)
+        test.assertEqual(warm.notices, [], w.log()[-2000:])
+        test.maxDiff = None
+        test.assertEqual((bytes(warm.stdout), bytes(warm.stderr), warm.code),
+                         (cold.stdout, cold.stderr, cold.returncode))
+        return cold.stdout.decode()
+    return same
+
+
 class MetadataMemoServed(unittest.TestCase):
     """flask served with the memo: its plugin commands (entry points of `flask.commands`,
     here from a distribution in the test's directory) as a cold flask finds them, before
@@ -407,15 +426,7 @@ class MetadataMemoServed(unittest.TestCase):
             try:
                 w.hello(120)
 
-                def same(args):
-                    cold = subprocess.run([os.path.join(BIN, "flask")] + args, env=env,
-                                          cwd=root, capture_output=True, timeout=120)
-                    warm = w.run("flask", args, env=env, cwd=root, timeout=120)
-                    self.assertEqual(warm.notices, [], w.log()[-2000:])
-                    self.maxDiff = None
-                    self.assertEqual((bytes(warm.stdout), bytes(warm.stderr), warm.code),
-                                     (cold.stdout, cold.stderr, cold.returncode))
-                    return cold.stdout.decode()
+                same = flask_as_cold(self, w, env, root)
 
                 self.assertIn("ngwtest", same(["--help"]))
                 self.assertIn("plugin ran", same(["ngwtest"]))
@@ -427,6 +438,197 @@ class MetadataMemoServed(unittest.TestCase):
                 self.assertIn("second plugin ran", same(["ngwtwo"]))
                 os.remove(os.path.join(root, "ngwplug-1.0.dist-info", "entry_points.txt"))
                 self.assertNotIn("ngwtest", same(["--help"]))
+            finally:
+                try:
+                    w.quit()
+                finally:
+                    w.close()
+
+
+# Two children forked from one process build the same rules: `cold` with werkzeug's own
+# code, `memo` with the memo imported, its keys reported, the memo emptied and filled
+# from the report (as a zygote fills it), then the rules built again. Each prints, per
+# rule and builder, the code and the function werkzeug made, and the URLs it builds.
+BUILDER_PROBE = r"""
+import json, os, sys
+from werkzeug.routing import Map, Rule
+from werkzeug.routing.converters import UnicodeConverter
+
+
+class Odd(Rule):
+    def _get_func_code(self, code, name):
+        fn = Rule._get_func_code(code, name)
+        fn.odd = True
+        return fn
+
+
+def rules():
+    return [Rule("/"), Rule("/static/<path:filename>", endpoint="static"),
+            Rule("/a//b/<int:id>/c d/é", endpoint="a"),
+            Rule("/x/<any(one, two):kind>/<float:f>", endpoint="x"),
+            Rule("/u/<uuid:u>/", endpoint="u"),
+            Rule("/d/<int:n>", endpoint="d", defaults={"n": 3}),
+            Rule("/s/<name>", endpoint="s", subdomain="<sub>"),
+            Odd("/odd/<w>", endpoint="odd"),
+            Rule("/q?<x>", endpoint="q", merge_slashes=False)]
+
+
+def describe():
+    out = []
+    m = Map(rules())
+    m2 = Map([Rule("/h/<v>", endpoint="h", host="<host>.example")], host_matching=True)
+    for rule in list(m.iter_rules()) + list(m2.iter_rules()):
+        for fn in (rule._build, rule._build_unknown):
+            c = fn.__code__
+            out.append([rule.rule, fn.__name__, fn.__qualname__, fn.__module__,
+                        sorted(fn.__globals__), fn.__defaults__, fn.__kwdefaults__,
+                        getattr(fn, "odd", False), c.co_filename, c.co_name,
+                        c.co_varnames, c.co_consts.__repr__(), c.co_code.hex()])
+    a = m.bind("example.org")
+    out.append([a.build("a", {"id": 4, "z": "é"}), a.build("x", {"kind": "two", "f": 1.5}),
+                a.build("d"), a.build("odd", {"w": "ü v"}), a.build("q", {"x": "/"}),
+                m.bind("example.org", subdomain="s1").build("s", {"name": "n", "sub": "s1"}),
+                m2.bind("h1.example").build("h", {"v": "1", "host": "h1"})])
+    return out
+
+
+fd = int(sys.argv[2])
+if sys.argv[1] == "cold":
+    first = describe()
+else:
+    sys.path.insert(0, sys.argv[3])
+    import ngw_contrib.werkzeug_memo as memo
+    assert memo.skipped is None, memo.skipped
+    describe()
+    report = json.loads(json.dumps(memo._report()))
+    memo._memo.clear()
+    bad = [memo._fill(k) for k in report]
+    assert bad == [None] * len(report), bad
+    assert memo._fill(["/", [[False, 1]], True]) == "not a builder's key"
+    assert memo._fill("x") == "not a builder's key"
+    before = memo.stats()
+    first = describe()
+    after = memo.stats()
+    first.append([after["memo"] - before["memo"], after["built"] - before["built"],
+                  len(report)])
+os.write(fd, json.dumps(first).encode())
+"""
+
+
+def probe(kind):
+    r, w = os.pipe()
+    try:
+        proc = subprocess.run([PY, "-c", BUILDER_PROBE, kind, str(w), driver.SRC],
+                              pass_fds=(w,), capture_output=True, timeout=120)
+        os.close(w)
+        w = None
+        data = b""
+        while True:
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(r)
+        if w is not None:
+            os.close(w)
+    if proc.returncode != 0:
+        raise AssertionError(proc.stderr.decode())
+    return json.loads(data)
+
+
+class WerkzeugMemoState(unittest.TestCase):
+    def test_builders_are_werkzeug_s_own(self):
+        cold, memo = probe("cold"), probe("memo")
+        counts = memo.pop()
+        self.maxDiff = None
+        self.assertEqual(memo, cold)
+        # Every builder but the rule with defaults' two came from the memo, and nothing
+        # was compiled after the fill.
+        self.assertEqual(counts, [18, 0, 18])
+
+    def test_not_installed_on_other_code(self):
+        code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+                "from werkzeug.routing.rules import Rule\n"
+                "real = Rule._compile_builder\n"
+                "def _compile_builder(self, append_unknown=True):\n"
+                "    return real(self, append_unknown)\n"
+                "Rule._compile_builder = _compile_builder\n"
+                "import ngw, ngw_contrib.werkzeug_memo as m\n"
+                "from ngw import _adaptive\n"
+                "print(Rule._compile_builder is _compile_builder, 'werkzeug-builders' in "
+                "_adaptive.MEMOS, m.skipped)\n")
+        with tempfile.TemporaryDirectory() as tmp:
+            script = os.path.join(tmp, "other.py")  # a file: its source can be read
+            with open(script, "w") as f:
+                f.write(code)
+            out = subprocess.run([PY, script, driver.SRC], capture_output=True, text=True,
+                                 timeout=120, check=True).stdout
+        self.assertRegex(out, r"^True False Rule._compile_builder is not the code this "
+                              r"memo knows \([0-9a-f]{16}\)\n$")
+
+
+ROUTES_APP = """import os
+import sys
+
+from flask import Flask, url_for
+
+app = Flask(__name__)
+app.config["SERVER_NAME"] = "example.org"
+
+for i in range(ROUTES):
+    app.add_url_rule("/r%d/<int:id>/é x" % i, "r%d" % i, lambda id: "")
+
+
+@app.cli.command("urls")
+def urls():
+    print(*(url_for(e, id=3, q="ü") for e in sorted(app.view_functions) if e != "static"))
+    print(url_for("static", filename="a b.css"))
+    memo = sys.modules.get("ngw_contrib.werkzeug_memo")
+    if memo is not None:  # served: how many builders came from the memo
+        with open(os.environ["MEMOTEST_STATS"], "w") as f:
+            f.write(str(memo.stats()["memo"]))
+"""
+
+
+class WerkzeugMemoServed(unittest.TestCase):
+    """flask served with the memo: the application's builders come from the memo once a
+    session has reported them, and flask's output is a cold run's, before and after the
+    application changes."""
+
+    def test_flask_routes_and_url_building(self):
+        with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as state:
+            app = os.path.join(root, "app.py")
+            with open(app, "w") as f:
+                f.write(ROUTES_APP.replace("ROUTES", "20"))
+            stats = os.path.join(state, "stats")
+            env = client_env(LANG="C.UTF-8", FLASK_APP="app.py", MEMOTEST_STATS=stats)
+            w = driver.Worker([PY, "-m", "ngw", "console-script", os.path.join(BIN, "flask"),
+                               "--preload", "ngw_contrib.werkzeug_memo"],
+                              env=dict(env, NGW_STATE_DIR=state,
+                                       PYTHONPATH=driver.SRC))
+            try:
+                w.hello(120)
+
+                same = flask_as_cold(self, w, env, root)
+
+                def from_memo():
+                    with open(stats) as f:
+                        return int(f.read())
+
+                self.assertIn("/r19/3/%C3%A9%20x?q=%C3%BC", same(["urls"]))
+                self.assertEqual(from_memo(), 0)
+                deadline = time.monotonic() + 30
+                while "memo keys learned" not in w.log() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertRegex(w.log(), r"[1-9][0-9]* memo keys learned")
+                self.assertIn("r19", same(["routes"]))
+                same(["urls"])
+                self.assertEqual(from_memo(), 42)  # 20 rules and the static one, 2 each
+                with open(app, "w") as f:  # one more rule: built by the child itself
+                    f.write(ROUTES_APP.replace("ROUTES", "21"))
+                self.assertIn("/r20/3/", same(["urls"]))
+                self.assertEqual(from_memo(), 42)
             finally:
                 try:
                     w.quit()

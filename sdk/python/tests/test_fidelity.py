@@ -410,7 +410,8 @@ class Rst2html(Fidelity, unittest.TestCase):
 
 class Flask(Fidelity, unittest.TestCase):
     script = "flask"
-    extra_args = ["--preload", "ngw_contrib.metadata_memo"]
+    extra_args = ["--preload", "ngw_contrib.metadata_memo",
+                  "--preload", "ngw_contrib.werkzeug_memo"]
     rows = common_rows() + [
         ("routes, FLASK_APP from the client", ["routes"], {"FLASK_APP": "app.py"}, b""),
         ("no app", ["routes"], {}, b""),

@@ -12,13 +12,13 @@
 See docs/ngw.md in the ngd repository for the protocol and the fork mode.
 """
 
-from ._adaptive import after_imports
+from ._adaptive import after_imports, memo_learner
 from ._context import Context, Interrupted
 from ._rules import environ_rule
 from ._worker import PROTOCOL, VERSION as __version__, Worker
 
 __all__ = ["Context", "Interrupted", "Worker", "command", "serve", "default_worker",
-           "environ_rule", "after_imports", "PROTOCOL", "__version__"]
+           "environ_rule", "after_imports", "memo_learner", "PROTOCOL", "__version__"]
 
 #: The worker that the module-level `command` and `serve` use.
 default_worker = Worker()

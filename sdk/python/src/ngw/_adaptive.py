@@ -37,6 +37,11 @@ They are kept in the same file and compiled at the next start. A cached compiled
 pattern is the object a fresh compilation would give; `re.purge()` still empties the
 cache.
 
+A memo of `ngw_contrib` that fills what a run computes from keys a child can name (werkzeug's
+URL builders, one per route) registers with `memo_learner`: each child also reports the
+keys its memo lacked, and the worker fills them from its idle loop as it compiles
+patterns, kept in the same file (at most `MAX_MEMO_KEYS`).
+
 Preloads that fill a program's own state from what the zygote has imported (the memos
 of `ngw_contrib`, docs/ngw.md 12.3) register a function with `after_imports`. The worker
 calls it once the zygote's imports are done at start (after the configured preloads, the
@@ -66,6 +71,9 @@ PATTERN_SLICE = 0.003  # seconds of compiling before the worker looks at ngd aga
 _F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 _FIONREAD = 0x541B  # Linux
 _PATTERN_LINE = b"\0"  # a report line that starts with it is a pattern, not a module
+_MEMO_LINE = b"\1"  # one that starts with it is a memo's key
+MAX_MEMO_KEYS = 4096  # learned memo keys kept, all memos together
+MAX_MEMO_KEY_LEN = 1 << 12  # characters of a memo key's JSON text worth learning
 _SETTLE = 8  # known entries in a row that end a child's look for new ones
 
 
@@ -115,6 +123,66 @@ def after_imports(fn):
     ends its work until the next batch. Returns `fn`."""
     AFTER_IMPORTS.append(fn)
     return fn
+
+
+#: Memos that learn from children (`memo_learner`): name -> (report, fill).
+MEMOS = {}
+
+
+def memo_learner(name, report, fill):
+    """Registers a memo whose entries children learn, as they learn patterns. `report()`
+    runs in a session's child before it exits (after its exit report) and returns the keys
+    the child computed that its memo lacked, each a JSON value (lists, strings, numbers,
+    booleans); keys whose text is longer than `MAX_MEMO_KEY_LEN` are not reported.
+    `fill(key)` runs in the zygote only, from the worker's idle loop (and at start for the
+    keys a previous worker learned), and returns None once the memo holds the entry for
+    `key`, else a short reason why not: that key is then excluded, logged and never asked
+    again. `fill` must compute only what a cold run computes for that key, with the same
+    result (docs/ngw.md 12.3); an exception it raises counts as a reason. Call it from a
+    preload module. Returns `name`."""
+    MEMOS[name] = (report, fill)
+    return name
+
+
+def encode_memo_key(name, key):
+    """A memo key as one report line's text: JSON of [name, key's JSON text], or None if
+    the key is not JSON or too long."""
+    try:
+        text = json.dumps(key, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    if len(text) > MAX_MEMO_KEY_LEN:
+        return None
+    return json.dumps([name, text])
+
+
+def decode_memo_key(text):
+    """(name, key's JSON text) from `encode_memo_key`'s text; None if malformed."""
+    try:
+        name, key = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(name, str) or not isinstance(key, str) or len(key) > MAX_MEMO_KEY_LEN:
+        return None
+    return (name, key)
+
+
+def fill_memo(entry):
+    """Fills one learned memo key in the zygote: None once the memo holds it, else why
+    not."""
+    name, text = entry
+    memo = MEMOS.get(name)
+    if memo is None:
+        return "no such memo"
+    try:
+        key = json.loads(text)
+    except ValueError:
+        return "not JSON"
+    try:
+        bad = memo[1](key)
+    except Exception as e:  # noqa: BLE001 - a memo's failure leaves the key to children
+        bad = "%s: %s" % (type(e).__name__, e)
+    return None if bad is None else (str(bad) or "refused")
 
 
 def run_after_imports(log, budget=None):
@@ -264,6 +332,15 @@ def child_report(known, roots, path, patterns=None):
     if patterns is not None:
         for key in new_patterns(patterns):
             lines.append(_PATTERN_LINE + encode_pattern(key).encode("ascii"))
+    for name, (report, _) in list(MEMOS.items()):
+        try:
+            keys = list(report())
+        except Exception:  # noqa: BLE001 - a memo that cannot say what it lacks learns nothing
+            continue
+        for key in keys:
+            text = encode_memo_key(name, key)
+            if text is not None:
+                lines.append(_MEMO_LINE + text.encode("ascii"))
     if not lines:
         return
     try:
@@ -322,8 +399,13 @@ class Learner:
         self.patterns = {}
         self.patterns_excluded = set()
         self.pattern_queue = {}  # key -> None, in the order reported
-        self.patterns_done = 0  # compiled since they were last saved and frozen
-        self.patterns_dirty = False  # compiled or excluded since they were last saved
+        # Memo keys (name, key's JSON text): learned (filled), excluded, waiting.
+        self.memo_keys = {}
+        self.memo_excluded = set()
+        self.memo_queue = {}
+        self.memo_other = []  # keys of memos that are not registered now: kept, unused
+        self.patterns_done = 0  # patterns compiled, memo keys filled since last saved
+        self.patterns_dirty = False  # compiled, filled or excluded since they were last saved
         self.buf = b""
         self.r, self.w, self.report_path = report_pipe()
         self.roots = install_roots()
@@ -344,6 +426,17 @@ class Learner:
                 key = decode_pattern(text) if isinstance(text, str) else None
                 if key is not None:
                     self.patterns_excluded.add(key)
+            for which, into in (("memos", self.memo_queue), ("memos_excluded", None)):
+                for text in data.get(which, [])[:MAX_MEMO_KEYS]:
+                    entry = decode_memo_key(text) if isinstance(text, str) else None
+                    if entry is None:
+                        continue
+                    if into is None:
+                        self.memo_excluded.add(entry)
+                    elif entry[0] not in MEMOS:
+                        self.memo_other.append(entry)
+                    else:
+                        into[entry] = None
             return [m for m in data.get("modules", []) if isinstance(m, str)]
         except (OSError, ValueError, AttributeError, TypeError):
             return []
@@ -359,7 +452,13 @@ class Learner:
                            "patterns": [encode_pattern(k) for k in self.patterns],
                            "patterns_excluded": sorted(
                                encode_pattern(k) for k in self.patterns_excluded
-                           )[:MAX_PATTERNS]}, f)
+                           )[:MAX_PATTERNS],
+                           "memos": [json.dumps(list(e)) for e in
+                                     list(self.memo_keys) + list(self.memo_queue) +
+                                     self.memo_other][:MAX_MEMO_KEYS],
+                           "memos_excluded": sorted(
+                               json.dumps(list(e)) for e in self.memo_excluded
+                           )[:MAX_MEMO_KEYS]}, f)
             os.replace(tmp, self.path)
         except OSError as e:
             self.log("ngw: cannot save the learned preloads to %s: %s" % (self.path, e))
@@ -382,6 +481,14 @@ class Learner:
                         len(self.patterns) + len(self.pattern_queue) < MAX_PATTERNS:
                     self.pattern_queue[key] = None
                 continue
+            if line.startswith(_MEMO_LINE):
+                entry = decode_memo_key(line[1:].decode("ascii", "replace"))
+                if entry is not None and entry[0] in MEMOS and \
+                        entry not in self.memo_keys and entry not in self.memo_excluded and \
+                        len(self.memo_keys) + len(self.memo_queue) + len(self.memo_other) \
+                        < MAX_MEMO_KEYS:
+                    self.memo_queue[entry] = None
+                continue
             name = line.decode("utf-8", "surrogateescape")
             if name and name not in sys.modules and name not in self.excluded and \
                     name not in self.queue and name not in self.at_start and \
@@ -389,8 +496,9 @@ class Learner:
                 self.queue.append(name)
 
     def compile_patterns(self, budget=None):
-        """Compiles waiting patterns into re's cache, for at most `budget` seconds (all of
-        them if None). Returns how many it compiled."""
+        """Compiles waiting patterns into re's cache, then fills waiting memo keys, for at
+        most `budget` seconds (all of them if None). Returns how many it compiled or
+        filled."""
         deadline = None if budget is None else time.monotonic() + budget
         done = 0
         while self.pattern_queue:
@@ -408,6 +516,22 @@ class Learner:
             else:
                 self.patterns_excluded.add(key)
                 self.log("ngw: not precompiling the pattern %.60r: %s" % (key[1], bad))
+            if deadline is not None and time.monotonic() >= deadline:
+                self.patterns_done += done
+                return done
+        while self.memo_queue:
+            entry = next(iter(self.memo_queue))
+            del self.memo_queue[entry]
+            if entry in self.memo_keys:
+                continue
+            bad = fill_memo(entry)
+            self.patterns_dirty = True
+            if bad is None:
+                self.memo_keys[entry] = None
+                done += 1
+            else:
+                self.memo_excluded.add(entry)
+                self.log("ngw: not filling %s's key %.80s: %s" % (entry[0], entry[1], bad))
             if deadline is not None and time.monotonic() >= deadline:
                 break
         self.patterns_done += done

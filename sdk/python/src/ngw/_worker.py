@@ -145,8 +145,12 @@ class Worker:
                     % (len(self._learner.learned) + len(self._learner.at_start),
                        len(self._learner.at_start), self._learner.path))
             if self._learner.compile_patterns():
-                log("ngw: compiled %d patterns that earlier sessions compiled"
-                    % len(self._learner.patterns))
+                if self._learner.patterns:
+                    log("ngw: compiled %d patterns that earlier sessions compiled"
+                        % len(self._learner.patterns))
+                if self._learner.memo_keys:
+                    log("ngw: filled %d memo keys that earlier sessions computed"
+                        % len(self._learner.memo_keys))
             self._learner.patterns_done, self._learner.patterns_dirty = 0, False
         _adaptive.warm_metadata()
         _adaptive.run_after_imports(log)
@@ -271,13 +275,13 @@ class Worker:
                         self._learn_one()
                         continue
                     timeout = _adaptive.IDLE_BEFORE - idle
-                elif (learner.pattern_queue or learner.patterns_dirty) and \
-                        self._retiring is None and not chan.out and learner.probe is None \
-                        and not learner.queue:
+                elif (learner.pattern_queue or learner.memo_queue or learner.patterns_dirty) \
+                        and self._retiring is None and not chan.out and \
+                        learner.probe is None and not learner.queue:
                     idle = time.monotonic() - self._idle_since
                     if idle < _adaptive.IDLE_BEFORE:
                         timeout = _adaptive.IDLE_BEFORE - idle
-                    elif learner.pattern_queue:
+                    elif learner.pattern_queue or learner.memo_queue:
                         learner.compile_patterns(_adaptive.PATTERN_SLICE)
                         timeout = 0  # read what ngd sent meanwhile, then go on
                     else:
@@ -455,7 +459,8 @@ class Worker:
                (time.monotonic() - started) * 1000))
 
     def _learn_patterns_finish(self):
-        """After compiling learned patterns: saved, frozen, in the next spare."""
+        """After compiling learned patterns and filling memo keys: saved, frozen, in the next
+        spare."""
         learner = self._learner
         done, learner.patterns_done, learner.patterns_dirty = learner.patterns_done, 0, False
         learner.save()
@@ -468,8 +473,9 @@ class Worker:
         runner._spare_due = runner.prefork
         runner.learn = runner.learn[:3] + (_adaptive.cached_patterns(),)
         runner.reap()  # forks the next spare now
-        log("ngw: precompiled %d patterns that sessions compiled (%d learned)"
-            % (done, len(learner.patterns)))
+        log("ngw: precompiled %d patterns and memo keys that sessions computed (%d "
+            "patterns, %d memo keys learned)" % (done, len(learner.patterns),
+                                                 len(learner.memo_keys)))
 
     def _after_imports_finish(self):
         """After the after_imports functions' slices: frozen, in the next spare."""

@@ -23,6 +23,9 @@ read outside the frozen packages, same log records.
   tables).
 * ``ngw_contrib.metadata_memo``: programs that look up entry points on every run
   (flask's plugin commands).
+* ``ngw_contrib.werkzeug_memo``: flask and other werkzeug programs (the URL builders
+  every run compiles for the application's rules, learned from children with
+  ``ngw.memo_learner``).
 
 Memos that fill what depends on modules the zygote learns between sessions register a
 function with ``ngw.after_imports`` (docs/ngw.md 12.5).
