@@ -450,7 +450,7 @@ class MetadataMemoServed(unittest.TestCase):
 # from the report (as a zygote fills it), then the rules built again. Each prints, per
 # rule and builder, the code and the function werkzeug made, and the URLs it builds.
 BUILDER_PROBE = r"""
-import json, os, sys
+import json, sys
 from werkzeug.routing import Map, Rule
 from werkzeug.routing.converters import UnicodeConverter
 
@@ -492,11 +492,10 @@ def describe():
     return out
 
 
-fd = int(sys.argv[2])
 if sys.argv[1] == "cold":
     first = describe()
 else:
-    sys.path.insert(0, sys.argv[3])
+    sys.path.insert(0, sys.argv[2])
     import ngw_contrib.werkzeug_memo as memo
     assert memo.skipped is None, memo.skipped
     describe()
@@ -511,30 +510,16 @@ else:
     after = memo.stats()
     first.append([after["memo"] - before["memo"], after["built"] - before["built"],
                   len(report)])
-os.write(fd, json.dumps(first).encode())
+print(json.dumps(first))
 """
 
 
 def probe(kind):
-    r, w = os.pipe()
-    try:
-        proc = subprocess.run([PY, "-c", BUILDER_PROBE, kind, str(w), driver.SRC],
-                              pass_fds=(w,), capture_output=True, timeout=120)
-        os.close(w)
-        w = None
-        data = b""
-        while True:
-            chunk = os.read(r, 1 << 16)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        os.close(r)
-        if w is not None:
-            os.close(w)
+    proc = subprocess.run([PY, "-c", BUILDER_PROBE, kind, driver.SRC], capture_output=True,
+                          timeout=120)
     if proc.returncode != 0:
         raise AssertionError(proc.stderr.decode())
-    return json.loads(data)
+    return json.loads(proc.stdout)
 
 
 class WerkzeugMemoState(unittest.TestCase):
