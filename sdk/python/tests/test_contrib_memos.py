@@ -14,11 +14,16 @@ them, in the fidelity suite's venv (install-fidelity, run by run-tests):
 * werkzeug_memo's URL builders are the functions werkzeug compiles (same code, a new
   function with fresh globals each, the same URLs built), filled in the zygote from a
   child's report; flask served with it builds an application's routes from the memo once
-  a session has reported them, with output byte-identical to a cold run's.
+  a session has reported them, with output byte-identical to a cold run's;
+* docutils_memo's state machines leave documents parsed one after the other as a cold
+  process parses them (HTML and stderr, debug mode's trace included, which needs the
+  memo's removal of its machines); served, rst2html's output is a cold run's, and the
+  machines a deeper document needs are learned from the child that made them.
 """
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -522,6 +527,17 @@ def probe(kind):
     return json.loads(proc.stdout)
 
 
+def run_file(code):
+    """Runs `code` from a file (so that inspect can read the source of what it defines)
+    with the venv's interpreter and the SDK's path as argv[1]; returns its stdout."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "other.py")
+        with open(script, "w") as f:
+            f.write(code)
+        return subprocess.run([PY, script, driver.SRC], capture_output=True, text=True,
+                              timeout=120, check=True).stdout
+
+
 class WerkzeugMemoState(unittest.TestCase):
     def test_builders_are_werkzeug_s_own(self):
         cold, memo = probe("cold"), probe("memo")
@@ -543,12 +559,7 @@ class WerkzeugMemoState(unittest.TestCase):
                 "from ngw import _adaptive\n"
                 "print(Rule._compile_builder is _compile_builder, 'werkzeug-builders' in "
                 "_adaptive.MEMOS, m.skipped)\n")
-        with tempfile.TemporaryDirectory() as tmp:
-            script = os.path.join(tmp, "other.py")  # a file: its source can be read
-            with open(script, "w") as f:
-                f.write(code)
-            out = subprocess.run([PY, script, driver.SRC], capture_output=True, text=True,
-                                 timeout=120, check=True).stdout
+        out = run_file(code)
         self.assertRegex(out, r"^True False Rule._compile_builder is not the code this "
                               r"memo knows \([0-9a-f]{16}\)\n$")
 
@@ -614,6 +625,195 @@ class WerkzeugMemoServed(unittest.TestCase):
                     f.write(ROUTES_APP.replace("ROUTES", "21"))
                 self.assertIn("/r20/3/", same(["urls"]))
                 self.assertEqual(from_memo(), 42)
+            finally:
+                try:
+                    w.quit()
+                finally:
+                    w.close()
+
+
+# Documents for docutils_memo: a flat one, one nesting four lists deep (more nested state
+# machines than the memo makes at first), and one with a directive's content and a
+# block quote.
+RST_FLAT = "Title\n=====\n\nA paragraph with *emphasis* and ``code``.\n"
+RST_DEEP = ("Deep\n====\n\n* one\n\n  * two\n\n    * three\n\n      * four\n\n"
+            "        1. five\n\n           - é six\n\n* back\n")
+RST_MIXED = (".. note::\n\n   A note with a list:\n\n   * a\n   * b\n\n"
+             "   A quote inside it.\n\n      -- ü\n\nterm\n  definition\n")
+
+# Parses the documents named on the command line, each as `name` or `name:debug`, in one
+# process, with the memo imported first when the first argument is `memo` (or
+# `memo-nopurge`: the memo without its debug-mode removal, to show that the removal is
+# needed), and prints JSON: per document, the HTML and what went to stderr; then the
+# memo's stats and the machines it would report.
+MACHINES_PROBE = r"""
+import contextlib, io, json, sys
+sys.path.insert(0, sys.argv[2])
+kind = sys.argv[1]
+DOCS = json.loads(sys.argv[3])
+if kind.startswith("memo"):
+    import docutils.parsers
+    import ngw_contrib.docutils_memo as memo
+    assert memo.skipped is None, memo.skipped
+    if kind == "memo-nopurge":
+        docutils.parsers.Parser.setup_parse = memo._original_setup_parse
+from docutils.core import publish_string
+out = []
+for spec in sys.argv[4:]:
+    name, _, debug = spec.partition(":")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        html = publish_string(DOCS[name], writer_name="html",
+                              settings_overrides={"debug": bool(debug),
+                                                  "output_encoding": "unicode"})
+    out.append([html, err.getvalue()])
+if kind.startswith("memo"):
+    out.append([memo.stats(), memo._report()])
+print(json.dumps(out))
+"""
+
+
+def machines(kind, *docs):
+    text = json.dumps({"flat": RST_FLAT, "deep": RST_DEEP, "mixed": RST_MIXED})
+    proc = subprocess.run([PY, "-c", MACHINES_PROBE, kind, driver.SRC, text] + list(docs),
+                          capture_output=True, timeout=120)
+    if proc.returncode != 0:
+        raise AssertionError(proc.stderr.decode())
+    return json.loads(proc.stdout)
+
+
+class DocutilsMemoState(unittest.TestCase):
+    maxDiff = None
+
+    def test_documents_as_cold(self):
+        """Documents parsed one after the other in one process, with the memo's machines
+        in the list and without: the same HTML and the same stderr, debug mode included
+        (its trace is printed by the machines)."""
+        for docs in (["flat", "deep", "mixed"], ["mixed:debug", "flat"],
+                     ["flat", "deep:debug", "deep"], ["deep", "flat:debug"]):
+            with self.subTest(docs=docs):
+                cold = machines("cold", *docs)
+                memo = machines("memo", *docs)
+                stats, report = memo.pop()
+                self.assertEqual(memo, cold)
+                self.assertEqual(stats["made"], 2)
+                debug = any(d.endswith(":debug") for d in docs)
+                self.assertEqual(stats["pristine"], 0)
+                # A document in debug mode removed the machines no run had popped.
+                if docs[0].endswith(":debug"):
+                    self.assertEqual(stats["removed"], 2)
+                if not debug and "deep" in docs:  # the deep list needed more than 2
+                    self.assertEqual(len(report), 1)
+                    self.assertGreater(report[0], 2)
+                if debug:
+                    self.assertEqual(report, [])
+                self.assertTrue(any("StateMachine.run" in err for _, err in cold) == debug)
+
+    def test_debug_mode_needs_the_removal(self):
+        """Without the removal, a debug-mode document would use machines made without
+        debug mode, and its trace would be shorter than a cold run's."""
+        cold = machines("cold", "mixed:debug")
+        memo = machines("memo-nopurge", "mixed:debug")
+        memo.pop()
+        self.assertEqual(memo[0][0], cold[0][0])
+        self.assertNotEqual(memo[0][1], cold[0][1])
+
+    def test_fill(self):
+        code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+                "import ngw_contrib.docutils_memo as m\n"
+                "from docutils.parsers.rst import states\n"
+                "print(m._fill(5), m._fill('x'), m._fill(0), m._fill(99), m._fill(3),\n"
+                "      m.stats()['pristine'], len(states.RSTState.nested_sm_cache))\n")
+        out = subprocess.run([PY, "-c", code, driver.SRC], capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+        self.assertEqual(out, "None not a number of machines not a number of machines "
+                              "more than 16 machines None 5 5\n")
+
+    def test_not_installed_on_other_code(self):
+        code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+                "import docutils.parsers\n"
+                "from docutils.parsers.rst import states\n"
+                "real = states.RSTState.nested_parse\n"
+                "def nested_parse(self, *args, **kwargs):\n"
+                "    return real(self, *args, **kwargs)\n"
+                "states.RSTState.nested_parse = nested_parse\n"
+                "setup = docutils.parsers.Parser.setup_parse\n"
+                "import ngw, ngw_contrib.docutils_memo as m\n"
+                "from ngw import _adaptive\n"
+                "print(docutils.parsers.Parser.setup_parse is setup,\n"
+                "      len(states.RSTState.nested_sm_cache),\n"
+                "      'docutils-machines' in _adaptive.MEMOS, m.skipped)\n")
+        out = run_file(code)
+        self.assertRegex(out, r"^True 0 False docutils' state machines are not the code "
+                              r"this memo knows \([0-9a-f]{16}\)\n$")
+
+
+# rst2html.py's own code, and the memo's stats written where MEMOTEST_STATS says when the
+# memo is loaded (served).
+RST_PROGRAM = '''
+import os, sys
+from docutils.core import publish_cmdline
+try:
+    publish_cmdline(writer_name="html", description="rst2html for the memo's test")
+finally:
+    memo = sys.modules.get("ngw_contrib.docutils_memo")
+    if memo is not None:
+        with open(os.environ["MEMOTEST_STATS"], "w") as f:
+            f.write("%(made)d %(pristine)d" % memo.stats())
+'''
+
+
+class DocutilsMemoServed(unittest.TestCase):
+    """rst2html served with the memo: output byte-identical to a cold run's; a deeper
+    document's machines are learned from the child that made them, and the next child
+    makes none."""
+
+    def test_rst2html(self):
+        with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as state:
+            for name, text in (("flat.rst", RST_FLAT), ("deep.rst", RST_DEEP),
+                               ("mixed.rst", RST_MIXED)):
+                with open(os.path.join(root, name), "w", encoding="utf-8") as f:
+                    f.write(text)
+            program = os.path.join(root, "rst")
+            with open(program, "w") as f:
+                f.write("#!%s\n%s" % (PY, RST_PROGRAM))
+            os.chmod(program, 0o755)
+            stats = os.path.join(state, "stats")
+            env = client_env(LANG="C.UTF-8", MEMOTEST_STATS=stats)
+            w = driver.Worker([PY, "-m", "ngw", "script", "rst=" + program,
+                               "--preload", "docutils.core",
+                               "--preload", "ngw_contrib.docutils_memo"],
+                              env=dict(env, NGW_STATE_DIR=state, PYTHONPATH=driver.SRC))
+            try:
+                w.hello(120)
+
+                def same(args):
+                    cold = subprocess.run([program] + args, env=env, cwd=root,
+                                          capture_output=True, timeout=120)
+                    warm = w.run("rst", args, env=env, cwd=root, timeout=120)
+                    self.assertEqual(warm.notices, [], w.log()[-2000:])
+                    self.maxDiff = None
+                    self.assertEqual((bytes(warm.stdout), bytes(warm.stderr), warm.code),
+                                     (cold.stdout, cold.stderr, cold.returncode))
+                    self.assertEqual(cold.returncode, 0)
+                    with open(stats) as f:
+                        return [int(x) for x in f.read().split()]
+
+                # [made by the zygote, left unpopped]: a section's body is one nested
+                # parse, the note's list and quote two
+                self.assertEqual(same(["flat.rst"]), [2, 1])
+                self.assertEqual(same(["mixed.rst"]), [2, 0])
+                self.assertEqual(same(["deep.rst"]), [2, 0])  # and the child made more
+                learned = re.compile(r"[1-9][0-9]* memo keys learned")
+                deadline = time.monotonic() + 30
+                while not learned.search(w.log()) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertRegex(w.log(), learned)
+                made, pristine = same(["deep.rst"])
+                self.assertGreater(made, 2)  # the zygote made what the child reported
+                self.assertEqual(pristine, 0)  # and this child needed no more
+                self.assertEqual(same(["--debug", "mixed.rst"])[1], 0)
+                self.assertEqual(same(["mixed.rst"])[1], made - 2)
             finally:
                 try:
                     w.quit()

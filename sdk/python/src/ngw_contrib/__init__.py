@@ -26,6 +26,9 @@ read outside the frozen packages, same log records.
 * ``ngw_contrib.werkzeug_memo``: flask and other werkzeug programs (the URL builders
   every run compiles for the application's rules, learned from children with
   ``ngw.memo_learner``).
+* ``ngw_contrib.docutils_memo``: docutils' front ends (``rst2html.py``, ``docutils``): the
+  nested state machines the reStructuredText parser makes on each run, made in the
+  zygote, as many as children report needing.
 
 Memos that fill what depends on modules the zygote learns between sessions register a
 function with ``ngw.after_imports`` (docs/ngw.md 12.5).
