@@ -3,8 +3,8 @@
 `install-fidelity` (run by run-tests) installs pygments, jsonschema, docutils, flask,
 ipython, the aws CLI 1.x and cfn-lint into one venv under $NGD_PEERS_DIR (and `pyte`, the
 terminal emulator of the terminal rows). Each program is served the way a user would
-configure it, `<venv>/bin/python -m ngw console-script <script>` (the aws CLI, pygmentize and flask
-with their contrib preloads too), by a worker to which the driver offers what ngd offers
+configure it, `<venv>/bin/python -m ngw console-script <script>` (the aws CLI, pygmentize,
+flask and docutils with their contrib preloads too), by a worker to which the driver offers what ngd offers
 (`notices`, `fds`, `signals`, `stdin-window`). For each row the same argv, environment and directory
 run cold (the script executed by the kernel) and warm through the SDK's test driver:
 
@@ -372,8 +372,10 @@ class Jsonschema(Fidelity, unittest.TestCase):
 
 class Docutils(Fidelity, unittest.TestCase):
     script = "docutils"
+    extra_args = ["--preload", "ngw_contrib.docutils_memo"]
     rows = common_rows() + [
         ("file argument", ["doc.rst"], {}, b""),
+        ("debug mode", ["--debug", "doc.rst"], {}, b""),
         ("stdin", [], {}, RST.encode()),
         ("empty stdin", [], {}, b""),
         ("missing file", ["missing.rst"], {}, b""),
@@ -385,9 +387,11 @@ class Docutils(Fidelity, unittest.TestCase):
 
 class Rst2html(Fidelity, unittest.TestCase):
     script = "rst2html.py"
+    extra_args = ["--preload", "ngw_contrib.docutils_memo"]
     rows = [
         ("version", ["--version"], {}, b""),
         ("file argument", ["doc.rst"], {}, b""),
+        ("debug mode", ["--debug", "doc.rst"], {}, b""),
         ("stdin", [], {}, RST.encode()),
         ("missing file", ["missing.rst"], {}, b""),
     ]
