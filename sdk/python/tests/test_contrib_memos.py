@@ -396,19 +396,26 @@ def two():
 '''
 
 
-def flask_as_cold(test, w, env, root):
-    """A function of flask's arguments that runs flask cold and through the worker `w` in
-    `root`, asserts the two show the same, and returns the cold stdout."""
+def served_as_cold(test, w, name, program, env, root):
+    """A function of a program's arguments that runs `program` cold and command `name`
+    through the worker `w` in `root`, asserts the two show the same, and returns the cold
+    run."""
     def same(args):
-        cold = subprocess.run([os.path.join(BIN, "flask")] + args, env=env, cwd=root,
-                              capture_output=True, timeout=120)
-        warm = w.run("flask", args, env=env, cwd=root, timeout=120)
+        cold = subprocess.run([program] + args, env=env, cwd=root, capture_output=True,
+                              timeout=120)
+        warm = w.run(name, args, env=env, cwd=root, timeout=120)
         test.assertEqual(warm.notices, [], w.log()[-2000:])
         test.maxDiff = None
         test.assertEqual((bytes(warm.stdout), bytes(warm.stderr), warm.code),
                          (cold.stdout, cold.stderr, cold.returncode))
-        return cold.stdout.decode()
+        return cold
     return same
+
+
+def flask_as_cold(test, w, env, root):
+    """served_as_cold for flask, returning the cold stdout."""
+    same = served_as_cold(test, w, "flask", os.path.join(BIN, "flask"), env, root)
+    return lambda args: same(args).stdout.decode()
 
 
 class MetadataMemoServed(unittest.TestCase):
@@ -787,15 +794,10 @@ class DocutilsMemoServed(unittest.TestCase):
             try:
                 w.hello(120)
 
+                as_cold = served_as_cold(self, w, "rst", program, env, root)
+
                 def same(args):
-                    cold = subprocess.run([program] + args, env=env, cwd=root,
-                                          capture_output=True, timeout=120)
-                    warm = w.run("rst", args, env=env, cwd=root, timeout=120)
-                    self.assertEqual(warm.notices, [], w.log()[-2000:])
-                    self.maxDiff = None
-                    self.assertEqual((bytes(warm.stdout), bytes(warm.stderr), warm.code),
-                                     (cold.stdout, cold.stderr, cold.returncode))
-                    self.assertEqual(cold.returncode, 0)
+                    self.assertEqual(as_cold(args).returncode, 0)
                     with open(stats) as f:
                         return [int(x) for x in f.read().split()]
 
