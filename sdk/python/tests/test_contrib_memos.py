@@ -725,6 +725,23 @@ class DocutilsMemoState(unittest.TestCase):
         self.assertEqual(memo[0][0], cold[0][0])
         self.assertNotEqual(memo[0][1], cold[0][1])
 
+    def test_replaced_state_classes(self):
+        """A program that replaces the module's state classes gets machines made with
+        its own: the memo removes its unpopped ones, and makes no more."""
+        code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+                "import ngw_contrib.docutils_memo as m\n"
+                "from docutils.core import publish_string\n"
+                "from docutils.parsers.rst import states\n"
+                "states.state_classes = tuple(list(states.state_classes))\n"
+                "publish_string('* a\\n\\n  * b\\n', writer_name='null')\n"
+                "cache = states.RSTState.nested_sm_cache\n"
+                "print(m.stats()['removed'], m.top_up(4), m._report(),\n"
+                "      all(sm.states['Body'].nested_sm_kwargs['state_classes']\n"
+                "          is states.state_classes for sm in cache))\n")
+        out = subprocess.run([PY, "-c", code, driver.SRC], capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+        self.assertEqual(out, "2 0 [] True\n")
+
     def test_fill(self):
         code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
                 "import ngw_contrib.docutils_memo as m\n"

@@ -32,12 +32,16 @@ docs/ngw.md 12.5; at most ``MAX_MACHINES``). Why this is exact:
   print the state machine's trace a cold ``--debug`` run prints. So the parser's set-up
   of each document (``docutils.parsers.Parser.setup_parse``, wrapped) removes every
   machine of the memo that no run has popped from the list when the document's reporter
-  is in debug mode, and the nested parses make their own as in a cold run;
+  is in debug mode, and the nested parses make their own as in a cold run; it does the
+  same when the program has replaced the module's ``state_classes`` since the memo made
+  its machines;
 * if the code this relies on (the nested parse, the constructors of the state machine
   and of the states, ``setup_parse``) is not the code this was written against
   (docutils 0.19 to 0.21), the memo is not installed (``skipped`` says why).
 
-What differs from a cold run: a document whose ``setup_parse`` raises (a document without
+What it assumes of the program: that it does not change the state classes themselves
+(their patterns, transitions or constructors) at run time before it parses; docutils'
+front ends and its API do not. What differs from a cold run: a document whose ``setup_parse`` raises (a document without
 settings or reporter, which docutils' front ends never make) shows one more frame in the
 traceback, this module's. ``stats()`` says how many machines the memo made and how many
 of them runs have popped.
@@ -71,7 +75,8 @@ _KNOWN = {
 
 _mine = []  # the machines the memo made, in the order they went into the list
 _stats = {"made": 0, "removed": 0}
-_debugged = []  # a document of this process was parsed in debug mode
+_debugged = []  # a document of this process was parsed in debug mode, or other states
+_made_with = [None]  # the state classes the memo's machines were made with
 _original_setup_parse = None
 
 
@@ -119,6 +124,8 @@ def top_up(count):
     found it. Returns how many it made."""
     count = min(int(count), MAX_MACHINES)
     made = 0
+    if _debugged or (_mine and states.state_classes is not _made_with[0]):
+        return 0  # a run removed the memo's machines: the list is the run's now
     caches = [(c, dict(c)) for c in _re_caches()]
     try:
         while len(_pristine()) < count:
@@ -126,6 +133,7 @@ def top_up(count):
                 debug=False, state_classes=states.state_classes, initial_state="Body")
             states.RSTState.nested_sm_cache.append(sm)
             _mine.append(sm)
+            _made_with[0] = states.state_classes
             _stats["made"] += 1
             made += 1
     finally:
@@ -136,7 +144,8 @@ def top_up(count):
 
 
 def setup_parse(self, inputstring, document):
-    if _mine and getattr(getattr(document, "reporter", None), "debug_flag", True):
+    if _mine and (getattr(getattr(document, "reporter", None), "debug_flag", True)
+                  or states.state_classes is not _made_with[0]):
         for sm in _pristine():
             states.RSTState.nested_sm_cache.remove(sm)
             _stats["removed"] += 1
