@@ -75,8 +75,8 @@ _KNOWN = {
 
 _mine = []  # the machines the memo made, in the order they went into the list
 _stats = {"made": 0, "removed": 0}
-_debugged = []  # a document of this process was parsed in debug mode, or other states
-_made_with = [None]  # the state classes the memo's machines were made with
+_removed = False  # a run removed the memo's machines: the list is the run's from then on
+_made_with = None  # the state classes the memo's machines were made with
 _original_setup_parse = None
 
 
@@ -122,10 +122,11 @@ def top_up(count):
     """Puts machines in the list until it holds `count` (at most MAX_MACHINES) that no
     run has popped, each made as a nested parse makes it. Leaves `re`'s cache as it
     found it. Returns how many it made."""
+    global _made_with
     count = min(int(count), MAX_MACHINES)
     made = 0
-    if _debugged or (_mine and states.state_classes is not _made_with[0]):
-        return 0  # a run removed the memo's machines: the list is the run's now
+    if _removed or (_made_with is not None and states.state_classes is not _made_with):
+        return 0
     caches = [(c, dict(c)) for c in _re_caches()]
     try:
         while len(_pristine()) < count:
@@ -133,7 +134,7 @@ def top_up(count):
                 debug=False, state_classes=states.state_classes, initial_state="Body")
             states.RSTState.nested_sm_cache.append(sm)
             _mine.append(sm)
-            _made_with[0] = states.state_classes
+            _made_with = states.state_classes
             _stats["made"] += 1
             made += 1
     finally:
@@ -144,21 +145,22 @@ def top_up(count):
 
 
 def setup_parse(self, inputstring, document):
+    global _removed
     if _mine and (getattr(getattr(document, "reporter", None), "debug_flag", True)
-                  or states.state_classes is not _made_with[0]):
+                  or states.state_classes is not _made_with):
         for sm in _pristine():
             states.RSTState.nested_sm_cache.remove(sm)
             _stats["removed"] += 1
         del _mine[:]
-        _debugged.append(True)
+        _removed = True
     return _original_setup_parse(self, inputstring, document)
 
 
 def _report():
     """In a child: how many machines the list held at the end, if the run made some (not
-    counting a run in debug mode, whose machines the memo could not have given)."""
+    counting a run that removed the memo's, which the memo could not have given)."""
     held = len(states.RSTState.nested_sm_cache)
-    if _debugged or held <= len(_mine) or held > MAX_MACHINES:
+    if _removed or held <= len(_mine) or held > MAX_MACHINES:
         return []
     return [held]
 
