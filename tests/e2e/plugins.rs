@@ -7,7 +7,8 @@
 //! client); 1 MiB of binary stdin; fd-level output and subprocesses; exit
 //! codes; isolation between fork-mode runs; 32 concurrent invocations on a pool of 4.
 //! Worker failures, hangs, killed clients, reloads and stopping are in [`lifecycle`]
-//! (`plugins_lifecycle.rs`), the aws CLI in [`aws`] (`plugins_aws.rs`).
+//! (`plugins_lifecycle.rs`), the aws CLI in [`aws`] (`plugins_aws.rs`), flask in [`flask`]
+//! (`plugins_flask.rs`).
 //!
 //! Every test has its own server ([`PluginServer`]), which on drop stops `ngd` and fails
 //! the test if any process it started (workers, session children, their children) is
@@ -15,6 +16,8 @@
 
 #[path = "plugins_aws.rs"]
 mod aws;
+#[path = "plugins_flask.rs"]
+mod flask;
 #[path = "plugins_lifecycle.rs"]
 mod lifecycle;
 
