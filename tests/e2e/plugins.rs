@@ -16,6 +16,8 @@
 
 #[path = "plugins_aws.rs"]
 mod aws;
+#[path = "plugins_examples.rs"]
+mod examples;
 #[path = "plugins_flask.rs"]
 mod flask;
 #[path = "plugins_lifecycle.rs"]

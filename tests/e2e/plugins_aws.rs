@@ -6,11 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use ng_tests::client::symlink;
-use ng_tests::plugins::{python, repo_root, toml_str, JsonExt as _, Plugin, PluginServer, TAG_VAR};
-use ng_tests::{assert_bytes_eq, both_clients, Output};
+use ng_tests::plugins::{python, JsonExt as _, Plugin, PluginServer, TAG_VAR};
+use ng_tests::{both_clients, Output};
+
+use super::examples::{self, assert_same, example_table};
 
 /// The directory of the interpreter that has awscli (where its `aws` script is).
 fn python_bin() -> PathBuf {
@@ -21,28 +23,6 @@ fn python_bin() -> PathBuf {
 /// where `aws` and `python3` are the ones installed together.
 fn path_var() -> String {
     format!("{}:/usr/local/bin:/usr/bin:/bin", python_bin().display())
-}
-
-/// `examples/aws.toml`'s `[[plugin]]` table, with `cwd` pointing at the repository.
-fn example_table() -> String {
-    let example = repo_root().join("examples/aws.toml");
-    let text = std::fs::read_to_string(&example).unwrap();
-    let (_, table) = text
-        .split_once("[[plugin]]\n")
-        .expect("examples/aws.toml has a [[plugin]] table");
-    let cwd_line = table
-        .lines()
-        .find(|l| l.starts_with("cwd = "))
-        .expect("examples/aws.toml sets cwd");
-    assert_eq!(
-        cwd_line.split('#').next().unwrap().trim(),
-        "cwd = \"..\"",
-        "examples/aws.toml's cwd changed; update this test"
-    );
-    table.replace(
-        cwd_line,
-        &format!("cwd = {}", toml_str(&repo_root().to_string_lossy())),
-    )
 }
 
 fn aws_server() -> PluginServer {
@@ -57,39 +37,14 @@ fn aws_server() -> PluginServer {
         String::from_utf8_lossy(&check.stderr)
     );
     PluginServer::builder()
-        .plugin(Plugin::raw("aws", example_table()))
+        .plugin(Plugin::raw("aws", example_table("aws.toml")))
         .env("PATH", &path_var())
         .start()
 }
 
 /// A cold `aws <args>`: the script next to the interpreter, as a shell would run it.
 fn cold(args: &[&str], env: &BTreeMap<String, String>, cwd: &Path) -> Output {
-    let aws = python_bin().join("aws");
-    assert!(aws.is_file(), "{} is missing", aws.display());
-    let started = std::time::Instant::now();
-    let out = Command::new(&aws)
-        .args(args)
-        .env_clear()
-        .envs(env)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", aws.display()));
-    Output {
-        what: format!("[cold] {} {args:?}", aws.display()),
-        status: out.status,
-        stdout: out.stdout,
-        stderr: out.stderr,
-        elapsed: started.elapsed(),
-    }
-}
-
-#[track_caller]
-fn assert_same(cold: &Output, warm: &Output) {
-    let context = format!("cold:\n{cold:?}\nwarm:\n{warm:?}");
-    assert_eq!(cold.code(), warm.code(), "exit codes differ\n{context}");
-    assert_bytes_eq!(cold.stdout, warm.stdout, "stdout differs\n{context}");
-    assert_bytes_eq!(cold.stderr, warm.stderr, "stderr differs\n{context}");
+    examples::cold(&python_bin().join("aws"), args, env, cwd)
 }
 
 both_clients! {

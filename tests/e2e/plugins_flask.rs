@@ -8,11 +8,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use ng_tests::client::symlink;
-use ng_tests::plugins::{repo_root, toml_str, JsonExt as _, Plugin, PluginServer, TAG_VAR};
-use ng_tests::{assert_bytes_eq, both_clients, Output};
+use ng_tests::plugins::{JsonExt as _, Plugin, PluginServer, TAG_VAR};
+use ng_tests::{both_clients, Output};
+
+use super::examples::{self, assert_same, example_table};
 
 /// The fidelity venv's bin directory (`scripts/peers/fidelity`).
 fn venv_bin() -> PathBuf {
@@ -34,28 +35,6 @@ fn venv_bin() -> PathBuf {
 /// venv is active.
 fn path_var() -> String {
     format!("{}:/usr/local/bin:/usr/bin:/bin", venv_bin().display())
-}
-
-/// `examples/flask.toml`'s `[[plugin]]` table, with `cwd` pointing at the repository.
-fn example_table() -> String {
-    let example = repo_root().join("examples/flask.toml");
-    let text = std::fs::read_to_string(&example).unwrap();
-    let (_, table) = text
-        .split_once("[[plugin]]\n")
-        .expect("examples/flask.toml has a [[plugin]] table");
-    let cwd_line = table
-        .lines()
-        .find(|l| l.starts_with("cwd = "))
-        .expect("examples/flask.toml sets cwd");
-    assert_eq!(
-        cwd_line.split('#').next().unwrap().trim(),
-        "cwd = \"..\"",
-        "examples/flask.toml's cwd changed; update this test"
-    );
-    table.replace(
-        cwd_line,
-        &format!("cwd = {}", toml_str(&repo_root().to_string_lossy())),
-    )
 }
 
 /// The application the commands find in the client's directory (`app.py`, flask's
@@ -87,31 +66,7 @@ def greet(who, shout):
 
 /// A cold `flask <args>`: the venv's script, as a shell would run it.
 fn cold(args: &[&str], env: &BTreeMap<String, String>, cwd: &Path) -> Output {
-    let flask = venv_bin().join("flask");
-    let started = std::time::Instant::now();
-    let out = Command::new(&flask)
-        .args(args)
-        .env_clear()
-        .envs(env)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", flask.display()));
-    Output {
-        what: format!("[cold] {} {args:?}", flask.display()),
-        status: out.status,
-        stdout: out.stdout,
-        stderr: out.stderr,
-        elapsed: started.elapsed(),
-    }
-}
-
-#[track_caller]
-fn assert_same(cold: &Output, warm: &Output) {
-    let context = format!("cold:\n{cold:?}\nwarm:\n{warm:?}");
-    assert_eq!(cold.code(), warm.code(), "exit codes differ\n{context}");
-    assert_bytes_eq!(cold.stdout, warm.stdout, "stdout differs\n{context}");
-    assert_bytes_eq!(cold.stderr, warm.stderr, "stderr differs\n{context}");
+    examples::cold(&venv_bin().join("flask"), args, env, cwd)
 }
 
 both_clients! {
@@ -121,7 +76,7 @@ both_clients! {
     /// code as a cold `flask`, and every session ran warm (no fallback notice).
     fn flask_cli_matches_a_cold_run(client) {
         let server = PluginServer::builder()
-            .plugin(Plugin::raw("flask", example_table()))
+            .plugin(Plugin::raw("flask", example_table("flask.toml")))
             .env("PATH", &path_var())
             // ngd started from the clients' shell: the same locale, so the sessions match
             // the worker's zygote (another locale gets a zygote of its own, and its first
