@@ -12,7 +12,7 @@ use ng_tests::client::symlink;
 use ng_tests::plugins::{python, JsonExt as _, Plugin, PluginServer, TAG_VAR};
 use ng_tests::{both_clients, Output};
 
-use super::examples::{self, assert_same, example_table};
+use super::examples::{self, example_table};
 
 /// The directory of the interpreter that has awscli (where its `aws` script is).
 fn python_bin() -> PathBuf {
@@ -92,26 +92,7 @@ both_clients! {
                     assert!(cold.stderr_text().contains("Invalid choice"), "{cold:?}");
                 }
             }
-            let warm = |via_link: bool| {
-                let mut cmd = server.cmd(client);
-                if via_link {
-                    cmd = cmd.program(&link);
-                } else {
-                    cmd = cmd.arg("aws");
-                }
-                for (k, v) in &env {
-                    cmd = cmd.env(k, v);
-                }
-                cmd.cwd(&cwd).args(args).run()
-            };
-            let direct = warm(false);
-            assert_same(&cold, &direct);
-            let linked = warm(true);
-            assert_same(&cold, &linked);
-            eprintln!(
-                "aws {args:?} with {client}: cold {:?}, ng aws {:?}, symlink {:?}",
-                cold.elapsed, direct.elapsed, linked.elapsed
-            );
+            examples::assert_warm_as_cold(&server, client, "aws", &link, args, &env, &cwd, &cold);
         }
         let report = server.plugin_report("aws").expect("aws in ng-stats");
         assert_eq!(report.u64_at("sessions"), 6, "{report}");

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use ng_tests::plugins::{repo_root, toml_str};
-use ng_tests::{assert_bytes_eq, Output};
+use ng_tests::plugins::{repo_root, toml_str, PluginServer};
+use ng_tests::{assert_bytes_eq, Client, Output};
 
 /// `examples/<file>`'s `[[plugin]]` table, with its `cwd = ".."` pointing at the
 /// repository (the only change: the test's ngd does not run from `examples/`).
@@ -61,4 +61,41 @@ pub fn assert_same(cold: &Output, warm: &Output) {
     assert_eq!(cold.code(), warm.code(), "exit codes differ\n{context}");
     assert_bytes_eq!(cold.stdout, warm.stdout, "stdout differs\n{context}");
     assert_bytes_eq!(cold.stderr, warm.stderr, "stderr differs\n{context}");
+}
+
+/// Runs `<command> <args>` warm twice, as `ng <command> ...` and through `link` (a symlink
+/// to the client named after the command), with exactly `env` in `cwd`, and asserts that
+/// each showed what `cold` did; prints the three timings.
+#[allow(clippy::too_many_arguments)]
+#[track_caller]
+pub fn assert_warm_as_cold(
+    server: &PluginServer,
+    client: Client,
+    command: &str,
+    link: &Path,
+    args: &[&str],
+    env: &BTreeMap<String, String>,
+    cwd: &Path,
+    cold: &Output,
+) {
+    let warm = |via_link: bool| {
+        let mut cmd = server.cmd(client);
+        cmd = if via_link {
+            cmd.program(link)
+        } else {
+            cmd.arg(command)
+        };
+        for (k, v) in env {
+            cmd = cmd.env(k, v);
+        }
+        cmd.cwd(cwd).args(args).run()
+    };
+    let direct = warm(false);
+    assert_same(cold, &direct);
+    let linked = warm(true);
+    assert_same(cold, &linked);
+    eprintln!(
+        "{command} {args:?} with {client}: cold {:?}, ng {command} {:?}, symlink {:?}",
+        cold.elapsed, direct.elapsed, linked.elapsed
+    );
 }

@@ -13,7 +13,7 @@ use ng_tests::client::symlink;
 use ng_tests::plugins::{JsonExt as _, Plugin, PluginServer, TAG_VAR};
 use ng_tests::{both_clients, Output};
 
-use super::examples::{self, assert_same, example_table};
+use super::examples::{self, example_table};
 
 /// The fidelity venv's bin directory (`scripts/peers/fidelity`).
 fn venv_bin() -> PathBuf {
@@ -136,27 +136,8 @@ both_clients! {
                     assert!(cold.stderr_text().contains("missing_module"), "{cold:?}");
                 }
             }
-            let warm = |via_link: bool| {
-                let mut cmd = server.cmd(client);
-                if via_link {
-                    cmd = cmd.program(&link);
-                } else {
-                    cmd = cmd.arg("flask");
-                }
-                for (k, v) in &env {
-                    cmd = cmd.env(k, v);
-                }
-                cmd.cwd(&cwd).args(args).run()
-            };
-            let direct = warm(false);
-            assert_same(&cold, &direct);
-            let linked = warm(true);
-            assert_same(&cold, &linked);
+            examples::assert_warm_as_cold(&server, client, "flask", &link, args, &env, &cwd, &cold);
             sessions += 2;
-            eprintln!(
-                "flask {args:?} with {client}: cold {:?}, ng flask {:?}, symlink {:?}",
-                cold.elapsed, direct.elapsed, linked.elapsed
-            );
         }
         let report = server.plugin_report("flask").expect("flask in ng-stats");
         assert_eq!(report.u64_at("sessions"), sessions, "{report}");
