@@ -16,14 +16,23 @@ the work itself costs. Prints one JSON object on the original stdout: `runs`
 runs, each in a child forked from this warm process, timed inside the child: the work
 plus the copy-on-write page faults of a fresh fork) and `codes` (the exit status of each
 run, as `sys.exit` gave it, in-process runs first) and `fresh`: null, or, when the
-runs left process-wide singletons behind, one more in-process run with them cleared.
+runs left per-run state behind, one more in-process run with it cleared; `left` names
+what was cleared.
 
-Singletons are why the later runs can do less than any fresh process: an application
-built on traitlets (IPython) keeps its application and shell objects as class-level
-singletons (`SingletonConfigurable.instance()`), so a second run in the same process reuses
-the first run's instead of building them, which no cold or forked run can do. `fresh` is
-that run with every such instance cleared first: the work with nothing of the earlier runs'
-but their imports and caches.
+Two kinds of state left behind let the later runs do less than any fresh process:
+
+* singletons: an application built on traitlets (IPython) keeps its application and shell
+  objects as class-level singletons (`SingletonConfigurable.instance()`), so a second run
+  in the same process reuses the first run's instead of building them;
+* the user's own modules: a program that imports code from the directory it runs in
+  (flask imports the application's `app.py` and builds the application object there)
+  finds it in `sys.modules` on the second run and neither imports nor builds it again.
+
+No cold or forked run can do either: the application's code is the user's, read afresh
+by every process (a zygote shared by every directory cannot hold it). `fresh` is the run
+with every such instance cleared and every module whose file lies under the working
+directory removed from `sys.modules` first: the work with nothing of the earlier runs'
+but the program's own imports and caches.
 """
 
 import builtins
@@ -119,6 +128,20 @@ def clear_singletons():
     return cleared
 
 
+def user_modules(before, cwd):
+    """Names of the modules imported since `before` (a set of names) whose file lies under
+    the directory `cwd`: the user's code that the runs imported."""
+    root = os.path.join(os.path.realpath(cwd), "")
+    names = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if name in before or name == "__main__" or not isinstance(path, str):
+            continue
+        if os.path.realpath(path).startswith(root):
+            names.append(name)
+    return sorted(names)
+
+
 def prepare():
     """Reads `RUNS [--preload MODULE]... SCRIPT ARGS...` from the command line, puts fds
     0-2 on /dev/null, sets sys.path[0] and sys.argv as the script's own run has them and
@@ -146,6 +169,7 @@ def prepare():
 
 def main():
     runs, script, args, code, report = prepare()
+    before = set(sys.modules)
     times, codes = [], []
     for i in range(runs):
         if i == 1:
@@ -159,12 +183,20 @@ def main():
         took, status = run_forked(code, script, args)
         forked.append(took)
         codes.append(status)
-    fresh = None
-    if clear_singletons():
+    fresh, left = None, []
+    singletons = clear_singletons()
+    if singletons:
+        left.append("%d singletons" % singletons)
+    mine = user_modules(before, os.getcwd())
+    for name in mine:
+        del sys.modules[name]
+    if mine:
+        left.append("modules " + ", ".join(mine))
+    if left:
         fresh, status = run_once(code, script, args)
         codes.append(status)
     os.write(report, (json.dumps({"runs": times, "forked": forked, "codes": codes,
-                                  "fresh": fresh})
+                                  "fresh": fresh, "left": left})
                       + "\n").encode())
 
 
