@@ -738,8 +738,7 @@ class DocutilsMemoState(unittest.TestCase):
                 "print(m.stats()['removed'], m.top_up(4), m._report(),\n"
                 "      all(sm.states['Body'].nested_sm_kwargs['state_classes']\n"
                 "          is states.state_classes for sm in cache))\n")
-        out = subprocess.run([PY, "-c", code, driver.SRC], capture_output=True, text=True,
-                             timeout=120, check=True).stdout
+        out = venv_run(code, driver.SRC, timeout=120).decode()
         self.assertEqual(out, "2 0 [] True\n")
 
     def test_fill(self):
@@ -748,8 +747,7 @@ class DocutilsMemoState(unittest.TestCase):
                 "from docutils.parsers.rst import states\n"
                 "print(m._fill(5), m._fill('x'), m._fill(0), m._fill(99), m._fill(3),\n"
                 "      m.stats()['pristine'], len(states.RSTState.nested_sm_cache))\n")
-        out = subprocess.run([PY, "-c", code, driver.SRC], capture_output=True, text=True,
-                             timeout=120, check=True).stdout
+        out = venv_run(code, driver.SRC, timeout=120).decode()
         self.assertEqual(out, "None not a number of machines not a number of machines "
                               "more than 16 machines None 5 5\n")
 
