@@ -1,0 +1,182 @@
+/**
+ * A spare JVM: started ahead of time by the exact-mode worker with the program's class path,
+ * its main class loaded (not initialised) and the worker's platform layer ready, it waits on
+ * fd 3 for one session, becomes that session's process, and runs {@code main} as {@code java}
+ * would.
+ *
+ * <p>The worker sends the session only to a spare started in the client's working directory
+ * with the same values of the environment variables a JVM reads at start-up (the locale,
+ * {@code JAVA_TOOL_OPTIONS}, ...), so what the JVM fixed at start-up is what a cold run would
+ * have fixed. The spare then sets the rest as a cold run has it: the client's environment
+ * (before anything has read it: {@code System.getenv}'s snapshot is taken at its first use,
+ * and is checked against the session's), umask, ignored signals and the client's own
+ * descriptors as fds 0-2. It answers {@code R} and closes its channel, or {@code C} (run it
+ * cold) and exits without having touched the session.
+ */
+package ngw.exact;
+
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+import ngw.wire.Chunk;
+import ngw.wire.ChunkReader;
+
+/** See the file comment. */
+public final class Spare {
+    /** The channel's fd number in a spare. */
+    static final int FD = 3;
+
+    private Spare() {}
+
+    /** The request a spare reads: the session, and the descriptors for its fds 0-2. */
+    record Request(List<String> args, Map<String, String> env, int umask, List<String> ignored, int[] stdio) {}
+
+    public static void main(String[] argv) throws Throwable {
+        String mainClass = System.getProperty("ngw.spare.main");
+        String classpath = System.getProperty("ngw.spare.cp");
+        String command = System.getProperty("ngw.spare.command");
+        Class<?> c = Class.forName(mainClass, false, ClassLoader.getSystemClassLoader());
+        MethodHandle main = MethodHandles.publicLookup().findStatic(c, "main",
+                MethodType.methodType(void.class, String[].class));
+        Posix.writeAll(FD, new byte[] {'r'});
+        Request r = read(FD);
+        if (r == null) {
+            Runtime.getRuntime().halt(0);
+            return;
+        }
+        String why = apply(r);
+        if (why != null) {
+            Posix.writeAll(FD, ("C" + why).getBytes(StandardCharsets.UTF_8));
+            Runtime.getRuntime().halt(0);
+            return;
+        }
+        Posix.writeAll(FD, new byte[] {'R'});
+        Posix.closeQuietly(FD);
+        System.clearProperty("ngw.spare.main");
+        System.clearProperty("ngw.spare.cp");
+        System.clearProperty("ngw.spare.command");
+        System.setProperty("java.class.path", classpath);
+        String[] args = r.args().toArray(new String[0]);
+        System.setProperty("sun.java.command", args.length == 0 ? command : command + " " + String.join(" ", args));
+        try {
+            main.invokeExact(args);
+        } catch (Throwable t) {
+            ngw.Traces.trim(t, mainClass, "main");
+            throw t;
+        }
+    }
+
+    /** Sets the session's state; the reason the session must run cold, or null. */
+    private static String apply(Request r) {
+        Posix.clearenv();
+        for (Map.Entry<String, String> e : r.env().entrySet()) {
+            try {
+                Posix.setenv(e.getKey(), e.getValue(), 1);
+            } catch (com.sun.jna.LastErrorException ex) {
+                return "cannot set " + e.getKey();
+            }
+        }
+        if (!System.getenv().equals(r.env())) {
+            return "the JVM read its environment before the session";
+        }
+        if (r.umask() >= 0) {
+            Posix.umask(r.umask());
+        }
+        for (String s : r.ignored()) {
+            int n = Signals.number(s);
+            if (n > 0) {
+                Posix.ignore(n);
+            }
+        }
+        for (int i = 0; i < 3; i++) {
+            if (r.stdio()[i] >= 0) {
+                Posix.dup2(r.stdio()[i], i);
+            } else {
+                Posix.closeQuietly(i);
+            }
+        }
+        for (int f : r.stdio()) {
+            if (f > 2) {
+                Posix.closeQuietly(f);
+            }
+        }
+        return null;
+    }
+
+    /** Reads one request; null if the worker closed the channel. */
+    static Request read(int fd) throws IOException {
+        java.io.ByteArrayOutputStream bytes = new java.io.ByteArrayOutputStream();
+        byte[] buf = new byte[64 * 1024];
+        int[] fds = new int[0];
+        while (true) {
+            Posix.Received got = Posix.recv(fd, buf);
+            if (got.length() == 0) {
+                for (int f : fds) {
+                    Posix.closeQuietly(f);
+                }
+                return null;
+            }
+            if (got.fds().length > 0) {
+                int[] all = new int[fds.length + got.fds().length];
+                System.arraycopy(fds, 0, all, 0, fds.length);
+                System.arraycopy(got.fds(), 0, all, fds.length, got.fds().length);
+                fds = all;
+            }
+            bytes.write(buf, 0, got.length());
+            Request r = parse(bytes.toByteArray(), fds);
+            if (r != null) {
+                return r;
+            }
+        }
+    }
+
+    private static Request parse(byte[] data, int[] fds) throws IOException {
+        ChunkReader in = new ChunkReader(new ByteArrayInputStream(data), Integer.MAX_VALUE);
+        List<String> args = new ArrayList<>();
+        Map<String, String> env = new LinkedHashMap<>();
+        List<String> ignored = new ArrayList<>();
+        int umask = -1;
+        int[] stdio = {-1, -1, -1};
+        Chunk c;
+        try {
+            while ((c = in.read()) != null) {
+                String text = c.text();
+                switch (c.type()) {
+                    case 'A' -> args.add(text);
+                    case 'E' -> {
+                        int eq = text.indexOf('=');
+                        if (eq > 0) {
+                            env.put(text.substring(0, eq), text.substring(eq + 1));
+                        }
+                    }
+                    case 'U' -> umask = Integer.parseInt(text, 8);
+                    case 'I' -> ignored.add(text);
+                    case 'M' -> {
+                        String[] map = text.isEmpty() ? new String[0] : text.split(",");
+                        for (int i = 0; i < map.length && i < fds.length; i++) {
+                            int target = Integer.parseInt(map[i]);
+                            if (target >= 0 && target < 3) {
+                                stdio[target] = fds[i];
+                            }
+                        }
+                    }
+                    case 'C' -> {
+                        return new Request(args, env, umask, ignored, stdio);
+                    }
+                    default -> { }
+                }
+            }
+        } catch (java.io.EOFException e) {
+            return null;
+        }
+        return null;
+    }
+}

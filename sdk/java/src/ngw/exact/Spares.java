@@ -1,0 +1,266 @@
+/**
+ * The exact mode's spare JVMs: how many to keep, where and with what environment to start
+ * them, and which session a spare may take.
+ *
+ * <p>A spare is started in the working directory and with the environment of the session
+ * before it (the worker's own at first), since the next session most likely comes from the
+ * same place. It may take a session from the same directory whose environment has the same
+ * values of the variables a JVM reads while it starts ({@link #STARTUP}); any other session
+ * runs cold, and the spares are replaced by ones started where that session came from.
+ */
+package ngw.exact;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+
+import ngw.wire.Chunk;
+
+/** See the file comment. */
+final class Spares {
+    /** Environment variables the JVM (or the C library under it) reads while it starts. */
+    private static boolean startup(String name) {
+        return name.equals("JAVA_TOOL_OPTIONS") || name.equals("_JAVA_OPTIONS") || name.equals("JDK_JAVA_OPTIONS")
+                || name.equals("CLASSPATH") || name.equals("LANG") || name.equals("LANGUAGE")
+                || name.startsWith("LC_") || name.startsWith("LD_") || name.startsWith("MALLOC_")
+                || name.equals("GLIBC_TUNABLES") || name.equals("TZ");
+    }
+
+    /** One spare JVM. */
+    private static final class Spare {
+        final int pid;
+        final int sock;
+        final String cwd;
+        final Map<String, String> startupEnv;
+        /** 0 starting, 1 ready, -1 dead. */
+        int state;
+        /** Killed by the worker (not a failure). */
+        boolean killed;
+
+        Spare(int pid, int sock, String cwd, Map<String, String> startupEnv) {
+            this.pid = pid;
+            this.sock = sock;
+            this.cwd = cwd;
+            this.startupEnv = startupEnv;
+        }
+    }
+
+    private final ExactWorker worker;
+    private final int target;
+    private final List<Spare> spares = new ArrayList<>();
+    private int failures;
+    private boolean stopped;
+
+    Spares(ExactWorker worker, int target) {
+        this.worker = worker;
+        this.target = target;
+    }
+
+    private static Map<String, String> startupEnv(Map<String, String> env) {
+        Map<String, String> m = new TreeMap<>();
+        env.forEach((k, v) -> {
+            if (startup(k)) {
+                m.put(k, v);
+            }
+        });
+        return m;
+    }
+
+    /**
+     * Runs the session on a spare: null if a spare took it, else why it must run cold (empty
+     * when no spare was there to take it).
+     */
+    String run(ExactWorker.Run r) {
+        Spare s = take(r.cwd, startupEnv(r.env));
+        if (s == null) {
+            return "";
+        }
+        try {
+            byte[] request = request(r);
+            int[] fds = java.util.Arrays.stream(r.stdio).filter(f -> f >= 0).toArray();
+            Posix.send(s.sock, request, fds);
+            byte[] answer = new byte[512];
+            int n = Posix.readSome(s.sock, answer);
+            if (n > 0 && answer[0] == 'R') {
+                r.pid = s.pid;
+                Posix.closeQuietly(s.sock);
+                return null;
+            }
+            String why = n > 1 ? new String(answer, 1, n - 1, StandardCharsets.UTF_8) : "the spare JVM died";
+            kill(s);
+            return why;
+        } catch (IOException e) {
+            kill(s);
+            return "the spare JVM failed: " + e.getMessage();
+        }
+    }
+
+    private byte[] request(ExactWorker.Run r) {
+        java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
+        StringBuilder map = new StringBuilder();
+        for (int i = 0; i < 3; i++) {
+            if (r.stdio[i] >= 0) {
+                map.append(map.length() > 0 ? "," : "").append(i);
+            }
+        }
+        chunk(out, 'M', map.toString());
+        for (String a : r.args) {
+            chunk(out, 'A', a);
+        }
+        r.env.forEach((k, v) -> chunk(out, 'E', k + "=" + v));
+        if (r.umask >= 0) {
+            chunk(out, 'U', Integer.toOctalString(r.umask));
+        }
+        for (String s : r.ignored) {
+            chunk(out, 'I', s);
+        }
+        chunk(out, Chunk.COMMAND, "");
+        return out.toByteArray();
+    }
+
+    private static void chunk(java.io.ByteArrayOutputStream out, int type, String text) {
+        byte[] b = text.getBytes(StandardCharsets.UTF_8);
+        out.write(b.length >>> 24);
+        out.write(b.length >>> 16);
+        out.write(b.length >>> 8);
+        out.write(b.length);
+        out.write(type);
+        out.write(b, 0, b.length);
+    }
+
+    /** A spare for this directory and start-up environment, waiting for it to be ready. */
+    private Spare take(String cwd, Map<String, String> startupEnv) {
+        Spare s;
+        synchronized (this) {
+            s = spares.stream().filter(x -> x.state >= 0 && x.cwd.equals(cwd) && x.startupEnv.equals(startupEnv))
+                    .findFirst().orElse(null);
+            if (s == null) {
+                return null;
+            }
+            spares.remove(s);
+            while (s.state == 0) {
+                try {
+                    wait();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return null;
+                }
+            }
+        }
+        return s.state == 1 ? s : null;
+    }
+
+    /** Starts spares until {@link #target} are there for {@code cwd} and {@code env}. */
+    synchronized void refill(String cwd, Map<String, String> env) {
+        if (stopped || target == 0 || failures >= 3) {
+            return;
+        }
+        Map<String, String> startupEnv = startupEnv(env);
+        for (Spare s : new ArrayList<>(spares)) {
+            if (!s.cwd.equals(cwd) || !s.startupEnv.equals(startupEnv)) {
+                spares.remove(s);
+                kill(s);
+            }
+        }
+        while (spares.size() < target) {
+            try {
+                spares.add(spawn(cwd, env, startupEnv));
+            } catch (IOException e) {
+                worker.log("cannot start a spare JVM: " + e.getMessage());
+                failures++;
+                return;
+            }
+        }
+    }
+
+    private Spare spawn(String cwd, Map<String, String> env, Map<String, String> startupEnv) throws IOException {
+        ngw.Options o = worker.options();
+        List<String> argv = new ArrayList<>();
+        argv.add(worker.java());
+        argv.addAll(o.jvmOptions);
+        argv.add("-Dngw.spare.main=" + o.mainClass);
+        argv.add("-Dngw.spare.cp=" + (o.jar != null ? o.jar : String.join(":", o.classpath)));
+        argv.add("-Dngw.spare.command=" + (o.jar != null ? o.jar : o.mainClass));
+        argv.add("-cp");
+        argv.add(String.join(":", o.classpath) + ":" + o.workerClasspath);
+        argv.add("ngw.exact.Spare");
+        Map<String, String> spareEnv = new LinkedHashMap<>(env);
+        int[] pair = Posix.socketPair();
+        int pid;
+        try {
+            pid = Posix.spawn(new Posix.Spawn(worker.java(), argv, ExactWorker.envList(spareEnv), cwd,
+                    new int[] {Posix.DEV_NULL, 2, 2}, pair[1]));
+        } catch (IOException e) {
+            Posix.closeQuietly(pair[0]);
+            throw e;
+        } finally {
+            Posix.closeQuietly(pair[1]);
+        }
+        Spare s = new Spare(pid, pair[0], cwd, startupEnv);
+        Thread t = new Thread(() -> awaitReady(s), "ngw-spare-" + pid);
+        t.setDaemon(true);
+        t.start();
+        return s;
+    }
+
+    private void awaitReady(Spare s) {
+        byte[] b = new byte[1];
+        int n;
+        try {
+            n = Posix.readSome(s.sock, b);
+        } catch (IOException e) {
+            n = 0;
+        }
+        synchronized (this) {
+            if (s.killed) {
+                s.state = -1;
+                Posix.closeQuietly(s.sock);
+                reap(s);
+            } else if (n == 1 && b[0] == 'r') {
+                s.state = 1;
+                failures = 0;
+            } else {
+                s.state = -1;
+                failures++;
+                spares.remove(s);
+                worker.log("a spare JVM (pid " + s.pid + ") exited before it was ready; see the messages above");
+                reap(s);
+            }
+            notifyAll();
+        }
+    }
+
+    private synchronized void kill(Spare s) {
+        s.killed = true;
+        Posix.signal(-s.pid, Posix.SIGKILL);
+        if (s.state != 0) {
+            Posix.closeQuietly(s.sock);
+            reap(s);
+        }
+    }
+
+    private static void reap(Spare s) {
+        Thread t = new Thread(() -> {
+            try {
+                Posix.waitFor(s.pid);
+            } catch (IOException e) {
+                // Already reaped.
+            }
+        }, "ngw-reap-" + s.pid);
+        t.setDaemon(true);
+        t.start();
+    }
+
+    /** Kills every spare. */
+    synchronized void stop() {
+        stopped = true;
+        for (Spare s : spares) {
+            kill(s);
+        }
+        spares.clear();
+    }
+}

@@ -1,0 +1,454 @@
+/**
+ * The JVM worker with Nailgun's semantics: one JVM runs every session, each on threads of its
+ * own, several at once with {@code mux} (docs/ngw.md §15.1). The reader thread owns the
+ * channel's input: it assembles headers, starts sessions and routes their stdin and
+ * interrupts; sessions write their own chunks through the shared {@link ChunkWriter}.
+ *
+ * <p>{@code System.exit}, {@code Runtime.exit} and {@code Runtime.halt} on a session's threads
+ * end that session (the exit agent patched them to ask us first); on any other thread they
+ * exit the JVM. When the classpath's files change, the worker says {@code stale}, retires, and
+ * runs any session it still gets on a fresh class loader, so no session runs stale code.
+ */
+package ngw.shared;
+
+import java.io.File;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.PrintStream;
+import java.net.MalformedURLException;
+import java.net.URL;
+import java.net.URLClassLoader;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.SortedMap;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+
+import ngw.NailSession;
+import ngw.Options;
+import ngw.boot.ExitHook;
+import ngw.wire.Chunk;
+import ngw.wire.ChunkReader;
+import ngw.wire.ChunkWriter;
+import ngw.wire.Json;
+
+/** See the file comment. */
+public final class SharedWorker implements NailSession.WorkerView {
+    /** The largest chunk the worker accepts (its hello's {@code max_chunk}). */
+    public static final int MAX_CHUNK = 16 * 1024 * 1024;
+    /** Sessions at once on one worker, with {@code mux}. */
+    public static final int MAX_SESSIONS = 64;
+    /** How often the classpath is checked for changes between sessions. */
+    private static final long STALE_POLL_MS = 1000;
+
+    private final Options options;
+    private final ChunkReader reader;
+    private final ChunkWriter writer;
+    private final boolean mux;
+    private final boolean notices;
+    private final Map<Long, Session> sessions = new ConcurrentHashMap<>();
+    private final Map<Long, Header> headers = new HashMap<>();
+    private final SortedMap<String, String> aliases = new TreeMap<>();
+    private final Map<String, long[]> stats = new TreeMap<>();
+    private final long fingerprint;
+    private volatile boolean stale;
+    private volatile boolean retiring;
+    private volatile boolean quitting;
+    private long selected;
+
+    private static final class Header {
+        final List<String> args = new ArrayList<>();
+        final Properties env = new Properties();
+        String cwd;
+    }
+
+    public SharedWorker(Options options, InputStream channelIn, java.io.OutputStream channelOut,
+            List<String> hostFeatures) {
+        this.options = options;
+        this.reader = new ChunkReader(channelIn, MAX_CHUNK);
+        this.mux = hostFeatures.contains("mux");
+        this.notices = hostFeatures.contains("notices");
+        this.writer = new ChunkWriter(channelOut, mux);
+        this.aliases.putAll(options.aliases);
+        this.fingerprint = Fingerprint.of(options.classpath);
+    }
+
+    /** The hello's commands: what ngd configured (NGW_COMMANDS), else the aliases. */
+    private List<String> commands() {
+        String configured = System.getenv("NGW_COMMANDS");
+        List<String> list = new ArrayList<>();
+        if (configured != null && !configured.isEmpty()) {
+            list.addAll(Arrays.asList(configured.split(",")));
+        }
+        for (String a : aliases.keySet()) {
+            if (!list.contains(a)) {
+                list.add(a);
+            }
+        }
+        return list;
+    }
+
+    /** Why a configured command cannot be served, or null. */
+    private String unservable(List<String> commands) {
+        if (options.mode != Options.Mode.NAILS) {
+            return null;
+        }
+        for (String c : commands) {
+            String cls = aliases.getOrDefault(c, c);
+            try {
+                Class.forName(cls, false, ClassLoader.getSystemClassLoader());
+            } catch (ClassNotFoundException | LinkageError e) {
+                return "command '" + c + "': no class '" + cls + "' on the classpath";
+            }
+        }
+        return null;
+    }
+
+    /** Sends the hello and serves until ngd says quit or the channel ends; never returns. */
+    public void serve() {
+        Streams.install();
+        if (!ExitHook.isPatched()) {
+            hello(null, "System.exit cannot be trapped on this JVM (the ngw-java agent did not load; see the log)");
+            exitWorker(78);
+        }
+        ExitHook.install(status -> trap(status), status -> trap(status));
+        List<String> commands = commands();
+        String bad = unservable(commands);
+        if (bad != null) {
+            hello(null, bad);
+            exitWorker(78);
+        }
+        if (commands.isEmpty() && options.mode != Options.Mode.NAILS) {
+            hello(null, "no commands: ngd names them in NGW_COMMANDS from the plugin's `commands`");
+            exitWorker(78);
+        }
+        hello(commands, null);
+        startStalePoller();
+        try {
+            loop();
+        } catch (IOException e) {
+            Streams.workerErr().println("ngw-java: channel: " + e.getMessage());
+            hangUpAll();
+            exitWorker(2);
+        }
+        hangUpAll();
+        exitWorker(0);
+    }
+
+    private static void trap(int status) {
+        Session s = Session.owner();
+        if (s != null) {
+            s.exitFromProgram(status);
+        }
+    }
+
+    private void hello(List<String> commands, String error) {
+        Map<String, Object> h = new LinkedHashMap<>();
+        h.put("protocol", 1);
+        h.put("pid", ProcessHandle.current().pid());
+        if (error != null) {
+            h.put("error", error);
+        } else {
+            h.put("commands", commands);
+            List<String> features = new ArrayList<>();
+            features.add("interrupt");
+            if (mux) {
+                features.add("mux");
+            }
+            if (notices) {
+                features.add("notices");
+            }
+            h.put("features", features);
+            h.put("max_sessions", mux ? MAX_SESSIONS : 1);
+            h.put("max_chunk", MAX_CHUNK);
+            h.put("kill_grace_ms", options.killGraceMs);
+            if (options.mode == Options.Mode.NAILS) {
+                h.put("class_names", true);
+            }
+        }
+        h.put("sdk", "ngw-java/0.1.0");
+        h.put("runtime", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));
+        try {
+            writer.control(Chunk.HELLO, Json.object(h).getBytes(StandardCharsets.UTF_8));
+        } catch (IOException e) {
+            exitWorker(2);
+        }
+    }
+
+    private void loop() throws IOException {
+        for (Chunk c = reader.read(); c != null; c = reader.read()) {
+            byte[] payload = c.payload();
+            switch (c.type()) {
+                case Chunk.SELECT -> selected = parseId(c);
+                case Chunk.ARG -> header().args.add(text(c));
+                case Chunk.ENV -> env(header().env, text(c));
+                case Chunk.DIR -> header().cwd = text(c);
+                case Chunk.COMMAND -> start(selected, headers.remove(selected), text(c));
+                case Chunk.STDIN -> withSession(s -> s.stdin(payload));
+                case Chunk.STDIN_EOF -> withSession(Session::stdinEof);
+                case Chunk.INTERRUPT -> {
+                    if (c.text().equals("hangup")) {
+                        withSession(s -> s.hangup(options.killGraceMs));
+                    }
+                }
+                case Chunk.PING -> writer.control(Chunk.PONG, c.payload());
+                case Chunk.QUIT -> {
+                    quitting = true;
+                    if (sessions.isEmpty()) {
+                        return;
+                    }
+                }
+                default -> { }
+            }
+        }
+    }
+
+    private long parseId(Chunk c) throws IOException {
+        try {
+            return Long.parseLong(c.text().trim());
+        } catch (NumberFormatException e) {
+            throw new IOException("bad session id '" + c.text() + "'");
+        }
+    }
+
+    private static String text(Chunk c) {
+        return new String(c.payload(), StandardCharsets.UTF_8);
+    }
+
+    private static void env(Properties env, String entry) {
+        int eq = entry.indexOf('=');
+        if (eq <= 0 || entry.indexOf('\0') >= 0) {
+            return;
+        }
+        String name = entry.substring(0, eq);
+        if (name.startsWith("NGW_")) {
+            return;
+        }
+        env.setProperty(name, entry.substring(eq + 1));
+    }
+
+    private Header header() {
+        return headers.computeIfAbsent(selected, k -> new Header());
+    }
+
+    private void withSession(java.util.function.Consumer<Session> f) {
+        Session s = sessions.get(selected);
+        if (s != null) {
+            f.accept(s);
+        }
+    }
+
+    private void start(long id, Header h, String command) {
+        if (h == null) {
+            h = new Header();
+        }
+        List<String> args = new ArrayList<>(options.leadingArgs);
+        args.addAll(h.args);
+        Session s = new Session(this, writer, id, args, h.env, h.cwd, command);
+        sessions.put(id, s);
+        String cls = options.mode == Options.Mode.SHARED ? options.mainClass : aliases.getOrDefault(command, command);
+        ClassLoader loader = loaderForSession();
+        count(cls, 1, 1);
+        s.start(() -> {
+            int code;
+            try {
+                code = Nails.run(s, cls, loader);
+            } catch (Nails.NoSuchNail e) {
+                s.err().println("ngw-java: " + e.getMessage());
+                code = 127;
+            }
+            s.exit(code);
+        });
+    }
+
+    private synchronized void count(String cls, long runs, long running) {
+        long[] v = stats.computeIfAbsent(cls, k -> new long[2]);
+        v[0] += runs;
+        v[1] += running;
+    }
+
+    /** The system class loader, or a fresh one over the classpath once the code is stale. */
+    private ClassLoader loaderForSession() {
+        if (!stale && Fingerprint.of(options.classpath) != fingerprint) {
+            markStale();
+        }
+        if (!stale) {
+            return ClassLoader.getSystemClassLoader();
+        }
+        List<URL> urls = new ArrayList<>();
+        for (String e : options.classpath) {
+            try {
+                urls.add(new File(e).toURI().toURL());
+            } catch (MalformedURLException ex) {
+                // An entry that is not a path cannot hold classes.
+            }
+        }
+        return new FreshLoader(urls.toArray(new URL[0]));
+    }
+
+    /** Loads the classpath anew, except the worker's own and the Nailgun API classes. */
+    private static final class FreshLoader extends URLClassLoader {
+        FreshLoader(URL[] urls) {
+            super("ngw-fresh", urls, ClassLoader.getSystemClassLoader());
+        }
+
+        @Override
+        protected Class<?> loadClass(String name, boolean resolve) throws ClassNotFoundException {
+            if (name.startsWith("ngw.") || name.startsWith("com.martiansoftware.nailgun.")
+                    || name.startsWith("com.facebook.nailgun.") || name.startsWith("java.")
+                    || name.startsWith("javax.") || name.startsWith("jdk.") || name.startsWith("sun.")) {
+                return super.loadClass(name, resolve);
+            }
+            synchronized (getClassLoadingLock(name)) {
+                Class<?> c = findLoadedClass(name);
+                if (c == null) {
+                    try {
+                        c = findClass(name);
+                    } catch (ClassNotFoundException e) {
+                        return super.loadClass(name, resolve);
+                    }
+                }
+                if (resolve) {
+                    resolveClass(c);
+                }
+                return c;
+            }
+        }
+    }
+
+    private void startStalePoller() {
+        Thread t = new Thread(() -> {
+            while (!stale) {
+                try {
+                    Thread.sleep(STALE_POLL_MS);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                if (Fingerprint.of(options.classpath) != fingerprint) {
+                    markStale();
+                }
+            }
+        }, "ngw-stale");
+        t.setDaemon(true);
+        t.start();
+    }
+
+    private synchronized void markStale() {
+        if (stale) {
+            return;
+        }
+        stale = true;
+        notice("stale", "the classpath changed on disk");
+        retire("its classes are stale");
+    }
+
+    private void notice(String kind, String message) {
+        Streams.workerErr().println("ngw-java: " + kind + ": " + message);
+        if (!notices) {
+            return;
+        }
+        Map<String, Object> n = new LinkedHashMap<>();
+        n.put("kind", kind);
+        n.put("message", message);
+        try {
+            writer.control(Chunk.NOTICE, Json.object(n).getBytes(StandardCharsets.UTF_8));
+        } catch (IOException e) {
+            channelBroken(e);
+        }
+    }
+
+    @Override
+    public synchronized void retire(String reason) {
+        if (retiring) {
+            return;
+        }
+        retiring = true;
+        if (notices) {
+            notice("retire", reason);
+        } else {
+            quitting = true;
+        }
+        if (sessions.isEmpty() && !notices) {
+            exitWorker(0);
+        }
+    }
+
+    /** A session has written its {@code X}. */
+    void sessionEnded(Session s) {
+        sessions.remove(s.id());
+        count(s.command(), 0, -1);
+        if ((quitting || retiring) && sessions.isEmpty()) {
+            exitWorker(0);
+        }
+    }
+
+    /** The channel failed: ngd is gone or the worker is being killed. */
+    void channelBroken(IOException e) {
+        Streams.workerErr().println("ngw-java: channel: " + e.getMessage());
+        exitWorker(2);
+    }
+
+    private void hangUpAll() {
+        for (Session s : sessions.values()) {
+            s.hangup(0);
+        }
+    }
+
+    /** Exits the JVM, whatever thread asks. */
+    private static void exitWorker(int status) {
+        ExitHook.install(null, null);
+        PrintStream err = Streams.workerErr();
+        if (err != null) {
+            err.flush();
+        }
+        Runtime.getRuntime().halt(status);
+    }
+
+    @Override
+    public synchronized SortedMap<String, String> aliases() {
+        return new TreeMap<>(aliases);
+    }
+
+    @Override
+    public synchronized void addAlias(String name, String className) {
+        aliases.put(name, className);
+    }
+
+    @Override
+    public synchronized void removeAlias(String name) {
+        aliases.remove(name);
+    }
+
+    @Override
+    public boolean nailsByClassName() {
+        return options.mode == Options.Mode.NAILS;
+    }
+
+    @Override
+    public synchronized Map<String, long[]> stats() {
+        Map<String, long[]> copy = new TreeMap<>();
+        stats.forEach((k, v) -> copy.put(k, v.clone()));
+        return copy;
+    }
+
+    @Override
+    public PrintStream out() {
+        return Streams.workerOut();
+    }
+
+    @Override
+    public PrintStream err() {
+        return Streams.workerErr();
+    }
+
+    @Override
+    public InputStream in() {
+        return Streams.workerIn();
+    }
+}
