@@ -68,6 +68,26 @@ pub enum AliasError {
 pub struct Registry {
     commands: RwLock<BTreeMap<String, Entry>>,
     aliases: RwLock<BTreeMap<String, String>>,
+    /// The plugin pool that also serves names shaped like Java class names, and its name.
+    class_names: RwLock<Option<(usize, String)>>,
+}
+
+/// True for a name shaped like a fully qualified Java class name: two or more identifiers
+/// (letters, digits, `_`, `$`, not starting with a digit) joined by dots.
+pub fn is_class_name(name: &str) -> bool {
+    let mut parts = 0;
+    for part in name.split('.') {
+        let mut chars = part.chars();
+        match chars.next() {
+            Some(c) if c.is_alphabetic() || c == '_' || c == '$' => {}
+            _ => return false,
+        }
+        if !chars.all(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            return false;
+        }
+        parts += 1;
+    }
+    parts >= 2
 }
 
 impl Registry {
@@ -110,6 +130,32 @@ impl Registry {
         clashes
     }
 
+    /// Routes names shaped like Java class names to `pool` (`on`), or stops routing them
+    /// there. False when another pool already has them.
+    pub fn set_class_names(&self, pool: usize, on: bool, plugin: &str) -> bool {
+        let mut route = self.class_names.write().unwrap_or_else(|p| p.into_inner());
+        match (*route).as_ref() {
+            Some((p, _)) if *p != pool => !on,
+            _ => {
+                *route = on.then(|| (pool, plugin.to_owned()));
+                true
+            }
+        }
+    }
+
+    /// The entry for a class name that no command claims, if a pool serves class names.
+    fn class_entry(&self, name: &str) -> Option<Entry> {
+        if !is_class_name(name) {
+            return None;
+        }
+        let route = self.class_names.read().unwrap_or_else(|p| p.into_inner());
+        let (pool, plugin) = (*route).as_ref()?;
+        Some(Entry {
+            target: Target::Plugin { pool: *pool },
+            description: format!("a class served by plugin '{plugin}'"),
+        })
+    }
+
     /// Looks a name up, following one alias. Returns the command's own name and entry.
     pub fn resolve(&self, name: &[u8]) -> Option<(String, Entry)> {
         let name = std::str::from_utf8(name).ok()?;
@@ -118,9 +164,16 @@ impl Registry {
             return Some((name.to_owned(), entry.clone()));
         }
         let aliases = self.aliases.read().unwrap_or_else(|p| p.into_inner());
-        let target = aliases.get(name)?;
-        let entry = commands.get(target)?;
-        Some((target.clone(), entry.clone()))
+        if let Some(target) = aliases.get(name) {
+            let entry = commands
+                .get(target)
+                .cloned()
+                .or_else(|| self.class_entry(target))?;
+            return Some((target.clone(), entry));
+        }
+        drop(aliases);
+        let entry = self.class_entry(name)?;
+        Some((name.to_owned(), entry))
     }
 
     /// Adds or replaces an alias.
@@ -128,7 +181,7 @@ impl Registry {
         if self.contains(alias) {
             return Err(AliasError::ShadowsCommand(alias.to_owned()));
         }
-        if !self.contains(command) {
+        if !self.contains(command) && self.class_entry(command).is_none() {
             return Err(AliasError::NoSuchCommand(command.to_owned()));
         }
         let mut aliases = self.aliases.write().unwrap_or_else(|p| p.into_inner());
@@ -185,5 +238,32 @@ mod tests {
         );
         assert!(r.resolve(b"missing").is_none());
         assert!(r.resolve(b"\xff").is_none());
+    }
+
+    #[test]
+    fn class_names_route_to_one_pool_after_commands_and_aliases() {
+        let mut r = Registry::default();
+        r.insert("a.b", entry());
+        assert!(r.resolve(b"com.example.Nail").is_none());
+        assert!(r.set_class_names(3, true, "jvm"));
+        assert!(!r.set_class_names(4, true, "other"));
+        let (name, e) = r.resolve(b"com.example.Nail").expect("routed");
+        assert_eq!(name, "com.example.Nail");
+        assert!(matches!(e.target, Target::Plugin { pool: 3 }));
+        assert!(matches!(
+            r.resolve(b"a.b").map(|(_, e)| e.target),
+            Some(Target::Nail { .. })
+        ));
+        for bad in ["Nail", "a..b", "1a.b", "a.b-c", ".a.b", "a.b."] {
+            assert!(r.resolve(bad.as_bytes()).is_none(), "{bad}");
+        }
+        assert_eq!(r.add_alias("hello", "com.example.Hello"), Ok(()));
+        assert_eq!(
+            r.resolve(b"hello").map(|(n, _)| n),
+            Some("com.example.Hello".to_owned())
+        );
+        assert!(r.set_class_names(3, false, ""));
+        assert!(r.resolve(b"com.example.Nail").is_none());
+        assert!(r.set_class_names(4, true, "other"));
     }
 }

@@ -94,6 +94,7 @@ const NGW_KEYS: &[&str] = &[
     "env",
     "cwd",
     "commands",
+    "class_names",
     "min_workers",
     "max_workers",
     "queue",
@@ -134,6 +135,10 @@ pub struct PluginConfig {
     /// Commands routed to this plugin; empty: learned from the first worker's hello.
     #[serde(default)]
     pub commands: Vec<String>,
+    /// Also route every command name shaped like a Java class name (`a.b.C`) that nothing
+    /// else claims (a JVM worker serving nails by class name); one plugin at most.
+    #[serde(default)]
+    pub class_names: bool,
     /// Workers kept running even when idle.
     #[serde(default = "one")]
     pub min_workers: usize,

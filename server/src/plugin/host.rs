@@ -187,10 +187,15 @@ impl PluginHost {
     /// Registers `pool`'s commands; a name already taken disables the pool.
     fn publish_routes(&mut self, pool: usize) {
         let p = &self.pools[pool];
-        let clashes = self
-            .handle
-            .registry()
-            .set_plugin_commands(pool, &p.commands, &p.config.name);
+        let registry = self.handle.registry();
+        let class_names = p.config.class_names || p.class_names;
+        if !registry.set_class_names(pool, class_names, &p.config.name) {
+            tracing::warn!(
+                plugin = %p.config.name,
+                "class names are already routed to another plugin; this one serves its commands only"
+            );
+        }
+        let clashes = registry.set_plugin_commands(pool, &p.commands, &p.config.name);
         if !clashes.is_empty() {
             let reason = format!(
                 "command name(s) {} already taken by another command",
@@ -862,8 +867,13 @@ impl PluginHost {
             return Ok(());
         }
         let p = &mut self.pools[pool];
+        if hello.class_names && !p.class_names {
+            p.class_names = true;
+            self.publish_routes(pool);
+        }
+        let p = &mut self.pools[pool];
         if p.config.commands.is_empty() {
-            if hello.commands.is_empty() {
+            if hello.commands.is_empty() && !p.class_names {
                 return Err(WorkerEnd::Protocol("its hello lists no commands".into()));
             }
             if p.commands != hello.commands {
@@ -1129,6 +1139,7 @@ impl PluginHost {
         tracing::info!(plugin = %self.pools[pool].config.name, "retiring");
         self.pools[pool].status = PoolStatus::Retiring;
         self.handle.registry().set_plugin_commands(pool, &[], "");
+        self.handle.registry().set_class_names(pool, false, "");
         let config = &self.pools[pool].config;
         for (slot, w) in self.workers.iter_mut() {
             if w.machine.pool == pool {

@@ -151,6 +151,8 @@ pub struct Pool {
     pub last_failure: Option<String>,
     /// Commands routed here (configured, or learned from the first hello).
     pub commands: Vec<String>,
+    /// A worker's hello said it serves class names (the config may say so too).
+    pub class_names: bool,
     /// Sessions completed.
     pub sessions: u64,
     /// The last [`NOTICES_KEPT`] notices, oldest first.
@@ -172,6 +174,7 @@ impl Pool {
             next_spawn: None,
             last_failure: None,
             commands,
+            class_names: false,
             sessions: 0,
             notices: VecDeque::new(),
             notice_counts: BTreeMap::new(),
@@ -188,6 +191,7 @@ impl Pool {
         if self.config.commands.is_empty() && !old.commands.is_empty() {
             self.commands = old.commands.clone();
         }
+        self.class_names |= old.class_names;
     }
 
     /// The delay before the next start after `failures` consecutive failures.

@@ -72,6 +72,7 @@ pub fn spawn(plugin: &PluginConfig, launch: &Launch<'_>) -> io::Result<Spawned> 
         .env("NGW_VERSION", "1")
         .env("NGW_PLUGIN", &plugin.name)
         .env("NGW_HOST_FEATURES", launch.host_features)
+        .env("NGW_COMMANDS", plugin.commands.join(","))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
@@ -157,4 +158,7 @@ pub struct Hello {
     pub sdk: Option<String>,
     /// A refusal to start.
     pub error: Option<String>,
+    /// It also serves command names shaped like Java class names (`docs/ngw.md` §5).
+    #[serde(default)]
+    pub class_names: bool,
 }
