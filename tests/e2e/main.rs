@@ -47,6 +47,8 @@ mod soak;
 mod plugins_host;
 // Plugin commands: stdin sent before the worker asks for it (eager clients) arrives intact.
 mod plugins_stdin;
+// The JVM worker: Nailgun nails through ngw-java, side by side with the reference server.
+mod jvm;
 // Zero-setup operation: auto-start, idle exit, socket activation, ngd bench/check, completions.
 mod ops;
 // Our ng's negotiated extensions against the Java server: announced harmlessly, classic.

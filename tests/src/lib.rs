@@ -50,6 +50,7 @@ pub mod faults;
 pub mod hostile;
 pub mod java;
 pub mod java_server;
+pub mod jvm;
 pub mod macros;
 pub mod ngd_server;
 pub mod plugins;

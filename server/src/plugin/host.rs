@@ -271,11 +271,15 @@ impl PluginHost {
                 .count()
     }
 
-    /// True when every active pool knows its commands (configured, or from a hello).
+    /// True when every active pool knows its commands (configured, or from a hello), or
+    /// serves class names.
     pub fn is_warm(&self) -> bool {
-        self.pools
-            .iter()
-            .all(|p| p.status != PoolStatus::Active || !p.commands.is_empty())
+        self.pools.iter().all(|p| {
+            p.status != PoolStatus::Active
+                || !p.commands.is_empty()
+                || p.class_names
+                || p.config.class_names
+        })
     }
 
     /// True when no worker is left (for the end of a shutdown).

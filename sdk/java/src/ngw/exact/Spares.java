@@ -36,12 +36,15 @@ final class Spares {
         final int sock;
         final String cwd;
         final Map<String, String> startupEnv;
+        /** The class path's fingerprint when the spare started. */
+        final long code;
         /** 0 starting, 1 ready, -1 dead. */
         int state;
         /** Killed by the worker (not a failure). */
         boolean killed;
 
-        Spare(int pid, int sock, String cwd, Map<String, String> startupEnv) {
+        Spare(int pid, int sock, String cwd, Map<String, String> startupEnv, long code) {
+            this.code = code;
             this.pid = pid;
             this.sock = sock;
             this.cwd = cwd;
@@ -78,6 +81,11 @@ final class Spares {
         Spare s = take(r.cwd, startupEnv(r.env));
         if (s == null) {
             return "";
+        }
+        if (s.code != ngw.Fingerprint.of(worker.options().classpath)) {
+            kill(s);
+            worker.notice("stale", "the classpath changed on disk since the spare JVM started", r.id);
+            return "the spare JVM holds classes that changed on disk since it started";
         }
         try {
             byte[] request = request(r);
@@ -160,8 +168,9 @@ final class Spares {
             return;
         }
         Map<String, String> startupEnv = startupEnv(env);
+        long code = ngw.Fingerprint.of(worker.options().classpath);
         for (Spare s : new ArrayList<>(spares)) {
-            if (!s.cwd.equals(cwd) || !s.startupEnv.equals(startupEnv)) {
+            if (!s.cwd.equals(cwd) || !s.startupEnv.equals(startupEnv) || s.code != code) {
                 spares.remove(s);
                 kill(s);
             }
@@ -179,6 +188,7 @@ final class Spares {
 
     private Spare spawn(String cwd, Map<String, String> env, Map<String, String> startupEnv) throws IOException {
         ngw.Options o = worker.options();
+        long code = ngw.Fingerprint.of(o.classpath);
         List<String> argv = new ArrayList<>();
         argv.add(worker.java());
         argv.addAll(o.jvmOptions);
@@ -200,7 +210,7 @@ final class Spares {
         } finally {
             Posix.closeQuietly(pair[1]);
         }
-        Spare s = new Spare(pid, pair[0], cwd, startupEnv);
+        Spare s = new Spare(pid, pair[0], cwd, startupEnv, code);
         Thread t = new Thread(() -> awaitReady(s), "ngw-spare-" + pid);
         t.setDaemon(true);
         t.start();

@@ -152,12 +152,15 @@ public final class Session implements NailSession {
     }
 
     /**
-     * The client has gone: {@code isClientConnected()} turns false, the disconnect listeners
-     * run, stdin ends and the session's threads are interrupted. A session that has not ended
-     * {@code graceMs} later is ended by the worker, which then retires: the threads that
-     * would not stop stay in this JVM, so it takes no more sessions.
+     * The client has gone, or asked the command to end (a forwarded SIGINT, SIGTERM or
+     * SIGHUP): {@code isClientConnected()} turns false, the disconnect listeners run, stdin
+     * ends and the session's threads are interrupted. With {@code endCode} ≥ 0 the session
+     * ends at once with it (as a cold JVM ends on that signal). A session that has not ended
+     * {@code graceMs} later is ended by the worker with 129; if any of its threads still
+     * runs then, the worker retires: those threads stay in this JVM, so it takes no more
+     * sessions.
      */
-    void hangup(long graceMs) {
+    void hangup(long graceMs, int endCode) {
         List<Runnable> listeners;
         synchronized (this) {
             if (!connected) {
@@ -182,6 +185,9 @@ public final class Session implements NailSession {
         t.setDaemon(true);
         t.start();
         group.interrupt();
+        if (endCode >= 0) {
+            exit(endCode);
+        }
         Thread grace = new Thread(() -> {
             try {
                 Thread.sleep(graceMs);
@@ -190,7 +196,9 @@ public final class Session implements NailSession {
             }
             if (!ended()) {
                 exit(129);
-                worker.retire("a session went on " + graceMs + " ms after its client left");
+            }
+            if (group.activeCount() > 0) {
+                worker.retire("a session's threads went on " + graceMs + " ms after its client left");
             }
         }, "ngw-grace-" + id);
         grace.setDaemon(true);

@@ -30,6 +30,7 @@ import java.util.SortedMap;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 
+import ngw.Fingerprint;
 import ngw.NailSession;
 import ngw.Options;
 import ngw.boot.ExitHook;
@@ -193,8 +194,9 @@ public final class SharedWorker implements NailSession.WorkerView {
                 case Chunk.STDIN -> withSession(s -> s.stdin(payload));
                 case Chunk.STDIN_EOF -> withSession(Session::stdinEof);
                 case Chunk.INTERRUPT -> {
-                    if (c.text().equals("hangup")) {
-                        withSession(s -> s.hangup(options.killGraceMs));
+                    int end = endCode(c.text());
+                    if (end != NO_END) {
+                        withSession(s -> s.hangup(options.killGraceMs, end));
                     }
                 }
                 case Chunk.PING -> writer.control(Chunk.PONG, c.payload());
@@ -207,6 +209,23 @@ public final class SharedWorker implements NailSession.WorkerView {
                 default -> { }
             }
         }
+    }
+
+    private static final int NO_END = -2;
+
+    /**
+     * What an interrupt does to a session: a hangup ends it once its grace is over (-1);
+     * SIGINT, SIGTERM and SIGHUP end it at once with 128+N, as they end a cold JVM; any other
+     * signal is ignored ({@link #NO_END}), as a JVM ignores most.
+     */
+    private static int endCode(String interrupt) {
+        return switch (interrupt.split(" ")[0]) {
+            case "hangup" -> -1;
+            case "SIGHUP" -> 129;
+            case "SIGINT" -> 130;
+            case "SIGTERM" -> 143;
+            default -> NO_END;
+        };
     }
 
     private long parseId(Chunk c) throws IOException {
@@ -374,7 +393,7 @@ public final class SharedWorker implements NailSession.WorkerView {
         } else {
             quitting = true;
         }
-        if (sessions.isEmpty() && !notices) {
+        if (sessions.isEmpty()) {
             exitWorker(0);
         }
     }
@@ -396,7 +415,7 @@ public final class SharedWorker implements NailSession.WorkerView {
 
     private void hangUpAll() {
         for (Session s : sessions.values()) {
-            s.hangup(0);
+            s.hangup(0, -1);
         }
     }
 

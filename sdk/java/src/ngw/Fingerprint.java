@@ -3,7 +3,7 @@
  * every jar and of every file under every directory entry, hashed. A change means the JVM's
  * loaded classes may be stale.
  */
-package ngw.shared;
+package ngw;
 
 import java.io.IOException;
 import java.nio.file.Files;
@@ -13,13 +13,14 @@ import java.util.List;
 import java.util.stream.Stream;
 
 /** See the file comment. */
-final class Fingerprint {
+public final class Fingerprint {
     /** Directory trees larger than this are fingerprinted by their first files only. */
     private static final int MAX_FILES = 50_000;
 
     private Fingerprint() {}
 
-    static long of(List<String> classpath) {
+    /** The fingerprint of {@code classpath}'s entries. */
+    public static long of(List<String> classpath) {
         long h = 0xcbf29ce484222325L;
         for (String entry : classpath) {
             Path p = Path.of(entry);
