@@ -27,8 +27,11 @@ fn reference(client: Client) -> ClientCmd {
         .server(JavaServer::shared(Transport::Unix).address())
 }
 
-/// The parity cases: (label, arguments, stdin).
-fn cases() -> Vec<(&'static str, Vec<String>, Option<Vec<u8>>)> {
+/// One parity case: a label, the client's arguments, its stdin.
+type Case = (&'static str, Vec<String>, Option<Vec<u8>>);
+
+/// The parity cases.
+fn cases() -> Vec<Case> {
     let long = "x".repeat(20_000);
     vec![
         (

@@ -80,6 +80,9 @@ fn project(root: &Path) -> PathBuf {
     root.to_path_buf()
 }
 
+/// A case's arguments, for the tree it runs in.
+type Arguments<'a> = Box<dyn Fn(&Path) -> Vec<String> + 'a>;
+
 /// Every program case, in `mode` (`[]` exact, `["--shared"]`), for `client`.
 fn programs(client: Client, mode: &[&str]) {
     let shared = !mode.is_empty();
@@ -112,7 +115,7 @@ fn programs(client: Client, mode: &[&str]) {
             rel.to_string()
         }
     };
-    let cases: Vec<(&str, &str, Box<dyn Fn(&Path) -> Vec<String>>)> = vec![
+    let cases: Vec<(&str, &str, Arguments<'_>)> = vec![
         (
             "javac",
             "/usr/bin/javac",
