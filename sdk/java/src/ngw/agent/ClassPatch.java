@@ -44,7 +44,7 @@ public final class ClassPatch {
             throws PatchException {
         try {
             return new ClassPatch.Editor(classFile).patch(owner, hooks);
-        } catch (BufferUnderflowException | IndexOutOfBoundsException e) {
+        } catch (BufferUnderflowException | IndexOutOfBoundsException | IllegalArgumentException e) {
             throw new PatchException("truncated or malformed class file");
         } catch (IOException e) {
             throw new PatchException(e.toString());

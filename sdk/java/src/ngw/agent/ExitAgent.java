@@ -2,8 +2,8 @@
  * The Java agent that makes {@code System.exit}, {@code Runtime.exit} and {@code
  * Runtime.halt} trappable on every JDK, with no SecurityManager (which JDK 24 removed).
  *
- * <p>Loaded with {@code -javaagent:ngw-java.jar}, it puts {@code ngw-boot.jar} (beside the
- * agent's jar) on the boot class path, lets {@code java.base} read that jar's module, and
+ * <p>Loaded with {@code -javaagent:ngw-java.jar}, it finds {@code ngw-boot.jar} on the boot
+ * class path (or puts it there, from beside the agent's jar), lets {@code java.base} read that jar's module, and
  * retransforms {@code java.lang.Runtime} so that {@code exit(int)} and {@code halt(int)} first
  * call {@link ngw.boot.ExitHook}. The hook does nothing until the worker installs its
  * handlers. If the patch cannot be applied, the agent leaves the class as it was and says why
@@ -37,10 +37,16 @@ public final class ExitAgent {
     }
 
     private static void install(Instrumentation inst) throws Exception {
-        File self = new File(ExitAgent.class.getProtectionDomain().getCodeSource().getLocation().toURI());
-        File boot = new File(self.getParentFile(), "ngw-boot.jar");
-        inst.appendToBootstrapClassLoaderSearch(new JarFile(boot));
-        Class<?> hook = Class.forName(HOOK.replace('/', '.'), true, null);
+        Class<?> hook;
+        try {
+            // The launcher names the jar with -Xbootclasspath/a (appending it here instead
+            // makes the JVM warn that it stops sharing application classes).
+            hook = Class.forName(HOOK.replace('/', '.'), true, null);
+        } catch (ClassNotFoundException e) {
+            File self = new File(ExitAgent.class.getProtectionDomain().getCodeSource().getLocation().toURI());
+            inst.appendToBootstrapClassLoaderSearch(new JarFile(new File(self.getParentFile(), "ngw-boot.jar")));
+            hook = Class.forName(HOOK.replace('/', '.'), true, null);
+        }
         Module base = Runtime.class.getModule();
         inst.redefineModule(base, Set.of(hook.getModule()), Map.of(), Map.of(), Set.of(), Map.of());
 
