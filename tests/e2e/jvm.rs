@@ -237,3 +237,6 @@ mod programs;
 
 #[path = "jvm_hostile.rs"]
 mod hostile;
+
+#[path = "jvm_exact.rs"]
+mod exact;

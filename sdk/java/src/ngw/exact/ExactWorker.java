@@ -58,10 +58,13 @@ public final class ExactWorker {
     private volatile boolean quitting;
     private long selected;
 
-    /** One session: its header, its child, its relays. */
+    /**
+     * One session: its header, its child, its relays. Arguments, environment entries and the
+     * directory are strings of the client's bytes ({@link Posix#raw}).
+     */
     final class Run {
         final long id;
-        final List<String> args = new ArrayList<>(options.leadingArgs);
+        final List<String> args = new ArrayList<>(options.leadingArgs.stream().map(Posix::raw).toList());
         final Map<String, String> env = new LinkedHashMap<>();
         String cwd;
         int umask = -1;
@@ -113,7 +116,7 @@ public final class ExactWorker {
             exit(78);
         }
         hello(commands, null);
-        spares.refill(System.getProperty("user.dir"), workerEnv());
+        spares.refill(Posix.raw(System.getProperty("user.dir")), workerEnv());
         try {
             loop();
         } catch (IOException e) {
@@ -127,8 +130,12 @@ public final class ExactWorker {
     }
 
     private Map<String, String> workerEnv() {
-        Map<String, String> env = new LinkedHashMap<>(System.getenv());
-        env.keySet().removeIf(k -> k.startsWith("NGW_"));
+        Map<String, String> env = new LinkedHashMap<>();
+        System.getenv().forEach((k, v) -> {
+            if (!k.startsWith("NGW_")) {
+                env.put(Posix.raw(k), Posix.raw(v));
+            }
+        });
         return env;
     }
 
@@ -185,9 +192,9 @@ public final class ExactWorker {
                 headers.put(selected, r);
             }
             switch (type) {
-                case Chunk.ARG -> header().args.add(c.text());
-                case Chunk.ENV -> env(header(), c.text());
-                case Chunk.DIR -> header().cwd = c.text();
+                case Chunk.ARG -> header().args.add(bytes(c));
+                case Chunk.ENV -> env(header(), bytes(c));
+                case Chunk.DIR -> header().cwd = bytes(c);
                 case Chunk.COMMAND -> start(headers.remove(selected));
                 case Chunk.STDIN -> stdin(c.payload());
                 case Chunk.STDIN_EOF -> stdin(null);
@@ -202,6 +209,11 @@ public final class ExactWorker {
                 default -> { }
             }
         }
+    }
+
+    /** A chunk's payload as a string of bytes ({@link Posix#raw}): passed on unchanged. */
+    private static String bytes(Chunk c) {
+        return new String(c.payload(), StandardCharsets.ISO_8859_1);
     }
 
     private Run header() {
@@ -270,7 +282,7 @@ public final class ExactWorker {
             r.passed = new int[0];
         }
         if (r.cwd == null) {
-            r.cwd = System.getProperty("user.dir");
+            r.cwd = Posix.raw(System.getProperty("user.dir"));
         }
         Thread t = new Thread(() -> launch(r), "ngw-launch-" + r.id);
         t.setDaemon(true);
@@ -304,7 +316,7 @@ public final class ExactWorker {
                 if (!why.isEmpty()) {
                     notice("fallback", "ran cold: " + why, r.id);
                 }
-                r.pid = Posix.spawn(new Posix.Spawn(java, coldArgv(r.args), envList(r.env), r.cwd, r.stdio, -1));
+                r.pid = Posix.spawn(new Posix.Spawn(java(), coldArgv(r.args), envList(r.env), r.cwd, r.stdio, -1));
             }
             for (int f : ours) {
                 Posix.closeQuietly(f);
@@ -331,7 +343,7 @@ public final class ExactWorker {
         }
     }
 
-    /** {@code java [JVM options] -cp CP MAIN ARGS} (or {@code -jar JAR ARGS}). */
+    /** {@code java [JVM options] -cp CP MAIN ARGS} (or {@code -jar JAR ARGS}), as bytes. */
     List<String> coldArgv(List<String> args) {
         List<String> argv = new ArrayList<>();
         argv.add(java);
@@ -344,12 +356,14 @@ public final class ExactWorker {
             argv.add(String.join(":", options.classpath));
             argv.add(options.mainClass);
         }
-        argv.addAll(args);
-        return argv;
+        List<String> raw = new ArrayList<>(argv.stream().map(Posix::raw).toList());
+        raw.addAll(args);
+        return raw;
     }
 
+    /** The {@code java} binary, as bytes. */
     String java() {
-        return java;
+        return Posix.raw(java);
     }
 
     Options options() {

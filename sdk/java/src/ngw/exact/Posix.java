@@ -2,6 +2,10 @@
  * The JVM worker's platform layer: the POSIX calls Java lacks (descriptor passing, spawning
  * with file actions, waiting for stops, process groups, the environment), through JNA's
  * direct mapping of the C library, each with its contract. Linux, 64-bit (LP64) layouts.
+ *
+ * <p>Strings cross to C as ISO-8859-1 ({@code jna.encoding}), so a string holding the raw
+ * bytes of an argument, environment entry or path (see {@link #raw}) reaches C byte for
+ * byte, whatever the JVM's own encoding: the worker passes the client's bytes on unchanged.
  */
 package ngw.exact;
 
@@ -18,7 +22,22 @@ import java.util.List;
 /** See the file comment. */
 final class Posix {
     static {
+        System.setProperty("jna.encoding", "ISO-8859-1");
         Native.register(NativeLibrary.getInstance("c"));
+    }
+
+    /** The file-name encoding of this JVM ({@code sun.jnu.encoding}): argv, env and paths. */
+    static final java.nio.charset.Charset JNU =
+            java.nio.charset.Charset.forName(System.getProperty("sun.jnu.encoding", "UTF-8"));
+
+    /** {@code s} as the string of its bytes in this JVM's file-name encoding, one char a byte. */
+    static String raw(String s) {
+        return new String(s.getBytes(JNU), java.nio.charset.StandardCharsets.ISO_8859_1);
+    }
+
+    /** A string of bytes ({@link #raw}) decoded as this JVM decodes argv and env. */
+    static String decoded(String raw) {
+        return new String(raw.getBytes(java.nio.charset.StandardCharsets.ISO_8859_1), JNU);
     }
 
     private Posix() {}

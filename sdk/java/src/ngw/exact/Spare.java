@@ -47,6 +47,8 @@ public final class Spare {
         MethodHandle main = MethodHandles.publicLookup().findStatic(c, "main",
                 MethodType.methodType(void.class, String[].class));
         Posix.writeAll(FD, new byte[] {'r'});
+        // JNA has read it: a cold JVM has no such property.
+        System.clearProperty("jna.encoding");
         Request r = read(FD);
         if (r == null) {
             Runtime.getRuntime().halt(0);
@@ -64,7 +66,7 @@ public final class Spare {
         System.clearProperty("ngw.spare.cp");
         System.clearProperty("ngw.spare.command");
         System.setProperty("java.class.path", classpath);
-        String[] args = r.args().toArray(new String[0]);
+        String[] args = r.args().stream().map(Posix::decoded).toArray(String[]::new);
         System.setProperty("sun.java.command", args.length == 0 ? command : command + " " + String.join(" ", args));
         try {
             main.invokeExact(args);
@@ -84,7 +86,9 @@ public final class Spare {
                 return "cannot set " + e.getKey();
             }
         }
-        if (!System.getenv().equals(r.env())) {
+        Map<String, String> expected = new LinkedHashMap<>();
+        r.env().forEach((k, v) -> expected.put(Posix.decoded(k), Posix.decoded(v)));
+        if (!System.getenv().equals(expected)) {
             return "the JVM read its environment before the session";
         }
         if (r.umask() >= 0) {
@@ -148,7 +152,7 @@ public final class Spare {
         Chunk c;
         try {
             while ((c = in.read()) != null) {
-                String text = c.text();
+                String text = new String(c.payload(), StandardCharsets.ISO_8859_1);
                 switch (c.type()) {
                     case 'A' -> args.add(text);
                     case 'E' -> {

@@ -130,8 +130,9 @@ final class Spares {
         return out.toByteArray();
     }
 
+    /** A chunk whose payload is {@code text}'s bytes ({@link Posix#raw}). */
     private static void chunk(java.io.ByteArrayOutputStream out, int type, String text) {
-        byte[] b = text.getBytes(StandardCharsets.UTF_8);
+        byte[] b = text.getBytes(StandardCharsets.ISO_8859_1);
         out.write(b.length >>> 24);
         out.write(b.length >>> 16);
         out.write(b.length >>> 8);
@@ -190,7 +191,6 @@ final class Spares {
         ngw.Options o = worker.options();
         long code = ngw.Fingerprint.of(o.classpath);
         List<String> argv = new ArrayList<>();
-        argv.add(worker.java());
         argv.addAll(o.jvmOptions);
         argv.add("-Dngw.spare.main=" + o.mainClass);
         argv.add("-Dngw.spare.cp=" + (o.jar != null ? o.jar : String.join(":", o.classpath)));
@@ -198,6 +198,8 @@ final class Spares {
         argv.add("-cp");
         argv.add(String.join(":", o.classpath) + ":" + o.workerClasspath);
         argv.add("ngw.exact.Spare");
+        argv.replaceAll(Posix::raw);
+        argv.add(0, worker.java());
         Map<String, String> spareEnv = new LinkedHashMap<>(env);
         int[] pair = Posix.socketPair();
         int pid;

@@ -1,0 +1,127 @@
+//! The exact mode against cold `java`: a plain `main` (`ngtest.ExactProbe`) run warm by
+//! `ngw-java -cp <nails> ngtest.ExactProbe` and cold by `java -cp <nails>
+//! ngtest.ExactProbe`, with the same arguments, environment, directory and stdin: the same
+//! bytes and exit code, with both clients, from the spare's directory and from others (which
+//! run cold and say why), on a terminal too (`System.console()`).
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Command;
+
+use ng_tests::jvm::{program_plugin, same};
+use ng_tests::plugins::{PluginServer, TAG_VAR};
+use ng_tests::pty::Pty;
+use ng_tests::{bins, both_clients, java, Output};
+
+fn probe_server() -> PluginServer {
+    let nails = java::nails_dir().to_string_lossy().into_owned();
+    PluginServer::start(vec![program_plugin(
+        "probe",
+        &["probe"],
+        &["-cp".into(), nails, "ngtest.ExactProbe".into()],
+    )])
+}
+
+fn cold(args: &[&str], dir: &Path, probe: &str, stdin: &[u8]) -> Output {
+    use std::io::Write as _;
+    let started = std::time::Instant::now();
+    let mut child = Command::new(bins::java())
+        .arg("-cp")
+        .arg(java::nails_dir())
+        .arg("ngtest.ExactProbe")
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("PROBE", probe)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    Output {
+        what: format!("cold java ExactProbe {args:?}"),
+        status: out.status,
+        stdout: out.stdout,
+        stderr: out.stderr,
+        elapsed: started.elapsed(),
+    }
+}
+
+both_clients! {
+    /// The same runs warm and cold, from two directories and with changing values.
+    fn exact_as_cold(client) {
+        let server = probe_server();
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("a");
+        let b = tmp.path().join("b");
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let input = ng_tests::data::binary(5000);
+        let runs: Vec<(&Path, &str, Vec<&str>)> = vec![
+            (&a, "one", vec!["x", "y z"]),
+            (&a, "two", vec!["stdin"]),
+            (&a, "three ✓", vec!["exit=3"]),
+            (&b, "four", vec![]),
+            (&b, "five", vec!["exit=0", "é"]),
+            (&a, "six", vec![]),
+        ];
+        for (dir, probe, args) in runs {
+            let theirs = cold(&args, dir, probe, &input);
+            let ours = server
+                .cmd(client)
+                .arg("probe")
+                .args(&args)
+                .cwd(dir)
+                .env("PROBE", probe)
+                .stdin_bytes(input.clone())
+                .run();
+            same(&theirs, &ours, &format!("{probe} in {}", dir.display()));
+        }
+    }
+}
+
+/// On a terminal, the warm program gets the terminal itself: `System.console()` exists.
+#[test]
+fn exact_on_a_terminal() {
+    let server = probe_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let ng = bins::ng();
+    let sock = server.socket_path();
+    let java = bins::java();
+    let env: Vec<(&str, &OsStr)> = vec![
+        ("PATH", OsStr::new("/usr/local/bin:/usr/bin:/bin")),
+        (TAG_VAR, OsStr::new(server.tag())),
+        ("PROBE", OsStr::new("tty")),
+    ];
+    let mut pty = Pty::shell(100, 30, &env).unwrap();
+    pty.line(&format!("cd {}", tmp.path().display())).unwrap();
+    for round in 0..2 {
+        pty.line(&format!(
+            "{} -cp {} ngtest.ExactProbe t{round}; echo \"cold-done $?\"",
+            java.display(),
+            java::nails_dir().display()
+        ))
+        .unwrap();
+        let cold = pty.expect("cold-done 0").unwrap();
+        pty.line(&format!(
+            "{} --nailgun-server local:{} probe t{round}; echo \"warm-done $?\"",
+            ng.display(),
+            sock.display()
+        ))
+        .unwrap();
+        let warm = pty.expect("warm-done 0").unwrap();
+        let lines = |s: &str| -> Vec<String> {
+            s.lines()
+                .filter(|l| l.contains('='))
+                .filter(|l| !l.contains("echo"))
+                .map(|l| l.trim_end().to_string())
+                .collect()
+        };
+        let (c, w) = (lines(&cold), lines(&warm));
+        assert!(c.iter().any(|l| l == "console=true"), "cold: {cold}");
+        assert_eq!(c, w, "cold:\n{cold}\nwarm:\n{warm}");
+    }
+}

@@ -1,0 +1,34 @@
+package ngtest;
+
+import java.io.File;
+import java.io.IOException;
+import java.nio.file.Path;
+
+/**
+ * A plain `main` that prints what a JVM run exactly as cold must see: its arguments, the
+ * environment entry `PROBE`, `user.dir`, relative paths made absolute (`File` and `Path`),
+ * a static counter (always 1 in a fresh JVM), whether `System.console()` exists, and, with
+ * the argument `stdin`, how many bytes stdin held. The argument `exit=N` exits with N.
+ */
+public class ExactProbe {
+    private static int runs;
+
+    public static void main(String[] args) throws IOException {
+        runs++;
+        System.out.println("args=" + String.join("|", args));
+        System.out.println("PROBE=" + System.getenv("PROBE"));
+        System.out.println("user.dir=" + System.getProperty("user.dir"));
+        System.out.println("file=" + new File("rel").getAbsolutePath());
+        System.out.println("path=" + Path.of("rel").toAbsolutePath());
+        System.out.println("runs=" + runs);
+        System.out.println("console=" + (System.console() != null));
+        for (String a : args) {
+            if (a.equals("stdin")) {
+                System.out.println("stdin=" + System.in.readAllBytes().length);
+            }
+            if (a.startsWith("exit=")) {
+                System.exit(Integer.parseInt(a.substring(5)));
+            }
+        }
+    }
+}
