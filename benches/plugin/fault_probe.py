@@ -1,5 +1,5 @@
 """What a copy-on-write page fault costs here, and how many a forked CPython child takes
-before it runs anything (docs/benchmarks.md, Plugins, section 15). Not run by
+before it runs anything (docs/benchmarks.md, Plugins). Not run by
 benches/plugin-bench.
 
     python3 benches/plugin/fault_probe.py [--rounds 30]

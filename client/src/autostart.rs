@@ -4,7 +4,7 @@
 //! the default address alone (no `--nailgun-server`, `--nailgun-port`, `NAILGUN_SERVER` or
 //! `NAILGUN_PORT`): a server someone named is never started behind their back, nor one on
 //! TCP. `--nailgun-no-autostart` or `NG_NO_AUTOSTART` (any non-empty value but `0`) turn
-//! it off, and the connection failure is reported as before (230).
+//! it off, and the connection failure is then reported as such (230).
 //!
 //! 1. The private runtime directory (`$XDG_RUNTIME_DIR/ngd`, else `/tmp/ngd-$UID`) is
 //!    created with mode 0700 if missing; one that is a symlink or someone else's is left

@@ -1,7 +1,7 @@
 //! Exact sessions against ngd (docs/protocol.md, "Negotiated extensions"): our `ng` passes
 //! its own descriptors over the Unix socket and a command that takes them runs on them
 //! (`ngtest-fds` reports what it got, compared with what the client had); over TCP and with
-//! the stock C client the session is relayed as before. Signals forwarded by our `ng` end
+//! the stock C client the session is relayed (`1`/`2` chunks). Signals forwarded by our `ng` end
 //! an in-process command as they end a cold one (the client dies of the same signal);
 //! `ng-cat` copies the client's own stdin to its own stdout.
 

@@ -4,13 +4,13 @@
 What a zygote's imports may have captured (whether fds 0-2 are terminals, the
 environment variables they read, the interpreter-wide settings and the locale,
 `Conditions.key`) is its key. A fork-mode session whose key is not the worker's own
-cannot be served by forking the worker; it used to run the cold way every time. Now the
-worker (the *root* zygote) keeps up to `NGW_MAX_ZYGOTES - 1` (default 3) **sub-zygotes**:
-fresh interpreters running the worker's own command line (`sys.orig_argv`) with the
-key's environment (and a pseudo-terminal on each fd that is a terminal in the sessions
-it is for: a sub-zygote's key always says which of fds 0-2 are terminals), each
-connected to the root over a socketpair that speaks ngw itself. The root plays ngd's part
-for them and stays ngd's only peer, so ngd knows nothing of any of this:
+cannot be served by forking the worker, so the worker (the *root* zygote) keeps up to
+`NGW_MAX_ZYGOTES - 1` (default 3) **sub-zygotes**: fresh interpreters running the
+worker's own command line (`sys.orig_argv`) with the key's environment (and a
+pseudo-terminal on each fd that is a terminal in the sessions it is for: a sub-zygote's
+key always says which of fds 0-2 are terminals), each connected to the root over a
+socketpair that speaks ngw itself. The root plays ngd's part for them and stays ngd's
+only peer, so ngd knows nothing of any of this:
 
 * a sub-zygote's hello is read by the root; its channel is offered the features the
   root itself agreed with ngd, so everything it sends may go to ngd as it is;
@@ -19,17 +19,17 @@ for them and stays ngd's only peer, so ngd knows nothing of any of this:
   has some, ride with its first chunk), then ngd's `0 . i` to it and its `1 2 S X` (and
   any extension chunk) to ngd; its notices go to ngd too, except `retire`, which concerns
   the sub-zygote alone (the root drops it from its table; it exits after the session);
-* a session whose key has no sub-zygote yet runs the cold way in the root, as before, and
-  says so (`fallback` notice: "...; started a zygote for PYTHONHASHSEED='1'"); the
-  sub-zygote is started when that session has ended, so it never competes with it, and
-  preloads while the root serves others. No session ever waits for a preload;
+* a session whose key has no sub-zygote yet runs the cold way in the root, and says so
+  (`fallback` notice: "...; started a zygote for PYTHONHASHSEED='1'"); the sub-zygote is
+  started when that session has ended, so it never competes with it, and preloads while
+  the root serves others. No session ever waits for a preload;
 * at most `NGW_MAX_ZYGOTES` zygotes, the root included (default 4): starting one more
   retires the least recently used sub-zygote (its channel is closed: it finishes and
   exits 0);
 * the root reads a session's header, and the client's descriptors that came with it,
   before it knows where the session runs: a child it forks meanwhile (its next spare)
-  closes its copies (`ForkRunner.held_fds`), so a session forwarded here leaves none
-  behind in a spare that never gets it;
+  closes its copies first thing, so a session forwarded here leaves none behind in a
+  spare that never gets it;
 * a sub-zygote dies with the root (`PR_SET_PDEATHSIG`, set by the sub-zygote itself
   first thing, `as_sub_zygote`); it is in the root's process group, which ngd kills
   when it stops a worker; the root ends them all when it exits;

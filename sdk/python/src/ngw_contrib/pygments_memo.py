@@ -43,7 +43,7 @@ Why this is exact:
 What it assumes of the program: that it does not change a lexer class's ``tokens`` or
 ``flags`` at run time before instantiating it (pygmentize and pygments' own API do not; a
 program that patches lexer classes should not preload this). Subclasses a run defines
-(``pygmentize -x``, a plugin loaded in the child) are built by the child as before.
+(``pygmentize -x``, a plugin loaded in the child) are built by the child, as in a cold run.
 ``stats()`` says how many tables the memo built and what it skipped.
 """
 

@@ -123,7 +123,7 @@ class ForkRunner:
         # Children report their exit status here right before _exit(), after closing their
         # standard streams, so X need not wait for the kernel to tear the child down. The
         # child holds no descriptor for it while the command runs: it opens the write end
-        # through /proc/<worker>/fd/<n> at exit (Linux; elsewhere, waitpid() as before).
+        # through /proc/<worker>/fd/<n> at exit (Linux; elsewhere the exit is seen by waitpid()).
         self.report_r, self.report_w = os.pipe()
         os.set_blocking(self.report_r, False)
         self.report_path = None

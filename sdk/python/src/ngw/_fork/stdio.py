@@ -137,8 +137,8 @@ def worker_stdio():
 
 
 def rebuild_stdio(info):
-    """install_stdio() for a session in this process, as it was before spares existed
-    (benches/plugin/fork_probe.py times it)."""
+    """install_stdio() for a session in this process, building every object afresh
+    rather than reusing a spare's prebuilt ones (benches/plugin/fork_probe.py times it)."""
     install_stdio(info.env, worker_stdio())
 
 
