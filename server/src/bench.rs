@@ -10,8 +10,8 @@
 //!   looks by default (starting one if none runs). When that server does not offer `NAME`,
 //!   the command is served **ad hoc**: a private `ngd` on a temporary socket with one
 //!   plugin, `PYTHON -m ngw script NAME=COMMAND`, for a Python script (its `#!` line names
-//!   the interpreter, which must be able to import `ngw`). Other programs need a plugin in
-//!   the configuration.
+//!   the interpreter; `ngw` is the SDK ngd carries, `sdk = "python"`). Other programs need
+//!   a plugin in the configuration.
 //! * After `--warmup` untimed runs of each, the cold, warm and floor (`/bin/true`, the cost
 //!   of starting any process) runs are **interleaved**, in a rotating order, so drift in
 //!   the machine's load affects all three alike. Time is wall-clock from spawn to reaped.
@@ -20,7 +20,8 @@
 //!   varies by itself is reported as such rather than blamed on ngd.
 //! * The report gives median, p10 and p90 of each, the ratio cold/warm and warm's distance
 //!   from the floor; `--json` prints the same as one JSON object. A progress bar shows on
-//!   stderr when it is a terminal.
+//!   stderr when it is a terminal. When cold and warm are identical, the medians are kept
+//!   for `ngd list` (`$XDG_STATE_HOME/ngd/bench/NAME.json`).
 //!
 //! Exit status: 0 identical, 1 a difference was found, 64 usage, 66 the command is not
 //! found, 69 it cannot be served warm (the message says why), 71 a program could not be run.
@@ -309,7 +310,8 @@ pub struct AdHocServer {
 
 impl AdHocServer {
     /// Starts `ngd serve` on a temporary socket with one plugin serving `name` by running
-    /// the Python script `program` in fork mode (`PYTHON -m ngw script NAME=PROGRAM`).
+    /// the Python script `program` in fork mode (`PYTHON -m ngw script NAME=PROGRAM`, with
+    /// the SDK ngd carries).
     pub fn start(name: &str, program: &Path) -> Result<Self, String> {
         let interpreter = python_shebang(program).ok_or_else(|| {
             format!(
@@ -318,35 +320,6 @@ impl AdHocServer {
                 program.display()
             )
         })?;
-        let probe = Command::new(&interpreter[0])
-            .args(&interpreter[1..])
-            .args(["-c", "import ngw"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        if !probe.is_ok_and(|s| s.success()) {
-            let shown = interpreter
-                .iter()
-                .map(|s| s.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" ");
-            return Err(format!(
-                "no server offers '{name}', and serving it ad hoc runs `{shown} -m ngw script`, \
-                 but `{shown}` cannot import ngw: install ngd's Python SDK into it \
-                 (`{shown} -m pip install sdk/python`), or add a [[plugin]] for '{name}' to \
-                 the configuration"
-            ));
-        }
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find ngd itself: {e}"))?;
-        let dir = std::env::temp_dir().join(format!(
-            "ngd-bench-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos())
-        ));
-        std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut command: Vec<String> = interpreter
             .iter()
             .map(|s| s.to_string_lossy().into_owned())
@@ -361,12 +334,30 @@ impl AdHocServer {
             .iter()
             .map(|s| serde_json::to_string(s).unwrap_or_default())
             .collect();
-        let config = format!(
-            "[[plugin]]\nname = \"bench\"\ncommand = [{}]\ncommands = [{}]\nmin_workers = 1\nmax_workers = 2\nlog = {}\n",
-            quoted.join(", "),
-            serde_json::to_string(name).unwrap_or_default(),
-            serde_json::to_string(&dir.join("plugin.log")).unwrap_or_default(),
-        );
+        Self::with_config(|dir| {
+            format!(
+                "[[plugin]]\nname = \"bench\"\ncommand = [{}]\nsdk = \"python\"\ncommands = [{}]\nmin_workers = 1\nmax_workers = 2\nlog = {}\n",
+                quoted.join(", "),
+                serde_json::to_string(name).unwrap_or_default(),
+                serde_json::to_string(&dir.join("plugin.log")).unwrap_or_default(),
+            )
+        })
+    }
+
+    /// Starts `ngd serve` on a temporary socket with the configuration `config(dir)`
+    /// returns, given the server's temporary directory (for its plugins' logs), and waits
+    /// until it is ready.
+    pub fn with_config(config: impl FnOnce(&Path) -> String) -> Result<Self, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find ngd itself: {e}"))?;
+        let dir = std::env::temp_dir().join(format!(
+            "ngd-bench-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos())
+        ));
+        std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let config = config(&dir);
         let config_path = dir.join("ngd.toml");
         let socket = dir.join("ngd.sock");
         let log = dir.join("ngd.log");
@@ -619,6 +610,15 @@ fn bench(args: &BenchArgs) -> Result<Report, (u8, String)> {
     bar.finish_and_clear();
     drop(ad_hoc);
     let [cold_t, warm_t, floor_t] = times.map(|t| Summary::of(&t));
+    if differences.is_empty() {
+        crate::warm::save_bench_record(
+            &name,
+            &crate::warm::BenchRecord {
+                cold_ms: cold_t.median_ms,
+                warm_ms: warm_t.median_ms,
+            },
+        );
+    }
     Ok(Report {
         command: args
             .command

@@ -41,12 +41,14 @@ pub mod nail;
 pub mod passed_fds;
 pub mod plugin;
 pub mod pool;
+pub mod python_sdk;
 pub mod registry;
 pub mod security;
 pub mod session_io;
 pub mod stats;
 pub mod sys;
 pub mod transport;
+pub mod warm;
 
 pub use nail::{ClientFds, Context, Nail, Output, Stdin};
 pub use session_io::CancelReason;

@@ -86,12 +86,22 @@ impl Protocol {
     }
 }
 
+/// An SDK ngd carries and makes importable to a plugin's workers (`sdk = "..."`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+pub enum Sdk {
+    /// The Python SDK (`ngw`, `ngw_contrib`): its directory goes first on the worker's
+    /// `PYTHONPATH` ([`crate::python_sdk`]).
+    #[serde(rename = "python")]
+    Python,
+}
+
 /// The keys of a `[[plugin]]` table that are ngw's own (every protocol has them).
 const NGW_KEYS: &[&str] = &[
     "name",
     "protocol",
     "command",
     "env",
+    "sdk",
     "cwd",
     "commands",
     "min_workers",
@@ -128,6 +138,9 @@ pub struct PluginConfig {
     /// Added to ngd's environment for the worker (commands get the client's environment).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// An SDK of ngd's own made importable to the worker (`"python"`); unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdk: Option<Sdk>,
     /// The worker's working directory; relative to the config file's directory.
     #[serde(default)]
     pub cwd: Option<PathBuf>,

@@ -1,0 +1,373 @@
+//! `ngd warm`, `ngd unwarm`, `ngd list`, `ngd shims`, and the Python SDK ngd carries.
+//!
+//! Each test is a fresh user (`ops::User`: runtime directory, home, hence configuration,
+//! drop-in directory and shims directory) with a `bin/` of programs first on `PATH`:
+//! Python scripts whose `#!` names the Python the tests run, which has no `ngw` installed,
+//! so every warm run here imports the SDK ngd carries. Warm runs go through the shim, a link
+//! to our `ng`, and are compared byte for byte with the same program run cold.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ng_tests::client::ClientCmd;
+use ng_tests::plugins::python;
+use ng_tests::{bins, Output};
+
+use crate::ops::User;
+
+/// A Python script that shows what a program sees: its arguments, stdin, `sys.path`, the
+/// SDK-related environment and `sys.flags`; it exits 3.
+const SHOW: &str = r#"
+import os, sys
+data = sys.stdin.read()
+print("argv", sys.argv[1:])
+print("stdin", repr(data))
+print("path", sys.path)
+print("PYTHONPATH", os.environ.get("PYTHONPATH"))
+print("ngw importable", any(os.path.isdir(os.path.join(p, "ngw")) for p in sys.path if p))
+print("flags", sys.flags)
+sys.stderr.write("to stderr\n")
+sys.exit(3)
+"#;
+
+/// The user and their `bin/`, first on `PATH`, then the shims directory's place (as
+/// `ngd warm` tells users to put it, the shims must come first to be used; here the test
+/// runs the shim by its path and the real program by its name).
+struct Setup {
+    user: User,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let user = User::new();
+        std::fs::create_dir(user.dir.path().join("bin")).unwrap();
+        Setup { user }
+    }
+
+    fn bin(&self) -> PathBuf {
+        self.user.dir.path().join("bin")
+    }
+
+    fn conf_d(&self) -> PathBuf {
+        self.user.home().join(".config/ngd/conf.d")
+    }
+
+    fn shims(&self) -> PathBuf {
+        self.user.home().join(".local/share/ngd/shims")
+    }
+
+    /// `bin/NAME`, a Python script with `body`.
+    fn script(&self, name: &str, body: &str) -> PathBuf {
+        let path = self.bin().join(name);
+        let text = format!("#!{}\n{body}", python().display());
+        ng_testkit::exe::write_executable(&path, text);
+        path
+    }
+
+    /// `bin/NAME`, any executable text.
+    fn program(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.bin().join(name);
+        ng_testkit::exe::write_executable(&path, text);
+        path
+    }
+
+    fn path(&self, shims_first: bool) -> OsString {
+        let mut dirs = vec![self.bin(), bins::ngd().parent().unwrap().to_path_buf()];
+        if shims_first {
+            dirs.insert(0, self.shims());
+        }
+        dirs.extend(["/usr/local/bin", "/usr/bin", "/bin"].map(PathBuf::from));
+        std::env::join_paths(dirs).unwrap()
+    }
+
+    /// `ngd ARGS...` with `bin/` on `PATH`.
+    fn ngd(&self) -> ClientCmd {
+        self.user
+            .ngd()
+            .env("PATH", self.path(false))
+            .timeout(Duration::from_secs(120))
+    }
+
+    /// `program ARGS...` with the user's environment (`bin/` on `PATH`).
+    fn run(&self, program: &Path) -> ClientCmd {
+        self.user
+            .with_env(ClientCmd::new("program", program))
+            .env("PATH", self.path(false))
+            .timeout(Duration::from_secs(60))
+    }
+
+    /// The files of a directory (none if it does not exist), sorted.
+    fn files(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn tables(&self) -> Vec<String> {
+        Self::files(&self.conf_d())
+            .into_iter()
+            .filter(|n| n != ".lock")
+            .collect()
+    }
+}
+
+#[track_caller]
+fn assert_same(cold: &Output, warm: &Output) {
+    let context = format!("cold: {cold:?}\nwarm: {warm:?}");
+    assert_eq!(cold.code(), warm.code(), "{context}");
+    assert_eq!(cold.stdout_text(), warm.stdout_text(), "{context}");
+    assert_eq!(cold.stderr_text(), warm.stderr_text(), "{context}");
+}
+
+#[test]
+fn a_python_script_made_warm_runs_as_cold_and_unwarm_removes_it() {
+    let s = Setup::new();
+    let show = s.script("show", SHOW);
+    let out = s.ngd().args(["warm", "show"]).run();
+    out.assert_success();
+    let text = out.stdout_text();
+    assert!(text.contains("show is warm (python): show"), "{out:?}");
+    // The one line for the shell's rc file, as `ngd shims --path` prints it.
+    let line = format!("export PATH=\"{}:$PATH\"", s.shims().display());
+    assert!(text.contains(&line), "{out:?}");
+    let paths = s.ngd().args(["shims", "--path"]).run();
+    assert_eq!(paths.stdout_text(), format!("{line}\n"));
+
+    assert_eq!(s.tables(), ["show.toml"]);
+    let shim = s.shims().join("show");
+    assert_eq!(std::fs::read_link(&shim).unwrap(), bins::ng());
+
+    // Through the shim: the same bytes and exit code as cold, with stdin, and with the
+    // client's own PYTHONPATH (sys.path and os.environ as a cold run has them).
+    for pythonpath in [None, Some("/nonexistent/dir")] {
+        let with = |cmd: ClientCmd| match pythonpath {
+            Some(p) => cmd.env("PYTHONPATH", p),
+            None => cmd,
+        };
+        let cold = with(s.run(&show))
+            .args(["a", "b c"])
+            .stdin_bytes("in\n")
+            .run();
+        let warm = with(s.run(&shim))
+            .args(["a", "b c"])
+            .stdin_bytes("in\n")
+            .run();
+        cold.assert_code(3);
+        assert!(
+            cold.stdout_text().contains("ngw importable False"),
+            "{cold:?}"
+        );
+        assert_same(&cold, &warm);
+    }
+
+    // Listed with its kind, state and workers.
+    let list = s.ngd().args(["list", "--json"]).run();
+    list.assert_success();
+    let rows: serde_json::Value = serde_json::from_str(&list.stdout_text()).unwrap();
+    assert_eq!(rows[0]["name"], "show", "{list:?}");
+    assert_eq!(rows[0]["kind"], "python", "{list:?}");
+    assert_eq!(rows[0]["state"], "active", "{list:?}");
+    assert_eq!(
+        rows[0]["program"],
+        show.to_string_lossy().as_ref(),
+        "{list:?}"
+    );
+    assert!(rows[0]["workers"].as_u64().unwrap() >= 1, "{list:?}");
+
+    // Idempotent: again is "already warm", and changes nothing.
+    let table = std::fs::read(s.conf_d().join("show.toml")).unwrap();
+    let again = s.ngd().args(["warm", "show"]).run();
+    again.assert_success();
+    assert!(
+        again.stdout_text().contains("show is already warm"),
+        "{again:?}"
+    );
+    assert_eq!(std::fs::read(s.conf_d().join("show.toml")).unwrap(), table);
+
+    // `ngd bench` on the warm command keeps its figures for `ngd list`.
+    s.ngd()
+        .args(["bench", "--runs", "2", "--warmup", "1", "--"])
+        .arg(&show)
+        .run()
+        .assert_success();
+    let list = s.ngd().args(["list"]).run();
+    let row = list.stdout_text();
+    assert!(row.contains("show") && row.contains("python"), "{list:?}");
+    assert!(!row.contains(" -  "), "no bench figures: {list:?}");
+
+    // Unwarm: table and shim gone, the server no longer offers it, the real program is
+    // what the shell finds with the shims first on PATH.
+    let out = s.ngd().args(["unwarm", "show"]).run();
+    out.assert_success();
+    assert!(
+        out.stdout_text().contains("show is no longer warm"),
+        "{out:?}"
+    );
+    assert!(s.tables().is_empty(), "{:?}", s.tables());
+    assert!(shim.symlink_metadata().is_err());
+    let found = s
+        .run(Path::new("/bin/sh"))
+        .env("PATH", s.path(true))
+        .args(["-c", "command -v show"])
+        .run();
+    assert_eq!(found.stdout_text().trim(), show.to_string_lossy());
+    let check = s.ngd().args(["check", "show"]).run();
+    check.assert_code(69);
+    let again = s.ngd().args(["unwarm", "show"]).run();
+    again.assert_success();
+    assert!(
+        again.stdout_text().contains("show is not warm"),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn bench_serves_a_python_script_ad_hoc_with_no_sdk_installed() {
+    let s = Setup::new();
+    let show = s.script("show", SHOW);
+    let out = s
+        .ngd()
+        .args(["bench", "--runs", "2", "--warmup", "1", "--json", "--"])
+        .arg(&show)
+        .arg("x")
+        .run();
+    out.assert_success();
+    let report: serde_json::Value = serde_json::from_str(&out.stdout_text()).unwrap();
+    assert_eq!(report["mode"], "ad hoc", "{out:?}");
+    assert_eq!(report["identical"], true, "{out:?}");
+    assert_eq!(report["exit_code"], 3, "{out:?}");
+}
+
+#[test]
+fn what_cannot_be_served_gets_a_message_its_code_and_no_trace() {
+    let s = Setup::new();
+    s.program("shell", "#!/bin/sh\necho hi\n");
+    std::fs::copy("/bin/true", s.bin().join("native")).unwrap();
+    s.program("opts", &format!("#!{} -E\nprint(1)\n", python().display()));
+    for (name, code, message) in [
+        ("native", 69, "is a compiled program"),
+        ("shell", 69, "is a script for /bin/sh, not Python"),
+        ("opts", 69, "gives the interpreter options (-E)"),
+        ("no-such-program", 66, "no-such-program: not found on PATH"),
+        ("a/b", 64, "no '/'"),
+    ] {
+        let out = s.ngd().args(["warm", name]).run();
+        out.assert_code(code);
+        assert!(out.stderr_text().contains(message), "{name}: {out:?}");
+        assert!(out.stderr_text().starts_with("ngd warm: "), "{out:?}");
+        assert!(s.tables().is_empty(), "{name}: {:?}", s.tables());
+        assert!(Setup::files(&s.shims()).is_empty(), "{name}");
+    }
+    // No server was started for nothing.
+    assert!(!s.user.socket().exists());
+}
+
+#[test]
+fn a_broken_drop_in_file_stops_warm_before_anything_is_written() {
+    let s = Setup::new();
+    s.script("show", SHOW);
+    std::fs::create_dir_all(s.conf_d()).unwrap();
+    std::fs::write(s.conf_d().join("broken.toml"), "[[plugin]\nname = 1\n").unwrap();
+    let out = s.ngd().args(["warm", "show"]).run();
+    out.assert_code(78);
+    let err = out.stderr_text();
+    assert!(err.contains("broken.toml"), "{out:?}");
+    assert!(err.contains("nothing was changed"), "{out:?}");
+    assert_eq!(s.tables(), ["broken.toml"]);
+    assert!(Setup::files(&s.shims()).is_empty());
+}
+
+#[test]
+fn a_shims_directory_that_cannot_be_written_leaves_no_table() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let s = Setup::new();
+    s.script("show", SHOW);
+    std::fs::create_dir_all(s.shims()).unwrap();
+    std::fs::set_permissions(s.shims(), std::fs::Permissions::from_mode(0o555)).unwrap();
+    // Permissions do not stop root: then the shims directory's parent is made a file,
+    // which nobody can create a directory in.
+    let root = ng_server::sys::effective_uid() == 0;
+    if root {
+        std::fs::set_permissions(s.shims(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let data = s.shims().parent().unwrap().to_path_buf();
+        std::fs::remove_dir_all(&data).unwrap();
+        std::fs::write(&data, "not a directory").unwrap();
+    }
+    let out = s.ngd().args(["warm", "show"]).run();
+    out.assert_code(73);
+    assert!(
+        out.stderr_text().contains("cannot make its shim"),
+        "{out:?}"
+    );
+    assert!(out.stderr_text().contains("nothing was changed"), "{out:?}");
+    assert!(s.tables().is_empty(), "{:?}", s.tables());
+    if !root {
+        std::fs::set_permissions(s.shims(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(Setup::files(&s.shims()).is_empty());
+    }
+}
+
+#[test]
+fn check_refuses_a_program_whose_warm_run_differs_and_leaves_no_trace() {
+    let s = Setup::new();
+    // The parent process differs: a cold run's is ngd, a warm run's is the worker.
+    s.script("ppid", "import os\nprint(os.getppid())\n");
+    let out = s.ngd().args(["warm", "--check", "ppid"]).run();
+    out.assert_code(1);
+    let err = out.stderr_text();
+    assert!(
+        err.contains("ppid: refused: `ppid --version` warm differs"),
+        "{out:?}"
+    );
+    assert!(err.contains("stdout:"), "{out:?}");
+    assert!(s.tables().is_empty(), "{:?}", s.tables());
+    assert!(Setup::files(&s.shims()).is_empty());
+    assert!(!s.user.socket().exists(), "a server was started");
+    assert!(
+        !s.user
+            .home()
+            .join(".local/state/ngd/plugins/ppid.log")
+            .exists(),
+        "the check's plugin log was left"
+    );
+
+    // A program that runs the same warm passes, with the arguments given.
+    s.script("show", SHOW);
+    let out = s.ngd().args(["warm", "--check", "show", "--", "a"]).run();
+    out.assert_success();
+    assert_eq!(s.tables(), ["show.toml"]);
+}
+
+#[test]
+fn concurrent_warms_leave_a_consistent_directory() {
+    let s = Setup::new();
+    s.script("one", SHOW);
+    s.script("two", SHOW);
+    for names in [["one", "two"], ["one", "one"]] {
+        let running: Vec<_> = names
+            .iter()
+            .map(|n| s.ngd().args(["warm", n]).spawn())
+            .collect();
+        for r in running {
+            r.wait().assert_success();
+        }
+        let mut expected: Vec<&str> = names.to_vec();
+        expected.dedup();
+        let tables: Vec<String> = expected.iter().map(|n| format!("{n}.toml")).collect();
+        assert_eq!(s.tables(), tables);
+        assert_eq!(Setup::files(&s.shims()), expected);
+        for name in &expected {
+            let cold = s.run(&s.bin().join(name)).run();
+            let warm = s.run(&s.shims().join(name)).run();
+            assert_same(&cold, &warm);
+        }
+        s.ngd().arg("unwarm").args(names).run().assert_success();
+        assert!(s.tables().is_empty());
+        assert!(Setup::files(&s.shims()).is_empty());
+    }
+}
