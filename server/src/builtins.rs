@@ -143,6 +143,7 @@ fn stats(ctx: &mut Context) -> i32 {
             "connections": counters,
             "commands": commands,
             "plugins": plugins,
+            "outdated": server.outdated(),
         });
         let _ = writeln!(out, "{doc}");
     } else {
@@ -157,6 +158,13 @@ fn stats(ctx: &mut Context) -> i32 {
             counters.protocol_errors,
             counters.unknown_commands,
         );
+        if server.outdated() {
+            let _ = writeln!(
+                out,
+                "outdated: ngd's binary changed on disk since this server started; restart \
+                 it (ngd stop, then ngd serve, or the next ng starts the new one)"
+            );
+        }
         let width = commands
             .iter()
             .map(|c| c.command.len())

@@ -266,7 +266,8 @@ fn serve(options: ServeOptions) -> ExitCode {
     builder
         .config(config)
         .config_path(loaded_from.or(config_path))
-        .handle_signals(true);
+        .handle_signals(true)
+        .hand_over_on_upgrade(autostarted);
     if !activated.is_empty() {
         tracing::info!(
             "socket activation: {} listening sockets passed",

@@ -371,3 +371,107 @@ fn concurrent_warms_leave_a_consistent_directory() {
         assert!(Setup::files(&s.shims()).is_empty());
     }
 }
+
+/// `ng ng-stats --json` on the user's default server, from `bin`'s own `ng`.
+fn stats(s: &Setup, ng: &Path) -> Output {
+    s.user
+        .with_env(ClientCmd::new("ng", ng))
+        .args(["ng-stats", "--json"])
+        .timeout(Duration::from_secs(30))
+        .run()
+}
+
+/// Replaces `path` with a copy of `from` (a new file renamed over it, as installers do).
+fn replace_binary(path: &Path, from: &Path) {
+    let new = path.with_extension("new");
+    std::fs::copy(from, &new).unwrap();
+    std::fs::rename(&new, path).unwrap();
+}
+
+#[test]
+fn an_auto_started_server_hands_over_to_a_new_binary_and_no_call_fails() {
+    let s = Setup::new();
+    // ng and ngd side by side, as an install puts them: ng auto-starts the ngd next to it.
+    let (ng, ngd) = (s.bin().join("ng"), s.bin().join("ngd"));
+    std::fs::copy(bins::ng(), &ng).unwrap();
+    std::fs::copy(bins::ngd(), &ngd).unwrap();
+    let first = stats(&s, &ng);
+    first.assert_success();
+    let json =
+        |o: &Output| -> serde_json::Value { serde_json::from_str(&o.stdout_text()).unwrap() };
+    let old_pid = json(&first)["pid"].as_u64().unwrap();
+    assert_eq!(json(&first)["outdated"], false);
+
+    replace_binary(&ngd, &bins::ngd());
+    // Calls keep coming; every one succeeds, and soon a new server answers them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let new_pid = loop {
+        let out = stats(&s, &ng);
+        out.assert_success();
+        let pid = json(&out)["pid"].as_u64().unwrap();
+        if pid != old_pid {
+            assert_eq!(json(&out)["outdated"], false, "{out:?}");
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the old server never handed over"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_ne!(new_pid, old_pid);
+    let gone = std::time::Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{old_pid}")).exists() {
+        assert!(
+            std::time::Instant::now() < gone,
+            "the old server did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        s.user.log_text().contains("changed on disk: handing over"),
+        "{}",
+        s.user.log_text()
+    );
+}
+
+#[test]
+fn a_server_started_by_hand_says_it_is_outdated() {
+    let s = Setup::new();
+    let ngd = s.bin().join("ngd");
+    std::fs::copy(bins::ngd(), &ngd).unwrap();
+    let socket = s.user.dir.path().join("hand.sock");
+    let address = format!("local:{}", socket.display());
+    let server = s
+        .user
+        .with_env(ClientCmd::new("ngd", &ngd))
+        .args(["serve", "--listen", &address])
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    server.wait_for_stdout("listening on", Duration::from_secs(20));
+    let status = || s.ngd().args(["status", "--server", &address]).run();
+    assert!(!status().stdout_text().contains("outdated"));
+    replace_binary(&ngd, &bins::ngd());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = status();
+        out.assert_success();
+        if out
+            .stdout_text()
+            .contains("outdated: ngd's binary changed on disk")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never outdated: {out:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // It keeps serving until told to stop.
+    s.ngd()
+        .args(["stop", "--server", &address])
+        .run()
+        .assert_success();
+    server.wait().assert_success();
+}
