@@ -5,7 +5,8 @@
 //! ngd bench [--runs N] [--warmup N] [--json] [--server ADDR] [--name NAME] -- COMMAND [ARGS...]
 //! ```
 //!
-//! * **Cold** runs `COMMAND ARGS...` directly. **Warm** runs `ng NAME ARGS...` (`NAME`: the
+//! * **Cold** runs `COMMAND ARGS...` directly: the program a shell finds for it, skipping
+//!   links to `ng` (shims). **Warm** runs `ng NAME ARGS...` (`NAME`: the
 //!   basename of `COMMAND` unless `--name`), on the server at `--server`, else where `ng`
 //!   looks by default (starting one if none runs). When that server does not offer `NAME`,
 //!   the command is served **ad hoc**: a private `ngd` on a temporary socket with one
@@ -443,6 +444,8 @@ fn python_shebang(program: &Path) -> Option<Vec<OsString>> {
 pub struct Report {
     /// The command as run cold.
     pub command: Vec<String>,
+    /// The program run cold (shims skipped).
+    pub cold_program: String,
     /// Its name on the server.
     pub name: String,
     /// `configured` or `ad hoc`.
@@ -517,12 +520,18 @@ fn bench(args: &BenchArgs) -> Result<Report, (u8, String)> {
         .command
         .split_first()
         .ok_or((64, "no command given".to_owned()))?;
-    let resolved = find_program(program, |_| false).ok_or_else(|| {
-        (
-            EXIT_NOT_FOUND,
-            format!("{}: command not found", program.to_string_lossy()),
-        )
-    })?;
+    let ng = ng_binary().ok_or((
+        EXIT_UNAVAILABLE,
+        "cannot find the ng client (next to ngd, or on PATH)".to_owned(),
+    ))?;
+    // A shim (a link to ng, as `ngd warm` makes) is the warm side, never the cold one.
+    let resolved =
+        find_program(program, |p| crate::check::is_ng(p, Some(&ng))).ok_or_else(|| {
+            (
+                EXIT_NOT_FOUND,
+                format!("{}: command not found", program.to_string_lossy()),
+            )
+        })?;
     let name = match &args.name {
         Some(n) => n.clone(),
         None => Path::new(program)
@@ -530,10 +539,6 @@ fn bench(args: &BenchArgs) -> Result<Report, (u8, String)> {
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default(),
     };
-    let ng = ng_binary().ok_or((
-        EXIT_UNAVAILABLE,
-        "cannot find the ng client (next to ngd, or on PATH)".to_owned(),
-    ))?;
     let offered = server_commands(&ng, args.server.as_ref()).map_err(|e| (EXIT_UNAVAILABLE, e))?;
     let (ad_hoc, server, mode) = if offered.contains(&name) {
         (None, args.server.clone(), "configured")
@@ -542,7 +547,14 @@ fn bench(args: &BenchArgs) -> Result<Report, (u8, String)> {
         let addr = s.address();
         (Some(s), Some(addr), "ad hoc")
     };
-    let cold = Spec::new(program, rest.to_vec());
+    // As given (the shell's argv[0]) unless a shim came first on PATH.
+    let cold_program = if find_program(program, |_| false).as_ref() == Some(&resolved) {
+        PathBuf::from(program)
+    } else {
+        resolved.clone()
+    };
+    let cold = Spec::new(cold_program, rest.to_vec());
+    let cold_shown = resolved.display().to_string();
     let mut warm_args = ng_server_args(server.as_ref());
     warm_args.push(name.clone().into());
     warm_args.extend(rest.iter().cloned());
@@ -625,6 +637,7 @@ fn bench(args: &BenchArgs) -> Result<Report, (u8, String)> {
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
+        cold_program: cold_shown,
         name,
         mode,
         runs: args.runs,

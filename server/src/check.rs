@@ -97,7 +97,7 @@ pub fn run(args: &CheckArgs) -> u8 {
 }
 
 /// Whether `candidate` is the `ng` client (a link to it, or a copy at the same path).
-fn is_ng(candidate: &Path, ng: Option<&Path>) -> bool {
+pub(crate) fn is_ng(candidate: &Path, ng: Option<&Path>) -> bool {
     let real = std::fs::canonicalize(candidate).ok();
     let ng_real = ng.and_then(|p| std::fs::canonicalize(p).ok());
     real.is_some() && real == ng_real

@@ -139,6 +139,10 @@ fn a_python_script_made_warm_runs_as_cold_and_unwarm_removes_it() {
     assert_eq!(paths.stdout_text(), format!("{line}\n"));
 
     assert_eq!(s.tables(), ["show.toml"]);
+    // ngd warm returned once a worker was ready: the first call is warm.
+    let list = s.ngd().args(["list", "--json"]).run();
+    let rows: serde_json::Value = serde_json::from_str(&list.stdout_text()).unwrap();
+    assert_eq!(rows[0]["workers"], 1, "{list:?}");
     let shim = s.shims().join("show");
     assert_eq!(std::fs::read_link(&shim).unwrap(), bins::ng());
 
@@ -189,12 +193,24 @@ fn a_python_script_made_warm_runs_as_cold_and_unwarm_removes_it() {
     );
     assert_eq!(std::fs::read(s.conf_d().join("show.toml")).unwrap(), table);
 
-    // `ngd bench` on the warm command keeps its figures for `ngd list`.
-    s.ngd()
-        .args(["bench", "--runs", "2", "--warmup", "1", "--"])
-        .arg(&show)
-        .run()
-        .assert_success();
+    // `ngd bench` on the warm command keeps its figures for `ngd list`; with the shims
+    // first on PATH, its cold side is still the real program.
+    let out = s
+        .ngd()
+        .env("PATH", s.path(true))
+        .args([
+            "bench", "--json", "--runs", "2", "--warmup", "1", "--", "show",
+        ])
+        .run();
+    out.assert_success();
+    let report: serde_json::Value = serde_json::from_str(&out.stdout_text()).unwrap();
+    assert_eq!(
+        report["cold_program"],
+        show.to_string_lossy().as_ref(),
+        "{out:?}"
+    );
+    assert_eq!(report["mode"], "configured", "{out:?}");
+    assert_eq!(report["identical"], true, "{out:?}");
     let list = s.ngd().args(["list"]).run();
     let row = list.stdout_text();
     assert!(row.contains("show") && row.contains("python"), "{list:?}");

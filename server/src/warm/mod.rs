@@ -501,7 +501,8 @@ fn reload(ng: &Path, start: bool) -> Result<(), Failure> {
 /// How long to wait for a reloaded server to offer a new plugin's commands.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// After the reload: waits until the server offers the plugin's commands, makes the shims
+/// After the reload: waits until the server offers the plugin's commands and a worker is
+/// ready (so the first call is warm), makes the shims
 /// of commands learned from the plugin (and records them), and returns the shims.
 fn settle(plan: &Plan, layout: &Layout, ng: &Path) -> Result<Vec<String>, Failure> {
     let deadline = Instant::now() + SETTLE_TIMEOUT;
@@ -526,7 +527,10 @@ fn settle(plan: &Plan, layout: &Layout, ng: &Path) -> Result<Vec<String>, Failur
                 .flatten()
                 .filter_map(|c| c.as_str().map(str::to_owned))
                 .collect();
-            if !commands.is_empty() {
+            let ready = ["idle", "busy"]
+                .iter()
+                .any(|k| report[*k].as_u64().unwrap_or(0) > 0);
+            if !commands.is_empty() && ready {
                 break commands;
             }
         }
@@ -541,7 +545,11 @@ fn settle(plan: &Plan, layout: &Layout, ng: &Path) -> Result<Vec<String>, Failur
                         plan.name,
                         layout.table(&plan.name).display()
                     ),
-                    Some(_) => format!("{}: its plugin reported no commands", plan.name),
+                    Some(_) => format!(
+                        "{}: its plugin has no ready worker after {}s (see ngd status)",
+                        plan.name,
+                        SETTLE_TIMEOUT.as_secs()
+                    ),
                 },
             ));
         }
