@@ -192,12 +192,18 @@ fn stats(ctx: &mut Context) -> i32 {
             let _ = writeln!(
                 out,
                 "plugin {}: {state}; workers {} idle, {} busy, {} starting, {} quitting; \
-                 {} queued; {} sessions; {} restarts; commands: {}; log: {}",
+                 {}; {:.1} MiB; {} queued; {} sessions; {} restarts; commands: {}; log: {}",
                 p.name,
                 p.idle,
                 p.busy,
                 p.starting,
                 p.quitting,
+                match p.residency {
+                    crate::plugin::pool::Residency::Awake => "awake",
+                    crate::plugin::pool::Residency::Asleep => "asleep",
+                    crate::plugin::pool::Residency::Evicted => "evicted",
+                },
+                p.memory_bytes as f64 / f64::from(1 << 20),
                 p.queued,
                 p.sessions,
                 p.restarts,

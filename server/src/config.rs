@@ -22,6 +22,7 @@
 //! nail_threads = 64             # default: 512 (an elastic bound)
 //! shutdown_grace_ms = 5000      # how long running commands get to finish on shutdown
 //! log_level = "info"            # tracing filter; absent: RUST_LOG, else "info"
+//! memory_budget_mb = 1024       # all plugins' workers together; least recently used give way
 //!
 //! [aliases]                     # alias = "command"; an alias never names another alias
 //! cat = "ng-cat"
@@ -306,6 +307,10 @@ pub struct ServerConfig {
     /// never. Unset: a server started by `ng`'s auto-start stops after
     /// [`ServerConfig::DEFAULT_AUTOSTART_IDLE_EXIT_MS`], one started by hand never does.
     pub idle_exit_ms: Option<u64>,
+    /// `memory_budget_mb` (default 1024): the most resident memory all plugins' workers may
+    /// hold together; above it, the least recently used idle plugins stop their workers
+    /// until their next session. 0: no budget. Changing it needs a restart.
+    pub memory_budget_mb: u64,
     /// `[aliases]`: alias name → command name, as `ng-alias` would add. An alias must name
     /// a command, not another alias.
     pub aliases: BTreeMap<String, String>,
@@ -327,6 +332,9 @@ impl ServerConfig {
     pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
     /// Default `shutdown_grace_ms`.
     pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 5_000;
+    /// Default `memory_budget_mb`: 1 GiB, what a laptop spares for twenty warm programs'
+    /// recently used few.
+    pub const DEFAULT_MEMORY_BUDGET_MB: u64 = 1024;
     /// `idle_exit_ms` of an auto-started server when the file does not set it: 15 minutes.
     pub const DEFAULT_AUTOSTART_IDLE_EXIT_MS: u64 = 15 * 60 * 1000;
 
@@ -586,6 +594,7 @@ impl Default for ServerConfig {
             log_file: None,
             log_format: crate::logging::LogFormat::Text,
             idle_exit_ms: None,
+            memory_budget_mb: Self::DEFAULT_MEMORY_BUDGET_MB,
             aliases: BTreeMap::new(),
             plugins: Vec::new(),
         }

@@ -206,6 +206,7 @@ impl EventLoop {
             // The binary owns its process tree: adopt what workers' commands leave behind,
             // and reap it on SIGCHLD. (An embedding program keeps its own tree.)
             subreaper: handle_signals,
+            memory_budget: settings.memory_budget,
         });
         let event_loop = Self {
             poll,

@@ -117,6 +117,8 @@ pub struct Settings {
     pub idle_exit: Option<Duration>,
     /// When the binary changes on disk, hand over: exit as soon as idle ([`upgrade`]).
     pub hand_over_on_upgrade: bool,
+    /// The plugins' workers' memory budget in bytes; `None`: none.
+    pub memory_budget: Option<u64>,
 }
 
 /// Called once with the bound addresses when the server is ready to serve.
@@ -152,6 +154,8 @@ impl Settings {
             peer_check: security::PeerCheck::for_current_user().allow_remote(config.allow_remote),
             idle_exit: config.idle_exit_ms.and_then(millis),
             hand_over_on_upgrade: false,
+            memory_budget: (config.memory_budget_mb > 0)
+                .then(|| config.memory_budget_mb.saturating_mul(1 << 20)),
         }
     }
 }

@@ -491,3 +491,151 @@ fn a_server_started_by_hand_says_it_is_outdated() {
         .assert_success();
     server.wait().assert_success();
 }
+
+/// A `[[plugin]]` table serving `bin/NAME` (a Python script) with the SDK ngd carries.
+fn script_table(s: &Setup, name: &str, extra: &str) -> String {
+    format!(
+        "[[plugin]]\nname = \"{name}\"\ncommand = [{}, \"-m\", \"ngw\", \"script\", \"{name}={}\"]\n\
+         sdk = \"python\"\ncommands = [\"{name}\"]\nmax_workers = 1\n{extra}\n",
+        ng_tests::plugins::toml_str(&python().to_string_lossy()),
+        s.bin().join(name).display()
+    )
+}
+
+/// The default server's plugins by name, from `ng-stats --json`.
+fn plugins(s: &Setup) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let out = s.user.ng().args(["ng-stats", "--json"]).run();
+    out.assert_success();
+    let doc: serde_json::Value = serde_json::from_str(&out.stdout_text()).unwrap();
+    doc["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap().to_owned(), p.clone()))
+        .collect()
+}
+
+/// Waits until `done` holds for the server's plugins.
+#[track_caller]
+fn wait_for(
+    s: &Setup,
+    what: &str,
+    done: impl Fn(&std::collections::BTreeMap<String, serde_json::Value>) -> bool,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let p = plugins(s);
+        if done(&p) {
+            return p;
+        }
+        assert!(std::time::Instant::now() < deadline, "never {what}: {p:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn workers(p: &serde_json::Value) -> u64 {
+    ["starting", "idle", "busy"]
+        .iter()
+        .map(|k| p[*k].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn under_the_memory_budget_the_least_recently_used_gives_way() {
+    let s = Setup::new();
+    let names = ["p0", "p1", "p2"];
+    for n in names {
+        s.script(n, &format!("print({n:?})\n"));
+    }
+    let tables: String = names
+        .iter()
+        .map(|n| script_table(&s, n, "idle_to_zero_ms = 0"))
+        .collect();
+    let call = |name: &str| {
+        let out = s.user.ng().arg(name).timeout(Duration::from_secs(60)).run();
+        out.assert_success();
+        assert_eq!(out.stdout_text(), format!("{name}\n"));
+    };
+    // What one worker holds, without a budget.
+    s.user.config(&format!("memory_budget_mb = 0\n{tables}"));
+    for n in names {
+        call(n);
+    }
+    let measured = wait_for(&s, "measured", |p| {
+        names
+            .iter()
+            .all(|n| p[*n]["memory_bytes"].as_u64().unwrap() > 0)
+    });
+    let biggest = names
+        .iter()
+        .map(|n| measured[*n]["memory_bytes"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    s.user.ngd().arg("stop").run().assert_success();
+    while s.user.socket().exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Room for two and a half workers: three programs warm, one gives way.
+    let budget_mb = (biggest * 5 / 2) >> 20;
+    let budget = budget_mb << 20;
+    s.user
+        .config(&format!("memory_budget_mb = {budget_mb}\n{tables}"));
+    for n in names {
+        call(n);
+    }
+    let total = |p: &std::collections::BTreeMap<String, serde_json::Value>| -> u64 {
+        p.values()
+            .map(|v| v["memory_bytes"].as_u64().unwrap())
+            .sum()
+    };
+    let evicted = |who: &'static str| {
+        move |p: &std::collections::BTreeMap<String, serde_json::Value>| {
+            p[who]["residency"] == "evicted"
+                && workers(&p[who]) == 0
+                && names
+                    .iter()
+                    .filter(|n| **n != who)
+                    .all(|n| p[*n]["residency"] == "awake" && workers(&p[*n]) == 1)
+        }
+    };
+    let p = wait_for(&s, "p0 evicted", evicted("p0"));
+    assert!(total(&p) <= budget, "{} > {budget}: {p:#?}", total(&p));
+    // Every call still succeeds; the one woken up makes the next least recently used go.
+    call("p0");
+    let p = wait_for(&s, "p1 evicted", evicted("p1"));
+    assert!(total(&p) <= budget, "{} > {budget}: {p:#?}", total(&p));
+    call("p1");
+    wait_for(&s, "p2 evicted", evicted("p2"));
+    assert!(
+        s.user.log_text().contains("over the memory budget"),
+        "{}",
+        s.user.log_text()
+    );
+}
+
+#[test]
+fn a_plugin_idle_long_enough_keeps_no_worker_and_the_next_call_starts_one() {
+    let s = Setup::new();
+    s.script("sleepy", "print('awake')\n");
+    s.user
+        .config(&script_table(&s, "sleepy", "idle_to_zero_ms = 1000"));
+    let call = || {
+        let out = s
+            .user
+            .ng()
+            .arg("sleepy")
+            .timeout(Duration::from_secs(60))
+            .run();
+        out.assert_success();
+        assert_eq!(out.stdout_text(), "awake\n");
+    };
+    call();
+    wait_for(&s, "asleep", |p| {
+        p["sleepy"]["residency"] == "asleep" && workers(&p["sleepy"]) == 0
+    });
+    call();
+    let p = plugins(&s);
+    assert_eq!(p["sleepy"]["residency"], "awake", "{p:#?}");
+    assert_eq!(workers(&p["sleepy"]), 1, "{p:#?}");
+}

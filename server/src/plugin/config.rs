@@ -111,6 +111,7 @@ const NGW_KEYS: &[&str] = &[
     "recycle_after",
     "max_memory_mb",
     "idle_timeout_ms",
+    "idle_to_zero_ms",
     "handshake_timeout_ms",
     "interrupt_grace_ms",
     "ping_interval_ms",
@@ -168,6 +169,9 @@ pub struct PluginConfig {
     /// Stop workers above `min_workers` idle this long (0: never).
     #[serde(default = "five_min")]
     pub idle_timeout_ms: u64,
+    /// No session for this long: keep no worker until the next session (0: never).
+    #[serde(default = "thirty_min")]
+    pub idle_to_zero_ms: u64,
     /// Spawn to hello; default 10 s, or the bridge's ([`Protocol::ngd_timeouts`]).
     #[serde(default = "unset")]
     pub handshake_timeout_ms: u64,
@@ -249,6 +253,9 @@ fn thirty_s() -> u64 {
 }
 fn five_min() -> u64 {
     300_000
+}
+fn thirty_min() -> u64 {
+    1_800_000
 }
 
 impl PluginConfig {

@@ -693,11 +693,13 @@ pub struct Row {
     pub program: PathBuf,
     /// Its shims.
     pub shims: Vec<String>,
-    /// `active`, `disabled: REASON`, `retiring`, `not loaded` (the server has not read it)
-    /// or `no server`.
+    /// `active` (with `, asleep` or `, evicted` when it keeps no worker), `disabled:
+    /// REASON`, `retiring`, `not loaded` (the server has not read it) or `no server`.
     pub state: String,
     /// Workers running (starting, idle or busy).
     pub workers: u64,
+    /// Their resident memory, in bytes, as the server last measured it.
+    pub memory_bytes: u64,
     /// The last `ngd bench` medians, cold and warm, in milliseconds.
     pub bench: Option<BenchRecord>,
 }
@@ -794,6 +796,13 @@ fn list_rows() -> Result<Vec<Row>, Failure> {
                 .map(|k| r[*k].as_u64().unwrap_or(0))
                 .sum()
         });
+        let memory_bytes = report.map_or(0, |r| r["memory_bytes"].as_u64().unwrap_or(0));
+        let state = match report.and_then(|r| r["residency"].as_str()) {
+            Some(residency) if residency != "awake" && state == "active" => {
+                format!("{state}, {residency}")
+            }
+            _ => state,
+        };
         let bench = std::fs::read_to_string(bench_record_path(name))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
@@ -804,6 +813,7 @@ fn list_rows() -> Result<Vec<Row>, Failure> {
             shims: record.shims,
             state,
             workers,
+            memory_bytes,
             bench,
         });
     }
@@ -828,8 +838,8 @@ fn print_rows(rows: &[Row]) {
     }
     let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
     println!(
-        "{:width$}  {:6}  {:12}  {:>7}  {:>9}  {:>9}  program",
-        "name", "kind", "state", "workers", "cold_ms", "warm_ms"
+        "{:width$}  {:6}  {:16}  {:>7}  {:>6}  {:>9}  {:>9}  program",
+        "name", "kind", "state", "workers", "MiB", "cold_ms", "warm_ms"
     );
     for r in rows {
         let (cold, warm) = match &r.bench {
@@ -837,11 +847,12 @@ fn print_rows(rows: &[Row]) {
             None => ("-".to_owned(), "-".to_owned()),
         };
         println!(
-            "{:width$}  {:6}  {:12}  {:>7}  {:>9}  {:>9}  {}",
+            "{:width$}  {:6}  {:16}  {:>7}  {:>6.1}  {:>9}  {:>9}  {}",
             r.name,
             r.kind.as_str(),
             r.state,
             r.workers,
+            r.memory_bytes as f64 / f64::from(1 << 20),
             cold,
             warm,
             r.program.display()
