@@ -639,3 +639,78 @@ fn a_plugin_idle_long_enough_keeps_no_worker_and_the_next_call_starts_one() {
     assert_eq!(p["sleepy"]["residency"], "awake", "{p:#?}");
     assert_eq!(workers(&p["sleepy"]), 1, "{p:#?}");
 }
+
+/// The peers cache (`scripts/peers/*`), as the test process sees it.
+fn peers_dir() -> PathBuf {
+    std::env::var_os("NGD_PEERS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/ngd-peers")
+        })
+}
+
+/// A peer from the cache, which must be there.
+fn peer(path: &str) -> PathBuf {
+    let p = peers_dir().join(path);
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/install-peers",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn a_nushell_plugin_gets_shims_for_the_commands_it_serves() {
+    let s = Setup::new();
+    let inc = peer("bin/nu_plugin_inc");
+    std::fs::copy(&inc, s.bin().join("nu_plugin_inc")).unwrap();
+    let out = s.ngd().args(["warm", "nu_plugin_inc"]).run();
+    out.assert_success();
+    assert!(
+        out.stdout_text()
+            .contains("nu_plugin_inc is warm (nu): inc"),
+        "{out:?}"
+    );
+    let shim = s.shims().join("inc");
+    assert!(std::fs::read_link(&shim).is_ok());
+    let out = s.run(&shim).arg("--major").stdin_bytes("1.2.3").run();
+    out.assert_success();
+    assert_eq!(out.stdout_text(), "2.0.0\n");
+    let list = s.ngd().args(["list", "--json"]).run();
+    let rows: serde_json::Value = serde_json::from_str(&list.stdout_text()).unwrap();
+    assert_eq!(rows[0]["kind"], "nu", "{list:?}");
+    assert_eq!(rows[0]["shims"], serde_json::json!(["inc"]), "{list:?}");
+    s.ngd()
+        .args(["unwarm", "nu_plugin_inc"])
+        .run()
+        .assert_success();
+    assert!(shim.symlink_metadata().is_err());
+    assert!(s.tables().is_empty());
+}
+
+#[test]
+fn mcp_servers_of_a_client_configuration_become_commands() {
+    let s = Setup::new();
+    let server = peer("venv-mcp-time/bin/mcp-server-time");
+    let config = s.user.dir.path().join("mcp.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"mcpServers": {"time": {"command": server, "args": []}}}).to_string(),
+    )
+    .unwrap();
+    let out = s.ngd().arg("warm").arg("--mcp").arg(&config).run();
+    out.assert_success();
+    assert!(
+        out.stdout_text()
+            .contains("mcp-time is warm (mcp): get_current_time convert_time"),
+        "{out:?}"
+    );
+    let out = s
+        .run(&s.shims().join("get_current_time"))
+        .args(["--timezone", "UTC"])
+        .run();
+    out.assert_success();
+    let v: serde_json::Value = serde_json::from_str(&out.stdout_text()).unwrap();
+    assert_eq!(v["timezone"], "UTC", "{out:?}");
+}

@@ -274,8 +274,10 @@ impl Program {
             }
             Program::Mcp { command, env, .. } => {
                 let words: Vec<String> = command.iter().map(|w| q(w)).collect();
+                // MCP servers from PyPI and npm import a lot before they answer.
                 t += &format!(
-                    "protocol = \"jsonrpc\"\nprofile = \"mcp\"\ncommand = [{}]\n",
+                    "protocol = \"jsonrpc\"\nprofile = \"mcp\"\ncommand = [{}]\n\
+                     plugin_handshake_timeout_ms = 30000\n",
                     words.join(", ")
                 );
                 if !env.is_empty() {
