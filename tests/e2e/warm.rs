@@ -714,3 +714,23 @@ fn mcp_servers_of_a_client_configuration_become_commands() {
     let v: serde_json::Value = serde_json::from_str(&out.stdout_text()).unwrap();
     assert_eq!(v["timezone"], "UTC", "{out:?}");
 }
+
+#[test]
+fn a_fledge_plugins_command_is_found_by_name() {
+    let s = Setup::new();
+    let fixture = ng_tests::plugins::repo_root().join("bridges/fledge/tests/plugins/fledge-hello");
+    let plugin = s.user.home().join(".config/fledge/plugins/fledge-hello");
+    std::fs::create_dir_all(&plugin).unwrap();
+    for file in ["plugin.toml", "hello.py"] {
+        std::fs::copy(fixture.join(file), plugin.join(file)).unwrap();
+    }
+    let out = s.ngd().args(["warm", "hello"]).run();
+    out.assert_success();
+    assert!(
+        out.stdout_text().contains("hello is warm (fledge): hello"),
+        "{out:?}"
+    );
+    let out = s.run(&s.shims().join("hello")).args(["a", "b"]).run();
+    out.assert_success();
+    assert_eq!(out.stdout_text(), "hello a b\n");
+}
