@@ -678,33 +678,18 @@ mod tests {
     #[test]
     fn the_least_recently_used_give_way_first() {
         let t0 = Instant::now();
-        let at = |s: u64| Some(t0 + Duration::from_secs(s));
         let mb = 1 << 20;
+        let u = |pool, bytes, used: Option<u64>, evictable| Usage {
+            pool,
+            bytes: bytes * mb,
+            last_used: used.map(|s| t0 + Duration::from_secs(s)),
+            evictable,
+        };
         let usage = [
-            Usage {
-                pool: 0,
-                bytes: 30 * mb,
-                last_used: at(5),
-                evictable: true,
-            },
-            Usage {
-                pool: 1,
-                bytes: 30 * mb,
-                last_used: at(1),
-                evictable: true,
-            },
-            Usage {
-                pool: 2,
-                bytes: 30 * mb,
-                last_used: at(9),
-                evictable: true,
-            },
-            Usage {
-                pool: 3,
-                bytes: 30 * mb,
-                last_used: at(0),
-                evictable: false,
-            },
+            u(0, 30, Some(5), true),
+            u(1, 30, Some(1), true),
+            u(2, 30, Some(9), true),
+            u(3, 30, Some(0), false),
         ];
         // 120 MiB against 100: one goes, the least recently used evictable one.
         assert_eq!(evictions(&usage, 100 * mb), [1]);
@@ -714,24 +699,9 @@ mod tests {
         assert_eq!(evictions(&usage, 10 * mb), [1, 0, 2]);
         // Never used counts as least recently used; empty pools are not candidates.
         let usage = [
-            Usage {
-                pool: 0,
-                bytes: 30 * mb,
-                last_used: at(5),
-                evictable: true,
-            },
-            Usage {
-                pool: 1,
-                bytes: 30 * mb,
-                last_used: None,
-                evictable: true,
-            },
-            Usage {
-                pool: 2,
-                bytes: 0,
-                last_used: None,
-                evictable: true,
-            },
+            u(0, 30, Some(5), true),
+            u(1, 30, None, true),
+            u(2, 0, None, true),
         ];
         assert_eq!(evictions(&usage, 40 * mb), [1]);
     }
