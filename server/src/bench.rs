@@ -5,13 +5,14 @@
 //! ngd bench [--runs N] [--warmup N] [--json] [--server ADDR] [--name NAME] -- COMMAND [ARGS...]
 //! ```
 //!
-//! * **Cold** runs `COMMAND ARGS...` directly. **Warm** runs `ng NAME ARGS...` (`NAME`: the
+//! * **Cold** runs `COMMAND ARGS...` directly: the program a shell finds for it, skipping
+//!   links to `ng` (shims). **Warm** runs `ng NAME ARGS...` (`NAME`: the
 //!   basename of `COMMAND` unless `--name`), on the server at `--server`, else where `ng`
 //!   looks by default (starting one if none runs). When that server does not offer `NAME`,
 //!   the command is served **ad hoc**: a private `ngd` on a temporary socket with one
 //!   plugin, `PYTHON -m ngw script NAME=COMMAND`, for a Python script (its `#!` line names
-//!   the interpreter, which must be able to import `ngw`). Other programs need a plugin in
-//!   the configuration.
+//!   the interpreter; `ngw` is the SDK ngd carries, `sdk = "python"`). Other programs need
+//!   a plugin in the configuration.
 //! * After `--warmup` untimed runs of each, the cold, warm and floor (`/bin/true`, the cost
 //!   of starting any process) runs are **interleaved**, in a rotating order, so drift in
 //!   the machine's load affects all three alike. Time is wall-clock from spawn to reaped.
@@ -20,7 +21,8 @@
 //!   varies by itself is reported as such rather than blamed on ngd.
 //! * The report gives median, p10 and p90 of each, the ratio cold/warm and warm's distance
 //!   from the floor; `--json` prints the same as one JSON object. A progress bar shows on
-//!   stderr when it is a terminal.
+//!   stderr when it is a terminal. When cold and warm are identical, the medians are kept
+//!   for `ngd list` (`$XDG_STATE_HOME/ngd/bench/NAME.json`).
 //!
 //! Exit status: 0 identical, 1 a difference was found, 64 usage, 66 the command is not
 //! found, 69 it cannot be served warm (the message says why), 71 a program could not be run.
@@ -309,7 +311,8 @@ pub struct AdHocServer {
 
 impl AdHocServer {
     /// Starts `ngd serve` on a temporary socket with one plugin serving `name` by running
-    /// the Python script `program` in fork mode (`PYTHON -m ngw script NAME=PROGRAM`).
+    /// the Python script `program` in fork mode (`PYTHON -m ngw script NAME=PROGRAM`, with
+    /// the SDK ngd carries).
     pub fn start(name: &str, program: &Path) -> Result<Self, String> {
         let interpreter = python_shebang(program).ok_or_else(|| {
             format!(
@@ -318,35 +321,6 @@ impl AdHocServer {
                 program.display()
             )
         })?;
-        let probe = Command::new(&interpreter[0])
-            .args(&interpreter[1..])
-            .args(["-c", "import ngw"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        if !probe.is_ok_and(|s| s.success()) {
-            let shown = interpreter
-                .iter()
-                .map(|s| s.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" ");
-            return Err(format!(
-                "no server offers '{name}', and serving it ad hoc runs `{shown} -m ngw script`, \
-                 but `{shown}` cannot import ngw: install ngd's Python SDK into it \
-                 (`{shown} -m pip install sdk/python`), or add a [[plugin]] for '{name}' to \
-                 the configuration"
-            ));
-        }
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find ngd itself: {e}"))?;
-        let dir = std::env::temp_dir().join(format!(
-            "ngd-bench-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos())
-        ));
-        std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut command: Vec<String> = interpreter
             .iter()
             .map(|s| s.to_string_lossy().into_owned())
@@ -361,12 +335,30 @@ impl AdHocServer {
             .iter()
             .map(|s| serde_json::to_string(s).unwrap_or_default())
             .collect();
-        let config = format!(
-            "[[plugin]]\nname = \"bench\"\ncommand = [{}]\ncommands = [{}]\nmin_workers = 1\nmax_workers = 2\nlog = {}\n",
-            quoted.join(", "),
-            serde_json::to_string(name).unwrap_or_default(),
-            serde_json::to_string(&dir.join("plugin.log")).unwrap_or_default(),
-        );
+        Self::with_config(|dir| {
+            format!(
+                "[[plugin]]\nname = \"bench\"\ncommand = [{}]\nsdk = \"python\"\ncommands = [{}]\nmin_workers = 1\nmax_workers = 2\nlog = {}\n",
+                quoted.join(", "),
+                serde_json::to_string(name).unwrap_or_default(),
+                serde_json::to_string(&dir.join("plugin.log")).unwrap_or_default(),
+            )
+        })
+    }
+
+    /// Starts `ngd serve` on a temporary socket with the configuration `config(dir)`
+    /// returns, given the server's temporary directory (for its plugins' logs), and waits
+    /// until it is ready.
+    pub fn with_config(config: impl FnOnce(&Path) -> String) -> Result<Self, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find ngd itself: {e}"))?;
+        let dir = std::env::temp_dir().join(format!(
+            "ngd-bench-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos())
+        ));
+        std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let config = config(&dir);
         let config_path = dir.join("ngd.toml");
         let socket = dir.join("ngd.sock");
         let log = dir.join("ngd.log");
@@ -452,6 +444,8 @@ fn python_shebang(program: &Path) -> Option<Vec<OsString>> {
 pub struct Report {
     /// The command as run cold.
     pub command: Vec<String>,
+    /// The program run cold (shims skipped).
+    pub cold_program: String,
     /// Its name on the server.
     pub name: String,
     /// `configured` or `ad hoc`.
@@ -526,12 +520,18 @@ fn bench(args: &BenchArgs) -> Result<Report, (u8, String)> {
         .command
         .split_first()
         .ok_or((64, "no command given".to_owned()))?;
-    let resolved = find_program(program, |_| false).ok_or_else(|| {
-        (
-            EXIT_NOT_FOUND,
-            format!("{}: command not found", program.to_string_lossy()),
-        )
-    })?;
+    let ng = ng_binary().ok_or((
+        EXIT_UNAVAILABLE,
+        "cannot find the ng client (next to ngd, or on PATH)".to_owned(),
+    ))?;
+    // A shim (a link to ng, as `ngd warm` makes) is the warm side, never the cold one.
+    let resolved =
+        find_program(program, |p| crate::check::is_ng(p, Some(&ng))).ok_or_else(|| {
+            (
+                EXIT_NOT_FOUND,
+                format!("{}: command not found", program.to_string_lossy()),
+            )
+        })?;
     let name = match &args.name {
         Some(n) => n.clone(),
         None => Path::new(program)
@@ -539,10 +539,6 @@ fn bench(args: &BenchArgs) -> Result<Report, (u8, String)> {
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default(),
     };
-    let ng = ng_binary().ok_or((
-        EXIT_UNAVAILABLE,
-        "cannot find the ng client (next to ngd, or on PATH)".to_owned(),
-    ))?;
     let offered = server_commands(&ng, args.server.as_ref()).map_err(|e| (EXIT_UNAVAILABLE, e))?;
     let (ad_hoc, server, mode) = if offered.contains(&name) {
         (None, args.server.clone(), "configured")
@@ -551,7 +547,14 @@ fn bench(args: &BenchArgs) -> Result<Report, (u8, String)> {
         let addr = s.address();
         (Some(s), Some(addr), "ad hoc")
     };
-    let cold = Spec::new(program, rest.to_vec());
+    // As given (the shell's argv[0]) unless a shim came first on PATH.
+    let cold_program = if find_program(program, |_| false).as_ref() == Some(&resolved) {
+        PathBuf::from(program)
+    } else {
+        resolved.clone()
+    };
+    let cold = Spec::new(cold_program, rest.to_vec());
+    let cold_shown = resolved.display().to_string();
     let mut warm_args = ng_server_args(server.as_ref());
     warm_args.push(name.clone().into());
     warm_args.extend(rest.iter().cloned());
@@ -619,12 +622,22 @@ fn bench(args: &BenchArgs) -> Result<Report, (u8, String)> {
     bar.finish_and_clear();
     drop(ad_hoc);
     let [cold_t, warm_t, floor_t] = times.map(|t| Summary::of(&t));
+    if differences.is_empty() {
+        crate::warm::save_bench_record(
+            &name,
+            &crate::warm::BenchRecord {
+                cold_ms: cold_t.median_ms,
+                warm_ms: warm_t.median_ms,
+            },
+        );
+    }
     Ok(Report {
         command: args
             .command
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
+        cold_program: cold_shown,
         name,
         mode,
         runs: args.runs,

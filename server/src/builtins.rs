@@ -143,6 +143,7 @@ fn stats(ctx: &mut Context) -> i32 {
             "connections": counters,
             "commands": commands,
             "plugins": plugins,
+            "outdated": server.outdated(),
         });
         let _ = writeln!(out, "{doc}");
     } else {
@@ -157,6 +158,13 @@ fn stats(ctx: &mut Context) -> i32 {
             counters.protocol_errors,
             counters.unknown_commands,
         );
+        if server.outdated() {
+            let _ = writeln!(
+                out,
+                "outdated: ngd's binary changed on disk since this server started; restart \
+                 it (ngd stop, then ngd serve, or the next ng starts the new one)"
+            );
+        }
         let width = commands
             .iter()
             .map(|c| c.command.len())
@@ -184,12 +192,18 @@ fn stats(ctx: &mut Context) -> i32 {
             let _ = writeln!(
                 out,
                 "plugin {}: {state}; workers {} idle, {} busy, {} starting, {} quitting; \
-                 {} queued; {} sessions; {} restarts; commands: {}; log: {}",
+                 {}; {:.1} MiB; {} queued; {} sessions; {} restarts; commands: {}; log: {}",
                 p.name,
                 p.idle,
                 p.busy,
                 p.starting,
                 p.quitting,
+                match p.residency {
+                    crate::plugin::pool::Residency::Awake => "awake",
+                    crate::plugin::pool::Residency::Asleep => "asleep",
+                    crate::plugin::pool::Residency::Evicted => "evicted",
+                },
+                p.memory_bytes as f64 / f64::from(1 << 20),
                 p.queued,
                 p.sessions,
                 p.restarts,

@@ -12,8 +12,12 @@
 //! that starts on demand is not timed), compares stdout, stderr and exit code with the
 //! first cold run, and reports each stream as identical or how it differs.
 //!
-//! Exit status: 0 identical, 1 different, 64 usage, 66 no cold program, 71 a program
-//! could not be run.
+//! Before any run, the server is asked what it offers (`ng-commands`): a server that does
+//! not offer `NAME` would answer every warm run with 127 (unknown command), which says
+//! nothing about the program, so `ngd check` stops there with "no server offers NAME".
+//!
+//! Exit status: 0 identical, 1 different, 64 usage, 66 no cold program, 69 no server
+//! offers the command (or none can be reached), 71 a program could not be run.
 
 use std::ffi::OsString;
 use std::io::{IsTerminal as _, Read as _};
@@ -93,7 +97,7 @@ pub fn run(args: &CheckArgs) -> u8 {
 }
 
 /// Whether `candidate` is the `ng` client (a link to it, or a copy at the same path).
-fn is_ng(candidate: &Path, ng: Option<&Path>) -> bool {
+pub(crate) fn is_ng(candidate: &Path, ng: Option<&Path>) -> bool {
     let real = std::fs::canonicalize(candidate).ok();
     let ng_real = ng.and_then(|p| std::fs::canonicalize(p).ok());
     real.is_some() && real == ng_real
@@ -123,6 +127,11 @@ fn check(args: &CheckArgs) -> Result<CheckReport, (u8, String)> {
             })?
         }
     };
+    let offered = bench::server_commands(&ng, args.server.as_ref())
+        .map_err(|e| (bench::EXIT_UNAVAILABLE, e))?;
+    if !offered.contains(&args.name) {
+        return Err((bench::EXIT_UNAVAILABLE, no_server_offers(&args.name)));
+    }
     let stdin = if std::io::stdin().is_terminal() {
         None
     } else {
@@ -210,6 +219,14 @@ fn check(args: &CheckArgs) -> Result<CheckReport, (u8, String)> {
         identical: streams.iter().all(|s| s.identical),
         streams,
     })
+}
+
+/// The message for a command no server offers.
+pub(crate) fn no_server_offers(name: &str) -> String {
+    format!(
+        "no server offers '{name}' (`ng ng-commands` lists what it offers): \
+         `ngd warm {name}` serves it, or add a [[plugin]] for it to the configuration"
+    )
 }
 
 fn print_report(r: &CheckReport) {

@@ -22,6 +22,7 @@
 //! nail_threads = 64             # default: 512 (an elastic bound)
 //! shutdown_grace_ms = 5000      # how long running commands get to finish on shutdown
 //! log_level = "info"            # tracing filter; absent: RUST_LOG, else "info"
+//! memory_budget_mb = 1024       # all plugins' workers together; least recently used give way
 //!
 //! [aliases]                     # alias = "command"; an alias never names another alias
 //! cat = "ng-cat"
@@ -306,6 +307,10 @@ pub struct ServerConfig {
     /// never. Unset: a server started by `ng`'s auto-start stops after
     /// [`ServerConfig::DEFAULT_AUTOSTART_IDLE_EXIT_MS`], one started by hand never does.
     pub idle_exit_ms: Option<u64>,
+    /// `memory_budget_mb` (default 1024): the most resident memory all plugins' workers may
+    /// hold together; above it, the least recently used idle plugins stop their workers
+    /// until their next session. 0: no budget. Changing it needs a restart.
+    pub memory_budget_mb: u64,
     /// `[aliases]`: alias name → command name, as `ng-alias` would add. An alias must name
     /// a command, not another alias.
     pub aliases: BTreeMap<String, String>,
@@ -327,6 +332,9 @@ impl ServerConfig {
     pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
     /// Default `shutdown_grace_ms`.
     pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 5_000;
+    /// Default `memory_budget_mb`: 1 GiB, what a laptop spares for twenty warm programs'
+    /// recently used few.
+    pub const DEFAULT_MEMORY_BUDGET_MB: u64 = 1024;
     /// `idle_exit_ms` of an auto-started server when the file does not set it: 15 minutes.
     pub const DEFAULT_AUTOSTART_IDLE_EXIT_MS: u64 = 15 * 60 * 1000;
 
@@ -340,7 +348,8 @@ impl ServerConfig {
 
     /// Loads the configuration: from `explicit` (`--config FILE`) if given, which must
     /// exist; else from [`default_config_path`] if that file exists; else the defaults.
-    /// The result is validated.
+    /// Then the drop-in files of the `conf.d` directory next to that file (whether or not
+    /// the file exists) are added ([`conf_d_of`]). The result is validated.
     pub fn load(explicit: Option<&Path>) -> Result<LoadedConfig, ConfigError> {
         let (path, required) = match explicit {
             Some(p) => (Some(p.to_path_buf()), true),
@@ -350,23 +359,83 @@ impl ServerConfig {
             return Ok(LoadedConfig {
                 config: ServerConfig::default(),
                 path: None,
+                fragments: Vec::new(),
             });
         };
-        match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                let config = Self::parse(&text, &path)?;
-                Ok(LoadedConfig {
-                    config,
-                    path: Some(path),
+        let (mut config, found) = match std::fs::read_to_string(&path) {
+            Ok(text) => (Self::parse_unvalidated(&text, &path)?, true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !required => {
+                (ServerConfig::default(), false)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(ConfigError::NotFound { path })
+            }
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        };
+        let fragments = config.add_fragments(&conf_d_of(&path))?;
+        config.validate()?;
+        Ok(LoadedConfig {
+            config,
+            path: found.then_some(path),
+            fragments,
+        })
+    }
+
+    /// Adds the `*.toml` files of `dir` (in name order; hidden files are skipped, and a
+    /// missing directory has none) and returns their paths. Each holds `[[plugin]]` tables
+    /// and `[aliases]` (see [`Fragment`]); plugin paths are relative to `dir`. A plugin or
+    /// alias defined twice is an error naming both places.
+    pub fn add_fragments(&mut self, dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+        let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+            Ok(entries) => entries
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|x| x == "toml")
+                        && p.file_name()
+                            .is_some_and(|n| !n.to_string_lossy().starts_with('.'))
+                })
+                .collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: dir.to_path_buf(),
+                    source,
                 })
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !required => Ok(LoadedConfig {
-                config: ServerConfig::default(),
-                path: None,
-            }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ConfigError::NotFound { path }),
-            Err(source) => Err(ConfigError::Read { path, source }),
+        };
+        files.sort();
+        let mut origin: BTreeMap<String, String> = self
+            .plugins
+            .iter()
+            .map(|p| (p.name.clone(), "the configuration file".to_owned()))
+            .collect();
+        for file in &files {
+            let fragment = Fragment::from_file(file)?;
+            for plugin in fragment.plugins {
+                let here = file.display().to_string();
+                if let Some(there) = origin.insert(plugin.name.clone(), here.clone()) {
+                    return Err(ConfigError::BadPlugin {
+                        message: format!(
+                            "plugin '{}' is defined twice: in {there} and in {here}",
+                            plugin.name
+                        ),
+                    });
+                }
+                self.plugins.push(plugin);
+            }
+            for (name, target) in fragment.aliases {
+                if self.aliases.contains_key(&name) {
+                    return Err(ConfigError::BadAlias {
+                        name,
+                        target,
+                        problem: "defined twice (also in another file)",
+                    });
+                }
+                self.aliases.insert(name, target);
+            }
         }
+        Ok(files)
     }
 
     /// Reads and validates one file, which must exist.
@@ -380,6 +449,13 @@ impl ServerConfig {
     }
 
     fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let config = Self::parse_unvalidated(text, path)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Parses one file and resolves its plugins' paths against its directory.
+    fn parse_unvalidated(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let mut config: ServerConfig =
             toml::from_str(text).map_err(|source| ConfigError::Parse {
                 path: path.to_path_buf(),
@@ -398,7 +474,6 @@ impl ServerConfig {
                 plugin.resolve_paths(&base);
             }
         }
-        config.validate()?;
         Ok(config)
     }
 
@@ -519,6 +594,7 @@ impl Default for ServerConfig {
             log_file: None,
             log_format: crate::logging::LogFormat::Text,
             idle_exit_ms: None,
+            memory_budget_mb: Self::DEFAULT_MEMORY_BUDGET_MB,
             aliases: BTreeMap::new(),
             plugins: Vec::new(),
         }
@@ -532,6 +608,77 @@ pub struct LoadedConfig {
     pub config: ServerConfig,
     /// The file read, or `None` when running on defaults (no file at the default place).
     pub path: Option<PathBuf>,
+    /// The drop-in files added, in the order read.
+    pub fragments: Vec<PathBuf>,
+}
+
+/// The drop-in directory's name, next to the configuration file.
+pub const CONF_D: &str = "conf.d";
+
+/// The drop-in directory for the configuration file `config`: `conf.d` beside it.
+pub fn conf_d_of(config: &Path) -> PathBuf {
+    config
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join(CONF_D)
+}
+
+/// One file of the drop-in directory: `[[plugin]]` tables and `[aliases]`, nothing that
+/// concerns the server as a whole, and optionally the `[warm]` record of `ngd warm`, which
+/// wrote the file. Unknown keys are errors, as in the configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Fragment {
+    /// `[[plugin]]`.
+    #[serde(rename = "plugin")]
+    pub plugins: Vec<crate::plugin::PluginConfig>,
+    /// `[aliases]`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub aliases: BTreeMap<String, String>,
+    /// `[warm]`: what `ngd warm` made this file for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::warm::Record>,
+}
+
+impl Fragment {
+    /// Reads and parses one drop-in file, resolving its plugins' paths against its
+    /// directory.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses a drop-in file's text; `path` names it in errors and gives the directory
+    /// plugin paths are relative to.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let mut fragment: Fragment = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let base = conf_d_base(path);
+        for plugin in &mut fragment.plugins {
+            if !plugin.command.is_empty() {
+                plugin.resolve_paths(&base);
+            }
+        }
+        Ok(fragment)
+    }
+}
+
+/// The directory a drop-in file's relative paths start from: its own.
+fn conf_d_base(path: &Path) -> PathBuf {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(
+            || std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            Path::to_path_buf,
+        );
+    std::fs::canonicalize(&dir).unwrap_or(dir)
 }
 
 /// The default config file for this process, from `XDG_CONFIG_HOME` and `HOME`.
@@ -899,5 +1046,69 @@ version = "ng-version"
         // A directory is not a config file.
         let err = ServerConfig::load(Some(dir.path())).unwrap_err();
         assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn drop_in_files_are_added_in_name_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ngd.toml");
+        std::fs::write(
+            &file,
+            "[[plugin]]\nname = \"main\"\ncommand = [\"m\"]\n[aliases]\nx = \"main\"\n",
+        )
+        .unwrap();
+        let conf_d = dir.path().join(CONF_D);
+        std::fs::create_dir(&conf_d).unwrap();
+        let plugin =
+            |name: &str| format!("[[plugin]]\nname = \"{name}\"\ncommand = [\"./{name}\"]\n");
+        std::fs::write(conf_d.join("b.toml"), plugin("b")).unwrap();
+        std::fs::write(
+            conf_d.join("a.toml"),
+            format!("{}[aliases]\ny = \"a\"\n", plugin("a")),
+        )
+        .unwrap();
+        // Hidden files (temporary ones) and other extensions are skipped.
+        std::fs::write(conf_d.join(".c.toml.tmp-1-0"), "garbage [").unwrap();
+        std::fs::write(conf_d.join("README"), "garbage [").unwrap();
+        let loaded = ServerConfig::load(Some(&file)).unwrap();
+        let names: Vec<&str> = loaded
+            .config
+            .plugins
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(names, ["main", "a", "b"]);
+        assert_eq!(
+            loaded.fragments,
+            [conf_d.join("a.toml"), conf_d.join("b.toml")]
+        );
+        assert_eq!(loaded.config.aliases.len(), 2);
+        // Paths are relative to the drop-in directory.
+        let real = std::fs::canonicalize(&conf_d).unwrap();
+        assert_eq!(
+            loaded.config.plugins[1].command[0],
+            real.join("./a").to_string_lossy()
+        );
+
+        // Without the configuration file at the default place, its drop-ins still count.
+        std::fs::remove_file(&file).unwrap();
+        let mut config = ServerConfig::default();
+        assert_eq!(config.add_fragments(&conf_d).unwrap().len(), 2);
+        assert_eq!(config.plugins.len(), 2);
+
+        // A plugin defined twice names both files; a syntax error names its file and line.
+        std::fs::write(conf_d.join("c.toml"), plugin("a")).unwrap();
+        std::fs::write(&file, "").unwrap();
+        let msg = ServerConfig::load(Some(&file)).unwrap_err().to_string();
+        assert!(msg.contains("plugin 'a' is defined twice"), "{msg}");
+        assert!(msg.contains("a.toml") && msg.contains("c.toml"), "{msg}");
+        std::fs::write(conf_d.join("c.toml"), "[[plugin]\n").unwrap();
+        let msg = ServerConfig::load(Some(&file)).unwrap_err().to_string();
+        assert!(msg.contains("c.toml"), "{msg}");
+        assert!(msg.contains("line 1"), "{msg}");
+        // Only plugins and aliases belong in a drop-in file.
+        std::fs::write(conf_d.join("c.toml"), "max_connections = 3\n").unwrap();
+        let msg = ServerConfig::load(Some(&file)).unwrap_err().to_string();
+        assert!(msg.contains("unknown field `max_connections`"), "{msg}");
     }
 }

@@ -151,6 +151,8 @@ pub struct EventLoop {
     pub(crate) on_ready: Option<crate::ReadyCallback>,
     /// Idle exit ([`crate::idle`]), when configured.
     idle: Option<crate::idle::IdleExit>,
+    /// The binary's file, watched for upgrades ([`crate::upgrade`]); the `ngd` binary only.
+    upgrade: Option<crate::upgrade::Watch>,
 }
 
 impl std::fmt::Debug for EventLoop {
@@ -191,6 +193,11 @@ impl EventLoop {
         let idle = settings
             .idle_exit
             .map(|after| crate::idle::IdleExit::new(after, Instant::now()));
+        let upgrade = if handle_signals {
+            crate::upgrade::Watch::current_exe(Instant::now())
+        } else {
+            None
+        };
         let host = PluginHost::new(HostInit {
             plugins,
             handle: handle.clone(),
@@ -199,6 +206,7 @@ impl EventLoop {
             // The binary owns its process tree: adopt what workers' commands leave behind,
             // and reap it on SIGCHLD. (An embedding program keeps its own tree.)
             subreaper: handle_signals,
+            memory_budget: settings.memory_budget,
         });
         let event_loop = Self {
             poll,
@@ -224,6 +232,7 @@ impl EventLoop {
             release_memory_at: None,
             on_ready: None,
             idle,
+            upgrade,
         };
         Ok(event_loop)
     }
@@ -312,6 +321,7 @@ impl EventLoop {
                     self.accept_all(i, now);
                 }
             }
+            self.upgrade_tick(now);
             self.idle_tick(now);
             if self.core.handle.take_reload() && self.stopping.is_none() {
                 self.reload(now);
@@ -393,6 +403,11 @@ impl EventLoop {
         consider(self.accept_paused_until);
         consider(self.release_memory_at);
         consider(self.idle.as_ref().and_then(crate::idle::IdleExit::deadline));
+        consider(
+            self.upgrade
+                .as_ref()
+                .and_then(crate::upgrade::Watch::deadline),
+        );
         if let Some(s) = &self.stopping {
             consider(Some(s.cancel_at));
             consider(s.plugin_deadline);
@@ -400,6 +415,33 @@ impl EventLoop {
             consider(s.give_up_at.map(|t| t + self.host.max_stop_time()));
         }
         next.map(|t| t.saturating_duration_since(now))
+    }
+
+    /// Looks at the binary when due: once it changed, the server is outdated (`ng-stats`
+    /// says so) and, when it hands over on upgrades, exits as soon as it is idle.
+    fn upgrade_tick(&mut self, now: Instant) {
+        let Some(watch) = self.upgrade.as_mut().filter(|w| w.due(now)) else {
+            return;
+        };
+        let seen = crate::upgrade::Stamp::of(watch.path());
+        if !watch.observe(seen, now) {
+            return;
+        }
+        self.core.handle.set_outdated();
+        if !self.core.settings.hand_over_on_upgrade {
+            tracing::warn!(
+                "{} changed on disk: this server runs the old version until restarted",
+                watch.path().display()
+            );
+            return;
+        }
+        tracing::info!(
+            "{} changed on disk: handing over to it once no client is connected",
+            watch.path().display()
+        );
+        self.idle
+            .get_or_insert_with(|| crate::idle::IdleExit::new(Duration::ZERO, now))
+            .hurry();
     }
 
     /// Advances the idle exit: removes the socket files, then stops, once nobody has been

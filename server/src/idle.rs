@@ -64,6 +64,12 @@ impl IdleExit {
         }
     }
 
+    /// Exits as soon as no connection is open: a server handing over to a new binary
+    /// ([`crate::upgrade`]). An idle period already running ends now.
+    pub fn hurry(&mut self) {
+        self.after = Duration::ZERO;
+    }
+
     /// The configured idle period.
     pub fn after(&self) -> Duration {
         self.after
@@ -142,6 +148,23 @@ mod tests {
             IdleAction::None
         );
         assert_eq!(idle.update(0, quiet + AFTER), IdleAction::Retire);
+    }
+
+    #[test]
+    fn hurried_it_retires_once_no_connection_is_open() {
+        let t0 = Instant::now();
+        let mut idle = IdleExit::new(AFTER, t0);
+        assert_eq!(idle.update(2, t0), IdleAction::None);
+        idle.hurry();
+        // Busy: nothing; the last connection closes: the idle exit starts at once.
+        assert_eq!(idle.update(1, t0 + LINGER), IdleAction::None);
+        assert_eq!(idle.update(0, t0 + LINGER * 2), IdleAction::None);
+        assert_eq!(idle.deadline(), Some(t0 + LINGER * 2));
+        assert_eq!(idle.update(0, t0 + LINGER * 2), IdleAction::Retire);
+        // Quiet already: a hurried idle period is over.
+        let mut quiet = IdleExit::new(AFTER, t0);
+        quiet.hurry();
+        assert_eq!(quiet.update(0, t0 + LINGER), IdleAction::Retire);
     }
 
     #[test]

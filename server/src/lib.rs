@@ -41,12 +41,15 @@ pub mod nail;
 pub mod passed_fds;
 pub mod plugin;
 pub mod pool;
+pub mod python_sdk;
 pub mod registry;
 pub mod security;
 pub mod session_io;
 pub mod stats;
 pub mod sys;
 pub mod transport;
+pub mod upgrade;
+pub mod warm;
 
 pub use nail::{ClientFds, Context, Nail, Output, Stdin};
 pub use session_io::CancelReason;
@@ -112,6 +115,10 @@ pub struct Settings {
     pub peer_check: security::PeerCheck,
     /// Stop after this long without a connection ([`idle`]); `None`: never.
     pub idle_exit: Option<Duration>,
+    /// When the binary changes on disk, hand over: exit as soon as idle ([`upgrade`]).
+    pub hand_over_on_upgrade: bool,
+    /// The plugins' workers' memory budget in bytes; `None`: none.
+    pub memory_budget: Option<u64>,
 }
 
 /// Called once with the bound addresses when the server is ready to serve.
@@ -146,6 +153,9 @@ impl Settings {
             max_threads: config.nail_threads.max(1),
             peer_check: security::PeerCheck::for_current_user().allow_remote(config.allow_remote),
             idle_exit: config.idle_exit_ms.and_then(millis),
+            hand_over_on_upgrade: false,
+            memory_budget: (config.memory_budget_mb > 0)
+                .then(|| config.memory_budget_mb.saturating_mul(1 << 20)),
         }
     }
 }
@@ -160,6 +170,7 @@ struct HandleInner {
     waker: Arc<Waker>,
     started: Instant,
     pool_threads: AtomicUsize,
+    outdated: AtomicBool,
 }
 
 /// A cheap, cloneable handle on a server: statistics, aliases, stop. Commands get one
@@ -220,6 +231,15 @@ impl ServerHandle {
         self.inner.started.elapsed()
     }
 
+    /// Whether the server's binary changed on disk since it started ([`upgrade`]).
+    pub fn outdated(&self) -> bool {
+        self.inner.outdated.load(Ordering::Relaxed)
+    }
+
+    fn set_outdated(&self) {
+        self.inner.outdated.store(true, Ordering::Relaxed);
+    }
+
     /// Command threads alive now.
     pub fn nail_threads(&self) -> usize {
         self.inner.pool_threads.load(Ordering::Relaxed)
@@ -278,6 +298,7 @@ pub struct ServerBuilder {
     handle_signals: bool,
     reload: ReloadSource,
     bridge_exe: Option<std::path::PathBuf>,
+    hand_over_on_upgrade: bool,
 }
 
 impl Default for ServerBuilder {
@@ -291,6 +312,7 @@ impl Default for ServerBuilder {
             handle_signals: false,
             reload: ReloadSource::default(),
             bridge_exe: None,
+            hand_over_on_upgrade: false,
         }
     }
 }
@@ -395,6 +417,14 @@ impl ServerBuilder {
         self
     }
 
+    /// When the binary changes on disk, exit as soon as no client is connected, so that the
+    /// next `ng` starts the new one (for a server `ng` auto-started; [`upgrade`]). Every
+    /// server that handles signals says in `ng-stats` when it is outdated.
+    pub fn hand_over_on_upgrade(&mut self, yes: bool) -> &mut Self {
+        self.hand_over_on_upgrade = yes;
+        self
+    }
+
     /// Stops on SIGTERM/SIGINT (for the `ngd` binary; off for embedded servers and tests).
     pub fn handle_signals(&mut self, yes: bool) -> &mut Self {
         self.handle_signals = yes;
@@ -419,6 +449,7 @@ impl ServerBuilder {
             handle_signals,
             reload,
             bridge_exe,
+            hand_over_on_upgrade,
         } = self;
         let mut listeners = prebound;
         if listeners.is_empty() {
@@ -452,13 +483,15 @@ impl ServerBuilder {
                 waker: waker.clone(),
                 started: Instant::now(),
                 pool_threads: AtomicUsize::new(0),
+                outdated: AtomicBool::new(false),
             }),
         };
         let notifier = LoopNotifier {
             ready: ready_tx,
             waker,
         };
-        let settings = Settings::from_config(&config);
+        let mut settings = Settings::from_config(&config);
+        settings.hand_over_on_upgrade = hand_over_on_upgrade;
         let event_loop = EventLoop::new(event_loop::LoopInit {
             poll,
             listeners,

@@ -1,5 +1,6 @@
 //! The `ngd` binary: `ngd serve`, `ngd status`, `ngd reload`, `ngd stop`, and the tools
-//! around them: `ngd bench`, `ngd check`, `ngd completions`, `ngd man`.
+//! around them: `ngd warm`, `ngd unwarm`, `ngd list`, `ngd shims`, `ngd bench`, `ngd check`,
+//! `ngd completions`, `ngd man`.
 //!
 //! `ngd bridge <protocol> -- <command...>` (hidden) is how ngd runs a plugin that speaks
 //! another protocol than ngw (`docs/ngw.md` §15.2): the bridge is an ngw worker that owns
@@ -100,6 +101,14 @@ enum Command {
     Bench(ng_server::bench::BenchArgs),
     /// Run a configured command cold and warm and report any difference.
     Check(ng_server::check::CheckArgs),
+    /// Make programs warm: a drop-in table, a shim, the server reloaded.
+    Warm(ng_server::warm::WarmArgs),
+    /// Undo `ngd warm`: remove the table and the shims, reload.
+    Unwarm(ng_server::warm::UnwarmArgs),
+    /// Show what is warm: kind, state, workers, last bench figures.
+    List(ng_server::warm::ListArgs),
+    /// Show the shims directory (and `--path`: the line that puts it first on PATH).
+    Shims(ng_server::warm::ShimsArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -143,6 +152,10 @@ fn main() -> ExitCode {
         Command::Bridge { protocol, command } => bridge(&protocol, command),
         Command::Bench(args) => ExitCode::from(ng_server::bench::run(&args)),
         Command::Check(args) => ExitCode::from(ng_server::check::run(&args)),
+        Command::Warm(args) => ExitCode::from(ng_server::warm::warm(&args)),
+        Command::Unwarm(args) => ExitCode::from(ng_server::warm::unwarm(&args)),
+        Command::List(args) => ExitCode::from(ng_server::warm::list(&args)),
+        Command::Shims(args) => ExitCode::from(ng_server::warm::shims(&args)),
         Command::Completions { shell } => {
             ng_server::cli_docs::completions(shell, Cli::command(), &mut std::io::stdout());
             ExitCode::SUCCESS
@@ -253,7 +266,8 @@ fn serve(options: ServeOptions) -> ExitCode {
     builder
         .config(config)
         .config_path(loaded_from.or(config_path))
-        .handle_signals(true);
+        .handle_signals(true)
+        .hand_over_on_upgrade(autostarted);
     if !activated.is_empty() {
         tracing::info!(
             "socket activation: {} listening sockets passed",

@@ -57,3 +57,5 @@ mod extensions;
 mod terminal;
 // Exact sessions against ngd: the client's own descriptors, forwarded signals, windows.
 mod exact;
+// One command makes a program warm: ngd warm/unwarm/list/shims, the SDK ngd carries.
+mod warm;

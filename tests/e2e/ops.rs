@@ -22,13 +22,13 @@ use ng_tests::client::ClientCmd;
 use ng_tests::{bins, Address, Client};
 
 /// A fresh user: runtime directory, home, and the environment pointing at them.
-struct User {
-    dir: tempfile::TempDir,
+pub(crate) struct User {
+    pub(crate) dir: tempfile::TempDir,
     _tcp: MutexGuard<'static, ()>,
 }
 
 impl User {
-    fn new() -> User {
+    pub(crate) fn new() -> User {
         let tcp = ng_tests::DEFAULT_TCP_ADDR_LOCK
             .lock()
             .unwrap_or_else(|p| p.into_inner());
@@ -41,50 +41,50 @@ impl User {
         User { dir, _tcp: tcp }
     }
 
-    fn runtime(&self) -> PathBuf {
+    pub(crate) fn runtime(&self) -> PathBuf {
         self.dir.path().join("run")
     }
 
-    fn home(&self) -> PathBuf {
+    pub(crate) fn home(&self) -> PathBuf {
         self.dir.path().join("home")
     }
 
-    fn socket(&self) -> PathBuf {
+    pub(crate) fn socket(&self) -> PathBuf {
         self.runtime().join("ngd/ngd.sock")
     }
 
-    fn log(&self) -> PathBuf {
+    pub(crate) fn log(&self) -> PathBuf {
         self.home().join(".local/state/ngd/ngd.log")
     }
 
-    fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(self.log()).unwrap_or_default()
     }
 
     /// Writes the default configuration file.
-    fn config(&self, text: &str) {
+    pub(crate) fn config(&self, text: &str) {
         let dir = self.home().join(".config/ngd");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("ngd.toml"), text).unwrap();
     }
 
-    fn with_env(&self, cmd: ClientCmd) -> ClientCmd {
+    pub(crate) fn with_env(&self, cmd: ClientCmd) -> ClientCmd {
         cmd.env("XDG_RUNTIME_DIR", self.runtime())
             .env("HOME", self.home())
     }
 
     /// Our `ng`, no server named.
-    fn ng(&self) -> ClientCmd {
+    pub(crate) fn ng(&self) -> ClientCmd {
         self.with_env(Client::Ours.cmd())
     }
 
     /// `ngd`, in this user's environment.
-    fn ngd(&self) -> ClientCmd {
+    pub(crate) fn ngd(&self) -> ClientCmd {
         self.with_env(ClientCmd::new("ngd", bins::ngd()))
     }
 
     /// The pid of the server on the default socket, from `ngd status`.
-    fn server_pid(&self) -> Option<u32> {
+    pub(crate) fn server_pid(&self) -> Option<u32> {
         let out = self.ngd().arg("status").run();
         let text = out.stdout_text();
         let pid = text.split("pid ").nth(1)?;
@@ -503,6 +503,25 @@ fn check_reports_identical_and_different_commands() {
     );
     assert!(text.contains("stderr: identical"), "{out:?}");
     assert!(text.contains("result: DIFFERENT"), "{out:?}");
+}
+
+#[test]
+fn check_says_when_no_server_offers_the_command() {
+    // A server that does not offer the command would answer 127 to every warm run: that is
+    // "nothing serves it", not a difference between cold and warm.
+    let user = User::new();
+    let out = user
+        .ngd()
+        .args(["check", "--cold", "/bin/echo", "no-such-command", "hi"])
+        .timeout(Duration::from_secs(60))
+        .run();
+    out.assert_code(69);
+    assert!(
+        out.stderr_text()
+            .contains("ngd check: no server offers 'no-such-command'"),
+        "{out:?}"
+    );
+    assert!(!out.stdout_text().contains("DIFFERENT"), "{out:?}");
 }
 
 #[test]

@@ -86,12 +86,22 @@ impl Protocol {
     }
 }
 
+/// An SDK ngd carries and makes importable to a plugin's workers (`sdk = "..."`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+pub enum Sdk {
+    /// The Python SDK (`ngw`, `ngw_contrib`): its directory goes first on the worker's
+    /// `PYTHONPATH` ([`crate::python_sdk`]).
+    #[serde(rename = "python")]
+    Python,
+}
+
 /// The keys of a `[[plugin]]` table that are ngw's own (every protocol has them).
 const NGW_KEYS: &[&str] = &[
     "name",
     "protocol",
     "command",
     "env",
+    "sdk",
     "cwd",
     "commands",
     "class_names",
@@ -102,6 +112,7 @@ const NGW_KEYS: &[&str] = &[
     "recycle_after",
     "max_memory_mb",
     "idle_timeout_ms",
+    "idle_to_zero_ms",
     "handshake_timeout_ms",
     "interrupt_grace_ms",
     "ping_interval_ms",
@@ -129,6 +140,9 @@ pub struct PluginConfig {
     /// Added to ngd's environment for the worker (commands get the client's environment).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// An SDK of ngd's own made importable to the worker (`"python"`); unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdk: Option<Sdk>,
     /// The worker's working directory; relative to the config file's directory.
     #[serde(default)]
     pub cwd: Option<PathBuf>,
@@ -160,6 +174,9 @@ pub struct PluginConfig {
     /// Stop workers above `min_workers` idle this long (0: never).
     #[serde(default = "five_min")]
     pub idle_timeout_ms: u64,
+    /// No session for this long: keep no worker until the next session (0: never).
+    #[serde(default = "thirty_min")]
+    pub idle_to_zero_ms: u64,
     /// Spawn to hello; default 10 s, or the bridge's ([`Protocol::ngd_timeouts`]).
     #[serde(default = "unset")]
     pub handshake_timeout_ms: u64,
@@ -241,6 +258,9 @@ fn thirty_s() -> u64 {
 }
 fn five_min() -> u64 {
     300_000
+}
+fn thirty_min() -> u64 {
+    1_800_000
 }
 
 impl PluginConfig {

@@ -18,7 +18,7 @@
 
 use super::config::PluginConfig;
 use super::machine::{Due, Event, Machine, Phase, WorkerEnd, WorkerKey};
-use super::pool::{Census, Notice, Pool, PoolStatus, Refusal};
+use super::pool::{evictions, Census, Notice, Pool, PoolStatus, Refusal, Residency, Usage};
 use super::worker;
 use super::{Bound, Clients, PluginReport, HOST_FEATURES};
 use crate::session_io::ConnKey;
@@ -83,6 +83,8 @@ struct Worker {
     readable: bool,
     writable: bool,
     timer_at: Option<Instant>,
+    /// Its resident memory, as last measured (when ready, after each session).
+    rss: u64,
 }
 
 impl Worker {
@@ -127,6 +129,9 @@ pub struct PluginHost {
     timers: Vec<(Instant, HostTimer)>,
     changed: bool,
     scratch: Vec<u8>,
+    /// The most bytes the workers of all pools may hold (`memory_budget_mb`); `None`: no
+    /// budget.
+    memory_budget: Option<u64>,
 }
 
 /// What [`PluginHost::new`] takes.
@@ -142,6 +147,8 @@ pub struct HostInit {
     pub bridge_exe: Option<std::path::PathBuf>,
     /// Adopt and reap orphans.
     pub subreaper: bool,
+    /// The memory budget of all workers, in bytes (`None`: none).
+    pub memory_budget: Option<u64>,
 }
 
 impl PluginHost {
@@ -168,6 +175,7 @@ impl PluginHost {
             timers: Vec::new(),
             changed: true,
             scratch: vec![0; 64 << 10],
+            memory_budget: init.memory_budget,
         };
         for config in init.plugins {
             host.add_pool(Pool::new(config));
@@ -176,7 +184,8 @@ impl PluginHost {
         host
     }
 
-    fn add_pool(&mut self, new: Pool) -> usize {
+    fn add_pool(&mut self, mut new: Pool) -> usize {
+        new.touch(Instant::now());
         let pool = self.pools.len();
         self.pools.push(new);
         self.publish_routes(pool);
@@ -243,10 +252,15 @@ impl PluginHost {
                     notices: p.notices.iter().cloned().collect(),
                     notice_counts: p.notice_counts.clone(),
                     log: p.config.log_path().display().to_string(),
+                    residency: p.residency,
+                    memory_bytes: 0,
                 };
                 for (_, w) in self.workers.iter().filter(|(_, w)| w.machine.pool == i) {
                     let m = &w.machine;
                     r.running += m.sessions.len();
+                    if !m.is_quitting() {
+                        r.memory_bytes += w.rss;
+                    }
                     match m.phase {
                         Phase::Starting { .. } => r.starting += 1,
                         Phase::Quitting { .. } => r.quitting += 1,
@@ -514,7 +528,73 @@ impl PluginHost {
             .iter()
             .filter(|(_, w)| w.machine.pool == pool)
             .count();
-        alive > self.pools[pool].config.min_workers
+        alive > self.pools[pool].min_workers()
+    }
+
+    /// Stops `pool`'s ready workers that have no session (it fell asleep or gave way).
+    fn quit_idle(&mut self, pool: usize, now: Instant) {
+        let idle: Vec<usize> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| {
+                w.machine.pool == pool
+                    && w.machine.sessions.is_empty()
+                    && !w.machine.is_starting()
+                    && !w.machine.is_quitting()
+            })
+            .map(|(slot, _)| slot)
+            .collect();
+        let config = &self.pools[pool].config;
+        for slot in idle {
+            self.workers[slot].machine.quit(config, now);
+            self.dirty_workers.push(slot);
+        }
+        for slot in self.dirty_workers.clone() {
+            self.schedule(slot);
+        }
+        self.changed = true;
+    }
+
+    /// Keeps the workers' memory within the budget: the least recently used pools that are
+    /// awake and idle give way ([`super::pool::evictions`]).
+    fn enforce_budget(&mut self, now: Instant) {
+        let Some(budget) = self.memory_budget else {
+            return;
+        };
+        let usage: Vec<Usage> = self
+            .pools
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.status == PoolStatus::Active)
+            .map(|(i, p)| {
+                let mut bytes = 0;
+                let mut busy = false;
+                for (_, w) in self.workers.iter().filter(|(_, w)| w.machine.pool == i) {
+                    if !w.machine.is_quitting() {
+                        bytes += w.rss;
+                        busy |= !w.machine.sessions.is_empty();
+                    }
+                }
+                Usage {
+                    pool: i,
+                    bytes,
+                    last_used: p.last_used,
+                    evictable: p.residency == Residency::Awake && !busy && p.queue.is_empty(),
+                }
+            })
+            .collect();
+        let total: u64 = usage.iter().map(|u| u.bytes).sum();
+        for pool in evictions(&usage, budget) {
+            tracing::info!(
+                plugin = %self.pools[pool].config.name,
+                "gives way: the workers hold {} MiB, over the memory budget of {} MiB; it \
+                 is the least recently used",
+                total >> 20,
+                budget >> 20
+            );
+            self.pools[pool].evict();
+            self.quit_idle(pool, now);
+        }
     }
 
     /// Puts a worker's next deadline into the heap if it is earlier than the one there.
@@ -587,6 +667,7 @@ impl PluginHost {
             readable: true,
             writable: true,
             timer_at: None,
+            rss: 0,
         });
         self.dirty_workers.push(slot);
         // The pool may now have a surplus: its idle workers' idle timeouts start to count.
@@ -619,6 +700,20 @@ impl PluginHost {
 
     /// Refusals, bindings and spawns for one pool.
     fn maintain_pool(&mut self, pool: usize, clients: &mut dyn Clients, now: Instant) {
+        let running: usize = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.machine.pool == pool)
+            .map(|(_, w)| w.machine.sessions.len())
+            .sum();
+        if self.pools[pool].maybe_sleep(now, running) {
+            tracing::info!(
+                plugin = %self.pools[pool].config.name,
+                "no session for {:.0}s: keeping no worker until the next one",
+                self.pools[pool].config.idle_to_zero_ms as f64 / 1000.0
+            );
+            self.quit_idle(pool, now);
+        }
         for (conn, refusal) in self.pools[pool].expire(now, self.stopping) {
             if let Some(q) = clients.take_queued(conn) {
                 let message = refusal.message(&q.command);
@@ -903,7 +998,10 @@ impl PluginHost {
             "worker ready in {:.0} ms",
             now.saturating_duration_since(w.machine.spawned_at).as_secs_f64() * 1000.0
         );
+        let rss = worker::rss_bytes(w.pid()).unwrap_or(0);
+        self.workers[slot].rss = rss;
         self.dirty_pools.push(pool);
+        self.enforce_budget(now);
         Ok(())
     }
 
@@ -915,8 +1013,8 @@ impl PluginHost {
         let p = &self.pools[pool];
         let config = &p.config;
         let recycle = config.recycle_after > 0 && w.machine.completed >= config.recycle_after;
-        let too_big = config.max_memory_mb > 0
-            && worker::rss_bytes(w.pid()).is_some_and(|rss| rss > config.max_memory_mb << 20);
+        w.rss = worker::rss_bytes(w.pid()).unwrap_or(w.rss);
+        let too_big = config.max_memory_mb > 0 && w.rss > config.max_memory_mb << 20;
         let why = if recycle {
             Some("recycled after its session limit")
         } else if too_big {
@@ -943,6 +1041,7 @@ impl PluginHost {
             None => w.machine.idle_again(config, now),
         }
         self.schedule(slot);
+        self.enforce_budget(now);
     }
 
     /// A worker is gone or must go: out of service now, reaped (then its clients told and

@@ -137,4 +137,8 @@ pub struct PluginReport {
     pub notice_counts: BTreeMap<String, u64>,
     /// The workers' log file.
     pub log: String,
+    /// Whether it keeps workers between sessions (`awake`, `asleep`, `evicted`).
+    pub residency: pool::Residency,
+    /// Its workers' resident memory, as last measured, in bytes.
+    pub memory_bytes: u64,
 }

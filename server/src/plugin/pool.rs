@@ -9,6 +9,11 @@
 //! disable after `max_restarts` consecutive failures with the reason, queue full → 75,
 //! queue timeout → 75) are unit-tested below.
 //!
+//! A pool also decides whether it keeps workers at all ([`Residency`]): one with no
+//! session for `idle_to_zero_ms` falls asleep and keeps none (the next session starts a
+//! worker, as auto-start starts a server), and under the server's memory budget the least
+//! recently used pools give way first ([`evictions`]).
+//!
 //! A pool is also disabled by its worker's `disabled` notice (§15.3): a bridge that gave up
 //! on its plugin says so, and from then on the pool refuses sessions (126) with the
 //! bridge's reason, exactly as if ngd had given up itself. Like every disabled pool, it is
@@ -121,6 +126,53 @@ impl Notice {
     }
 }
 
+/// Whether a pool keeps its workers running between sessions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Residency {
+    /// Keeps `min_workers` running.
+    Awake,
+    /// No session for `idle_to_zero_ms`: keeps no worker until its next session.
+    Asleep,
+    /// Gave way to more recently used plugins under the memory budget: keeps no worker
+    /// until its next session.
+    Evicted,
+}
+
+/// One pool's share of the memory budget, as the host measured it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    /// The pool's index.
+    pub pool: usize,
+    /// Its workers' resident memory.
+    pub bytes: u64,
+    /// Its last session's start (`None`: never used).
+    pub last_used: Option<Instant>,
+    /// Whether it may give way now: awake, no session running or waiting.
+    pub evictable: bool,
+}
+
+/// The pools to evict so that the total stays within `budget` bytes: the least recently
+/// used evictable ones first (never used before used), as few as needed. When the
+/// evictable pools cannot bring the total down, all of them go (pools with sessions stay).
+pub fn evictions(usage: &[Usage], budget: u64) -> Vec<usize> {
+    let mut total: u64 = usage.iter().map(|u| u.bytes).sum();
+    let mut candidates: Vec<&Usage> = usage
+        .iter()
+        .filter(|u| u.evictable && u.bytes > 0)
+        .collect();
+    candidates.sort_by_key(|u| (u.last_used, u.pool));
+    let mut out = Vec::new();
+    for u in candidates {
+        if total <= budget {
+            break;
+        }
+        total -= u.bytes;
+        out.push(u.pool);
+    }
+    out
+}
+
 /// What the host counts of a pool's workers when the pool decides about spawning.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Census {
@@ -159,6 +211,10 @@ pub struct Pool {
     pub notices: VecDeque<Notice>,
     /// Notices received, per kind.
     pub notice_counts: BTreeMap<String, u64>,
+    /// Whether it keeps workers between sessions.
+    pub residency: Residency,
+    /// When its last session was queued (or the pool made, [`Pool::touch`]).
+    pub last_used: Option<Instant>,
 }
 
 impl Pool {
@@ -178,7 +234,48 @@ impl Pool {
             sessions: 0,
             notices: VecDeque::new(),
             notice_counts: BTreeMap::new(),
+            residency: Residency::Awake,
+            last_used: None,
         }
+    }
+
+    /// Marks the pool used at `now`: it wakes (keeps `min_workers` again) and is the most
+    /// recently used.
+    pub fn touch(&mut self, now: Instant) {
+        self.last_used = Some(now);
+        self.residency = Residency::Awake;
+    }
+
+    /// The workers it keeps running: `min_workers` while awake, none asleep or evicted.
+    pub fn min_workers(&self) -> usize {
+        match self.residency {
+            Residency::Awake => self.config.min_workers,
+            Residency::Asleep | Residency::Evicted => 0,
+        }
+    }
+
+    /// When it falls asleep if no session comes: `idle_to_zero_ms` after its last use.
+    pub fn sleep_at(&self) -> Option<Instant> {
+        let after = self.config.idle_to_zero_ms;
+        (self.residency == Residency::Awake && after > 0 && self.config.min_workers > 0)
+            .then_some(self.last_used?)
+            .map(|t| t + PluginConfig::ms(after))
+    }
+
+    /// Falls asleep if it is time and nothing runs (`running` sessions) or waits; true if
+    /// it did (the host then stops its idle workers).
+    pub fn maybe_sleep(&mut self, now: Instant, running: usize) -> bool {
+        let due = self.sleep_at().is_some_and(|t| now >= t);
+        if due && running == 0 && self.queue.is_empty() {
+            self.residency = Residency::Asleep;
+            return true;
+        }
+        false
+    }
+
+    /// Gives way under the memory budget (the host stops its idle workers).
+    pub fn evict(&mut self) {
+        self.residency = Residency::Evicted;
     }
 
     /// Takes over from `old`, a pool of the same name that a reload retires: its queued
@@ -208,6 +305,7 @@ impl Pool {
         if self.status == PoolStatus::Active && queued >= free + self.config.queue {
             return Err(Refusal::Busy { queued });
         }
+        self.touch(now);
         self.queue.push_back(Waiting { conn, since: now });
         Ok(())
     }
@@ -244,8 +342,7 @@ impl Pool {
         self.next_spawn = None;
         let for_queue = self.queue.len().saturating_sub(census.starting);
         let want = self
-            .config
-            .min_workers
+            .min_workers()
             .saturating_sub(census.alive)
             .max(for_queue);
         want.min(self.config.max_workers().saturating_sub(census.alive))
@@ -297,7 +394,7 @@ impl Pool {
     }
 
     /// When the pool next needs attention: its oldest session's queue timeout, the end of
-    /// its backoff.
+    /// its backoff, the time it falls asleep.
     pub fn deadline(&self) -> Option<Instant> {
         let queue = self
             .queue
@@ -306,10 +403,10 @@ impl Pool {
         let spawn = self
             .next_spawn
             .filter(|_| self.status == PoolStatus::Active);
-        match (queue, spawn) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let sleep = self
+            .sleep_at()
+            .filter(|_| self.status == PoolStatus::Active);
+        [queue, spawn, sleep].into_iter().flatten().min()
     }
 }
 
@@ -544,5 +641,84 @@ mod tests {
         assert_eq!(p.notices.front().map(|n| n.message.as_str()), Some("n2"));
         assert_eq!(p.notice_counts["fallback"], 5);
         assert_eq!(p.notice_counts["stale"], 5);
+    }
+
+    #[test]
+    fn idle_to_zero_sleeps_when_nothing_runs_and_a_session_wakes_it() {
+        let mut p = Pool::new(config("idle_to_zero_ms = 60000"));
+        let t0 = Instant::now();
+        let minute = Duration::from_secs(60);
+        p.touch(t0);
+        assert_eq!(p.min_workers(), 1);
+        assert_eq!(p.deadline(), Some(t0 + minute));
+        assert!(!p.maybe_sleep(t0 + minute / 2, 0));
+        // Due, but a session runs: awake until it ends.
+        assert!(!p.maybe_sleep(t0 + minute, 1));
+        assert!(p.maybe_sleep(t0 + minute, 0));
+        assert_eq!(p.residency, Residency::Asleep);
+        assert_eq!(p.min_workers(), 0);
+        assert_eq!(p.deadline(), None);
+        let census = Census::default();
+        assert_eq!(p.spawns_wanted(t0 + minute, census, false), 0);
+        // The next session wakes it and starts a worker for itself.
+        let later = t0 + minute * 5;
+        p.admit(key(1), 0, later).unwrap();
+        assert_eq!(p.residency, Residency::Awake);
+        assert_eq!(p.spawns_wanted(later, census, false), 1);
+        assert_eq!(
+            p.deadline(),
+            Some(later + Duration::from_secs(30)),
+            "queue timeout"
+        );
+        // Off with 0, and for a pool that keeps no worker anyway.
+        let mut never = Pool::new(config("idle_to_zero_ms = 0"));
+        never.touch(t0);
+        assert_eq!(never.sleep_at(), None);
+        let mut none = Pool::new(config("min_workers = 0"));
+        none.touch(t0);
+        assert_eq!(none.sleep_at(), None);
+    }
+
+    #[test]
+    fn the_least_recently_used_give_way_first() {
+        let t0 = Instant::now();
+        let mb = 1 << 20;
+        let u = |pool, bytes, used: Option<u64>, evictable| Usage {
+            pool,
+            bytes: bytes * mb,
+            last_used: used.map(|s| t0 + Duration::from_secs(s)),
+            evictable,
+        };
+        let usage = [
+            u(0, 30, Some(5), true),
+            u(1, 30, Some(1), true),
+            u(2, 30, Some(9), true),
+            u(3, 30, Some(0), false),
+        ];
+        // 120 MiB against 100: one goes, the least recently used evictable one.
+        assert_eq!(evictions(&usage, 100 * mb), [1]);
+        assert_eq!(evictions(&usage, 60 * mb), [1, 0]);
+        assert_eq!(evictions(&usage, 120 * mb), Vec::<usize>::new());
+        // A pool with a session never goes; when the rest cannot make it, all of them do.
+        assert_eq!(evictions(&usage, 10 * mb), [1, 0, 2]);
+        // Never used counts as least recently used; empty pools are not candidates.
+        let usage = [
+            u(0, 30, Some(5), true),
+            u(1, 30, None, true),
+            u(2, 0, None, true),
+        ];
+        assert_eq!(evictions(&usage, 40 * mb), [1]);
+    }
+
+    #[test]
+    fn an_evicted_pool_keeps_no_worker_until_used() {
+        let mut p = Pool::new(config("min_workers = 2\nmax_workers = 3"));
+        let t0 = Instant::now();
+        p.touch(t0);
+        p.evict();
+        assert_eq!(p.min_workers(), 0);
+        assert_eq!(p.sleep_at(), None);
+        p.admit(key(1), 0, t0).unwrap();
+        assert_eq!(p.min_workers(), 2);
     }
 }

@@ -67,8 +67,23 @@ pub fn spawn(plugin: &PluginConfig, launch: &Launch<'_>) -> io::Result<Spawned> 
             cmd
         }
     };
-    cmd.envs(&plugin.env)
-        .env("NGW_FD", CHANNEL_FD.to_string())
+    cmd.envs(&plugin.env);
+    match plugin.sdk {
+        Some(super::config::Sdk::Python) => {
+            let sdk = crate::python_sdk::dir()
+                .map_err(|e| io::Error::new(e.kind(), format!("ngd's Python SDK: {e}")))?;
+            cmd.env(
+                "PYTHONPATH",
+                crate::python_sdk::python_path(
+                    &sdk,
+                    plugin.env.get("PYTHONPATH").map(String::as_str),
+                    std::env::var_os("PYTHONPATH").as_deref(),
+                ),
+            );
+        }
+        None => {}
+    }
+    cmd.env("NGW_FD", CHANNEL_FD.to_string())
         .env("NGW_VERSION", "1")
         .env("NGW_PLUGIN", &plugin.name)
         .env("NGW_HOST_FEATURES", launch.host_features)

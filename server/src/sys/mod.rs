@@ -42,6 +42,21 @@ pub fn try_lock_exclusive(fd: RawFd) -> io::Result<()> {
     }
 }
 
+/// Takes an exclusive `flock` on `fd`, waiting for it (retried after a signal).
+pub fn lock_exclusive(fd: RawFd) -> io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor the caller keeps open; no memory is involved.
+        let rc = unsafe { libc::flock(fd, libc::LOCK_EX) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Re-arms `TCP_QUICKACK` on a TCP socket (Linux; nothing elsewhere).
 pub fn tcp_quickack(fd: RawFd) {
     #[cfg(target_os = "linux")]

@@ -1,0 +1,578 @@
+//! What a program is, and the `[[plugin]]` table that serves it.
+//!
+//! [`recognise`] looks at the file a shell would run for a name: its first bytes (a `#!`
+//! line, an ELF header) and its name. What ngd can serve exactly becomes a [`Program`];
+//! everything else a [`Refusal`] that says why. [`Program::fragment`] writes the drop-in
+//! file's text. MCP servers are not found on `PATH` but read from a client's configuration
+//! file ([`mcp_servers`]), and fledge plugins from fledge's plugins directory
+//! ([`fledge_plugin`]).
+//!
+//! The JVM kind belongs here too, as another [`Program`] variant recognised from a jar or
+//! a `java` launcher and served by the JVM worker's launcher `ngw-java` (which takes
+//! `java`'s command line); until that worker exists, [`recognise`] refuses JVM programs
+//! with [`Refusal::Jvm`].
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The kinds of program `ngd warm` serves (the `[warm]` record's `kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A Python console script or script, by its `#!` interpreter (fork mode, `python3 -m
+    /// ngw console-script`, with the SDK ngd carries).
+    Python,
+    /// A Nushell plugin (`nu_plugin_*`), through the nu bridge.
+    Nu,
+    /// A fledge plugin's command, through the fledge-v1 bridge.
+    Fledge,
+    /// An MCP server's tools, through the JSON-RPC bridge (`profile = "mcp"`).
+    Mcp,
+}
+
+impl Kind {
+    /// Its name in the `[warm]` record and in `ngd list`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Python => "python",
+            Kind::Nu => "nu",
+            Kind::Fledge => "fledge",
+            Kind::Mcp => "mcp",
+        }
+    }
+}
+
+/// A program `ngd warm` can serve, and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Program {
+    /// A Python script run by `interpreter` (absolute; its `#!` line's, resolved on `PATH`
+    /// for `#!/usr/bin/env python3`).
+    Python {
+        /// The script.
+        script: PathBuf,
+        /// The interpreter the worker runs.
+        interpreter: PathBuf,
+    },
+    /// A Nushell plugin executable.
+    Nu {
+        /// The executable.
+        path: PathBuf,
+    },
+    /// A fledge plugin's command.
+    Fledge {
+        /// fledge's plugins directory.
+        plugins_dir: PathBuf,
+        /// The plugin's directory (for `ngd list`).
+        plugin: PathBuf,
+    },
+    /// One server of an MCP client configuration's `mcpServers`.
+    Mcp {
+        /// The configuration file it came from.
+        config: PathBuf,
+        /// Its command and arguments.
+        command: Vec<String>,
+        /// Its environment additions.
+        env: BTreeMap<String, String>,
+    },
+}
+
+/// Why a program cannot be served.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A compiled program: nothing to keep warm that ngd can reproduce exactly.
+    #[error(
+        "{} is a compiled program, not one ngd can keep warm: a native program starts \
+         as fast as it can already, and ngd serves only interpreters it can reproduce \
+         exactly (Python scripts, Nushell and fledge plugins, MCP servers)",
+        .0.display()
+    )]
+    Binary(PathBuf),
+    /// A script for another interpreter.
+    #[error(
+        "{} is a script for {interpreter}, not Python: ngd cannot serve it warm exactly",
+        .path.display()
+    )]
+    Script {
+        /// The script.
+        path: PathBuf,
+        /// Its `#!` interpreter.
+        interpreter: String,
+    },
+    /// A Python script whose interpreter cannot be found.
+    #[error(
+        "{} runs with {interpreter}, which is not found: a warm worker needs that interpreter",
+        .path.display()
+    )]
+    NoInterpreter {
+        /// The script.
+        path: PathBuf,
+        /// The interpreter named.
+        interpreter: String,
+    },
+    /// The interpreter is given options on the `#!` line, which a worker cannot share.
+    #[error(
+        "{}'s #! line gives the interpreter options ({options}): a warm run could not be exact",
+        .path.display()
+    )]
+    InterpreterOptions {
+        /// The script.
+        path: PathBuf,
+        /// The options.
+        options: String,
+    },
+    /// A JVM program: served once the JVM worker (`ngw-java`) exists.
+    #[error("{} is a JVM program: ngd does not serve JVM programs yet", .0.display())]
+    Jvm(PathBuf),
+    /// Neither `#!` nor a known binary format.
+    #[error("{} is neither a script with a #! line nor a program ngd knows", .0.display())]
+    Unknown(PathBuf),
+}
+
+/// Recognises the program at `path` (found for `name`) from its first bytes `head`;
+/// `which` finds an interpreter named by `#!/usr/bin/env NAME`.
+pub fn recognise(
+    name: &str,
+    path: &Path,
+    head: &[u8],
+    which: impl Fn(&OsStr) -> Option<PathBuf>,
+) -> Result<Program, Refusal> {
+    let is_elf = head.starts_with(b"\x7fELF");
+    if name.starts_with("nu_plugin_") && (is_elf || head.starts_with(b"#!")) {
+        return Ok(Program::Nu {
+            path: path.to_path_buf(),
+        });
+    }
+    if is_elf {
+        return Err(Refusal::Binary(path.to_path_buf()));
+    }
+    if head.starts_with(b"PK\x03\x04") || path.extension().is_some_and(|x| x == "jar") {
+        return Err(Refusal::Jvm(path.to_path_buf()));
+    }
+    let Some(words) = shebang(head) else {
+        return Err(Refusal::Unknown(path.to_path_buf()));
+    };
+    let program_words: &[String] = match words.first() {
+        Some(first) if basename(first) == "env" => &words[1..],
+        _ => &words,
+    };
+    let Some(interp) = program_words.first() else {
+        return Err(Refusal::Unknown(path.to_path_buf()));
+    };
+    let interp_name = basename(interp);
+    if interp_name == "java" {
+        return Err(Refusal::Jvm(path.to_path_buf()));
+    }
+    if !is_python(interp_name) {
+        return Err(Refusal::Script {
+            path: path.to_path_buf(),
+            interpreter: words.join(" "),
+        });
+    }
+    if program_words.len() > 1 {
+        return Err(Refusal::InterpreterOptions {
+            path: path.to_path_buf(),
+            options: program_words[1..].join(" "),
+        });
+    }
+    let interpreter = if interp.contains('/') {
+        Some(PathBuf::from(interp)).filter(|p| p.is_file())
+    } else {
+        which(OsStr::new(interp))
+    };
+    let interpreter = interpreter.ok_or_else(|| Refusal::NoInterpreter {
+        path: path.to_path_buf(),
+        interpreter: interp.clone(),
+    })?;
+    Ok(Program::Python {
+        script: path.to_path_buf(),
+        interpreter,
+    })
+}
+
+/// The words of a `#!` line (as the kernel splits it: the interpreter, then the rest as
+/// one argument, which `env` splits again; here split on white space throughout).
+fn shebang(head: &[u8]) -> Option<Vec<String>> {
+    let line = head.strip_prefix(b"#!")?;
+    let end = line.iter().position(|&c| c == b'\n').unwrap_or(line.len());
+    let words: Vec<String> = line[..end]
+        .split(|c| c.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+        .map(|w| OsStr::from_bytes(w).to_string_lossy().into_owned())
+        .collect();
+    (!words.is_empty()).then_some(words)
+}
+
+fn basename(word: &str) -> &str {
+    word.rsplit('/').next().unwrap_or(word)
+}
+
+/// `python`, `python3`, `python3.12`, `pythonw`... but not `pythonista`.
+fn is_python(name: &str) -> bool {
+    name.strip_prefix("python")
+        .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit() || c == '.'))
+}
+
+impl Program {
+    /// Its kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Program::Python { .. } => Kind::Python,
+            Program::Nu { .. } => Kind::Nu,
+            Program::Fledge { .. } => Kind::Fledge,
+            Program::Mcp { .. } => Kind::Mcp,
+        }
+    }
+
+    /// What `ngd list` shows as the program.
+    pub fn shown(&self) -> PathBuf {
+        match self {
+            Program::Python { script, .. } => script.clone(),
+            Program::Nu { path } => path.clone(),
+            Program::Fledge { plugin, .. } => plugin.clone(),
+            Program::Mcp { config, .. } => config.clone(),
+        }
+    }
+
+    /// Whether the commands are known before the plugin starts (the shims are then
+    /// `[name]`); otherwise they are learned from the running plugin.
+    pub fn commands_known(&self) -> bool {
+        matches!(self, Program::Python { .. } | Program::Fledge { .. })
+    }
+
+    /// The `[[plugin]]` table serving it as `name` (the plugin's name).
+    pub fn plugin_table(&self, name: &str) -> String {
+        let mut t = format!("[[plugin]]\nname = {}\n", q(name));
+        match self {
+            Program::Python {
+                script,
+                interpreter,
+            } => {
+                t += &format!(
+                    "command = [{}, \"-m\", \"ngw\", \"console-script\", {}]\n\
+                     sdk = \"python\"\ncommands = [{}]\n",
+                    q(&interpreter.to_string_lossy()),
+                    q(&script.to_string_lossy()),
+                    q(name)
+                );
+            }
+            Program::Nu { path } => {
+                t += &format!(
+                    "protocol = \"nu\"\ncommand = [{}]\n",
+                    q(&path.to_string_lossy())
+                );
+            }
+            Program::Fledge { plugins_dir, .. } => {
+                t += &format!(
+                    "protocol = \"fledge-v1\"\ncommand = [{}]\ncommands = [{}]\n",
+                    q(&plugins_dir.to_string_lossy()),
+                    q(name)
+                );
+            }
+            Program::Mcp { command, env, .. } => {
+                let words: Vec<String> = command.iter().map(|w| q(w)).collect();
+                // MCP servers from PyPI and npm import a lot before they answer.
+                t += &format!(
+                    "protocol = \"jsonrpc\"\nprofile = \"mcp\"\ncommand = [{}]\n\
+                     plugin_handshake_timeout_ms = 30000\n",
+                    words.join(", ")
+                );
+                if !env.is_empty() {
+                    let pairs: Vec<String> = env
+                        .iter()
+                        .map(|(k, v)| format!("{} = {}", q(k), q(v)))
+                        .collect();
+                    t += &format!("env = {{ {} }}\n", pairs.join(", "));
+                }
+            }
+        }
+        t
+    }
+
+    /// The whole drop-in file for it: a comment, the `[warm]` record and the table.
+    pub fn fragment(&self, name: &str, shims: &[String]) -> String {
+        let shims: Vec<String> = shims.iter().map(|s| q(s)).collect();
+        format!(
+            "# Written by `ngd warm`; `ngd unwarm {name}` removes it.\n\n\
+             [warm]\nkind = {}\nprogram = {}\nshims = [{}]\n\n{}",
+            q(self.kind().as_str()),
+            q(&self.shown().to_string_lossy()),
+            shims.join(", "),
+            self.plugin_table(name)
+        )
+    }
+}
+
+/// A TOML string holding `s`.
+fn q(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+/// fledge's plugins directory: `$XDG_CONFIG_HOME/fledge/plugins`, else
+/// `~/.config/fledge/plugins` (fledge's own default, as the fledge bridge's).
+pub fn fledge_plugins_dir() -> Option<PathBuf> {
+    let absolute = |v: Option<std::ffi::OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
+    absolute(std::env::var_os("XDG_CONFIG_HOME"))
+        .or_else(|| absolute(std::env::var_os("HOME")).map(|h| h.join(".config")))
+        .map(|c| c.join("fledge/plugins"))
+}
+
+/// The fledge plugin in `plugins_dir` that has a command `name`, if any.
+pub fn fledge_plugin(plugins_dir: &Path, name: &str) -> Option<Program> {
+    #[derive(Deserialize)]
+    struct Manifest {
+        #[serde(default)]
+        commands: Vec<Command>,
+    }
+    #[derive(Deserialize)]
+    struct Command {
+        name: String,
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(plugins_dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    dirs.into_iter().find_map(|dir| {
+        let text = std::fs::read_to_string(dir.join("plugin.toml")).ok()?;
+        let manifest: Manifest = toml::from_str(&text).ok()?;
+        manifest
+            .commands
+            .iter()
+            .any(|c| c.name == name)
+            .then(|| Program::Fledge {
+                plugins_dir: plugins_dir.to_path_buf(),
+                plugin: dir.clone(),
+            })
+    })
+}
+
+/// Why an MCP configuration file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// Unreadable.
+    #[error("cannot read {}: {source}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Not the usual shape.
+    #[error("{}: {problem}", .path.display())]
+    Shape {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// The servers of an MCP client configuration file (`{"mcpServers": {NAME: {"command":
+/// ..., "args": [...], "env": {...}}}}`), by name. Servers reached by URL (`"url"`) have no
+/// process to keep warm and are refused.
+pub fn mcp_servers(path: &Path) -> Result<BTreeMap<String, Program>, McpError> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct File {
+        mcp_servers: BTreeMap<String, Server>,
+    }
+    #[derive(Deserialize)]
+    struct Server {
+        command: Option<String>,
+        #[serde(default)]
+        args: Vec<String>,
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| McpError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let shape = |problem: String| McpError::Shape {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let file: File = serde_json::from_str(&text).map_err(|e| shape(e.to_string()))?;
+    let config = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = BTreeMap::new();
+    for (name, server) in file.mcp_servers {
+        let command = server.command.filter(|c| !c.is_empty()).ok_or_else(|| {
+            shape(format!(
+                "server '{name}' has no command (a server reached by URL has no process for \
+                 ngd to keep warm)"
+            ))
+        })?;
+        let mut words = vec![command];
+        words.extend(server.args);
+        out.insert(
+            name,
+            Program::Mcp {
+                config: config.clone(),
+                command: words,
+                env: server.env,
+            },
+        );
+    }
+    if out.is_empty() {
+        return Err(shape("mcpServers is empty".to_owned()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn which(name: &OsStr) -> Option<PathBuf> {
+        (name == "python3").then(|| PathBuf::from("/opt/py/bin/python3"))
+    }
+
+    fn rec(name: &str, head: &[u8]) -> Result<Program, Refusal> {
+        recognise(name, Path::new("/bin/x"), head, which)
+    }
+
+    #[test]
+    fn python_scripts_by_their_interpreter() {
+        assert_eq!(
+            rec("x", b"#!/usr/bin/env python3\nimport x\n"),
+            Ok(Program::Python {
+                script: "/bin/x".into(),
+                interpreter: "/opt/py/bin/python3".into()
+            })
+        );
+        // An absolute interpreter must exist.
+        assert!(matches!(
+            rec("x", b"#!/nonexistent/python3.12\n"),
+            Err(Refusal::NoInterpreter { .. })
+        ));
+        assert!(matches!(
+            rec("x", b"#!/usr/bin/env python2.9\n"),
+            Err(Refusal::NoInterpreter { .. })
+        ));
+        assert!(matches!(
+            rec("x", b"#!/usr/bin/python3 -E\n"),
+            Err(Refusal::InterpreterOptions { .. })
+        ));
+    }
+
+    #[test]
+    fn other_programs_are_refused_with_the_reason() {
+        assert_eq!(
+            rec("x", b"\x7fELF\x02\x01"),
+            Err(Refusal::Binary("/bin/x".into()))
+        );
+        assert!(matches!(
+            rec("x", b"#!/bin/sh\necho\n"),
+            Err(Refusal::Script { interpreter, .. }) if interpreter == "/bin/sh"
+        ));
+        assert!(matches!(
+            rec("x", b"#!/usr/bin/env pythonista\n"),
+            Err(Refusal::Script { .. })
+        ));
+        assert_eq!(rec("x", b"PK\x03\x04"), Err(Refusal::Jvm("/bin/x".into())));
+        assert_eq!(
+            rec("x", b"echo hi\n"),
+            Err(Refusal::Unknown("/bin/x".into()))
+        );
+        assert_eq!(rec("x", b""), Err(Refusal::Unknown("/bin/x".into())));
+        let msg = rec("x", b"\x7fELF").unwrap_err().to_string();
+        assert!(msg.contains("compiled program"), "{msg}");
+    }
+
+    #[test]
+    fn nu_plugins_by_name() {
+        assert_eq!(
+            rec("nu_plugin_inc", b"\x7fELF"),
+            Ok(Program::Nu {
+                path: "/bin/x".into()
+            })
+        );
+    }
+
+    #[test]
+    fn fragments_parse_back_as_drop_in_files() {
+        let programs = [
+            Program::Python {
+                script: "/v/bin/black \"q\"".into(),
+                interpreter: "/v/bin/python".into(),
+            },
+            Program::Nu {
+                path: "/p/nu_plugin_inc".into(),
+            },
+            Program::Fledge {
+                plugins_dir: "/c/fledge/plugins".into(),
+                plugin: "/c/fledge/plugins/deploy".into(),
+            },
+            Program::Mcp {
+                config: "/c/mcp.json".into(),
+                command: vec!["npx".into(), "-y".into(), "server".into()],
+                env: [("K".to_owned(), "v".to_owned())].into(),
+            },
+        ];
+        for p in programs {
+            let text = p.fragment("tool", &["tool".to_owned()]);
+            let f = crate::config::Fragment::parse(&text, Path::new("/c/ngd/conf.d/tool.toml"))
+                .unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let record = f.warm.unwrap();
+            assert_eq!(record.kind, p.kind());
+            assert_eq!(record.program, p.shown());
+            assert_eq!(f.plugins.len(), 1);
+            assert_eq!(f.plugins[0].name, "tool");
+            f.plugins[0]
+                .validate()
+                .unwrap_or_else(|e| panic!("{e}\n{text}"));
+            if let Program::Python { interpreter, .. } = &p {
+                assert_eq!(f.plugins[0].command[0], interpreter.to_string_lossy());
+                assert_eq!(f.plugins[0].sdk, Some(crate::plugin::config::Sdk::Python));
+            }
+        }
+    }
+
+    #[test]
+    fn mcp_configuration_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("mcp.json");
+        std::fs::write(
+            &file,
+            r#"{"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"],
+                "env": {"TZ": "UTC"}}}, "other": 1}"#,
+        )
+        .unwrap();
+        let servers = mcp_servers(&file).unwrap();
+        let Program::Mcp { command, env, .. } = &servers["time"] else {
+            panic!("{servers:?}")
+        };
+        assert_eq!(command, &["uvx", "mcp-server-time"]);
+        assert_eq!(env["TZ"], "UTC");
+        std::fs::write(&file, r#"{"mcpServers": {"web": {"url": "https://x"}}}"#).unwrap();
+        let msg = mcp_servers(&file).unwrap_err().to_string();
+        assert!(msg.contains("server 'web' has no command"), "{msg}");
+        std::fs::write(&file, "{").unwrap();
+        assert!(mcp_servers(&file).is_err());
+    }
+
+    #[test]
+    fn fledge_plugins_by_command_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let plugin = dir.path().join("fledge-deploy");
+        std::fs::create_dir(&plugin).unwrap();
+        std::fs::write(
+            plugin.join("plugin.toml"),
+            "[plugin]\nname = \"fledge-deploy\"\n[[commands]]\nname = \"deploy\"\nbinary = \"bin/d\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            fledge_plugin(dir.path(), "deploy"),
+            Some(Program::Fledge {
+                plugins_dir: dir.path().to_path_buf(),
+                plugin
+            })
+        );
+        assert_eq!(fledge_plugin(dir.path(), "other"), None);
+    }
+}
