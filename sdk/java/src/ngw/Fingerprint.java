@@ -1,7 +1,9 @@
 /**
  * What the classpath's code looks like on disk: the path, size and modification time of
  * every jar and of every file under every directory entry, hashed. A change means the JVM's
- * loaded classes may be stale.
+ * loaded classes may be stale. {@link #jars} looks at the jars alone (a {@code stat} each),
+ * cheap enough for every session; {@link #of} walks the directories too, for a background
+ * check.
  */
 package ngw;
 
@@ -21,11 +23,23 @@ public final class Fingerprint {
 
     /** The fingerprint of {@code classpath}'s entries. */
     public static long of(List<String> classpath) {
+        return hash(classpath, true);
+    }
+
+    /** The fingerprint of {@code classpath}'s files (jars), directories left out. */
+    public static long jars(List<String> classpath) {
+        return hash(classpath, false);
+    }
+
+    private static long hash(List<String> classpath, boolean walk) {
         long h = 0xcbf29ce484222325L;
         for (String entry : classpath) {
             Path p = Path.of(entry);
             h = mix(h, entry.hashCode());
             if (Files.isDirectory(p)) {
+                if (!walk) {
+                    continue;
+                }
                 try (Stream<Path> files = Files.walk(p)) {
                     long[] acc = {h};
                     files.limit(MAX_FILES).forEach(f -> acc[0] = file(acc[0], f));

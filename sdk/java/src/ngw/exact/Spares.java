@@ -82,7 +82,7 @@ final class Spares {
         if (s == null) {
             return "";
         }
-        if (s.code != ngw.Fingerprint.of(worker.options().classpath)) {
+        if (s.code != code()) {
             kill(s);
             worker.notice("stale", "the classpath changed on disk since the spare JVM started", r.id);
             return "the spare JVM holds classes that changed on disk since it started";
@@ -169,7 +169,7 @@ final class Spares {
             return;
         }
         Map<String, String> startupEnv = startupEnv(env);
-        long code = ngw.Fingerprint.of(worker.options().classpath);
+        long code = code();
         for (Spare s : new ArrayList<>(spares)) {
             if (!s.cwd.equals(cwd) || !s.startupEnv.equals(startupEnv) || s.code != code) {
                 spares.remove(s);
@@ -189,7 +189,7 @@ final class Spares {
 
     private Spare spawn(String cwd, Map<String, String> env, Map<String, String> startupEnv) throws IOException {
         ngw.Options o = worker.options();
-        long code = ngw.Fingerprint.of(o.classpath);
+        long code = code();
         List<String> argv = new ArrayList<>();
         argv.addAll(o.jvmOptions);
         argv.add("-Dngw.spare.main=" + o.mainClass);
@@ -265,6 +265,27 @@ final class Spares {
         }, "ngw-reap-" + s.pid);
         t.setDaemon(true);
         t.start();
+    }
+
+    /**
+     * What a spare holds of the class path: the jars (a spare has them open, so a replaced jar
+     * would still be read from the old file) and the main class's own file (loaded ahead);
+     * other classes in directories are read when the session loads them.
+     */
+    private long code() {
+        ngw.Options o = worker.options();
+        long h = ngw.Fingerprint.jars(o.classpath);
+        if (o.mainClass != null) {
+            String file = o.mainClass.replace('.', '/') + ".class";
+            for (String e : o.classpath) {
+                java.io.File f = new java.io.File(e, file);
+                if (f.isFile()) {
+                    h = h * 31 + f.lastModified() * 17 + f.length();
+                    break;
+                }
+            }
+        }
+        return h;
     }
 
     /** Kills every spare. */

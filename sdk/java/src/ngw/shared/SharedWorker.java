@@ -46,7 +46,7 @@ public final class SharedWorker implements NailSession.WorkerView {
     /** Sessions at once on one worker, with {@code mux}. */
     public static final int MAX_SESSIONS = 64;
     /** How often the classpath is checked for changes between sessions. */
-    private static final long STALE_POLL_MS = 1000;
+    private static final long STALE_POLL_MS = 250;
 
     private final Options options;
     private final ChunkReader reader;
@@ -58,6 +58,7 @@ public final class SharedWorker implements NailSession.WorkerView {
     private final SortedMap<String, String> aliases = new TreeMap<>();
     private final Map<String, long[]> stats = new TreeMap<>();
     private final long fingerprint;
+    private final long jarFingerprint;
     private volatile boolean stale;
     private volatile boolean retiring;
     private volatile boolean quitting;
@@ -78,6 +79,7 @@ public final class SharedWorker implements NailSession.WorkerView {
         this.writer = new ChunkWriter(channelOut, mux);
         this.aliases.putAll(options.aliases);
         this.fingerprint = Fingerprint.of(options.classpath);
+        this.jarFingerprint = Fingerprint.jars(options.classpath);
     }
 
     /** The hello's commands: what ngd configured (NGW_COMMANDS), else the aliases. */
@@ -292,9 +294,13 @@ public final class SharedWorker implements NailSession.WorkerView {
         v[1] += running;
     }
 
-    /** The system class loader, or a fresh one over the classpath once the code is stale. */
+    /**
+     * The system class loader, or a fresh one over the classpath once the code is stale (a
+     * jar changed, checked now; a class directory, checked by the poller within {@link
+     * #STALE_POLL_MS}).
+     */
     private ClassLoader loaderForSession() {
-        if (!stale && Fingerprint.of(options.classpath) != fingerprint) {
+        if (!stale && Fingerprint.jars(options.classpath) != jarFingerprint) {
             markStale();
         }
         if (!stale) {
