@@ -734,3 +734,54 @@ fn a_fledge_plugins_command_is_found_by_name() {
     out.assert_success();
     assert_eq!(out.stdout_text(), "hello a b\n");
 }
+
+/// A JVM program's shell launcher (Debian's `/usr/bin/checkstyle`, and one that puts its
+/// own arguments before the user's) is served by `ngw-java` with the `java` command line
+/// it runs; through the shim it is byte-identical to the launcher run cold.
+#[test]
+fn a_java_launcher_is_served_by_ngw_java() {
+    let s = Setup::new();
+    std::os::unix::fs::symlink(ng_tests::jvm::ngw_java(), s.bin().join("ngw-java")).unwrap();
+    s.program(
+        "probe",
+        &format!(
+            "#!/bin/sh\nexec \"${{JAVA_HOME:-/usr}}/bin/java\" -cp {} ngtest.ExactProbe lead \"$@\"\n",
+            ng_tests::java::nails_dir().display()
+        ),
+    );
+    let out = s.ngd().args(["warm", "probe", "checkstyle"]).run();
+    out.assert_success();
+    assert!(
+        out.stdout_text().contains("probe is warm (jvm): probe"),
+        "{out:?}"
+    );
+    assert!(
+        out.stdout_text()
+            .contains("checkstyle is warm (jvm): checkstyle"),
+        "{out:?}"
+    );
+    let dir = s.user.dir.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("Foo.java"),
+        "public class Foo {\n  int x;\n    public void f(){ int Y=1; }\n}\n",
+    )
+    .unwrap();
+    let probe = s.bin().join("probe");
+    let checkstyle = PathBuf::from("/usr/bin/checkstyle");
+    for (name, cold_program, args) in [
+        ("probe", &probe, vec!["a", "b c"]),
+        ("probe", &probe, vec!["exit=4"]),
+        (
+            "checkstyle",
+            &checkstyle,
+            vec!["-c", "/sun_checks.xml", "Foo.java"],
+        ),
+    ] {
+        for _ in 0..2 {
+            let cold = s.run(cold_program).args(&args).cwd(&dir).run();
+            let warm = s.run(&s.shims().join(name)).args(&args).cwd(&dir).run();
+            assert_same(&cold, &warm);
+        }
+    }
+}

@@ -7,10 +7,11 @@
 //! file ([`mcp_servers`]), and fledge plugins from fledge's plugins directory
 //! ([`fledge_plugin`]).
 //!
-//! The JVM kind belongs here too, as another [`Program`] variant recognised from a jar or
-//! a `java` launcher and served by the JVM worker's launcher `ngw-java` (which takes
-//! `java`'s command line); until that worker exists, [`recognise`] refuses JVM programs
-//! with [`Refusal::Jvm`].
+//! JVM programs are served by the JVM worker's launcher `ngw-java`, which takes `java`'s
+//! command line: an executable jar becomes `ngw-java -jar JAR`, and a shell script that
+//! launches `java` (Debian's `/usr/bin/checkstyle`, groovy's `startGroovy`, ...) becomes the
+//! `java` command line it runs, learned by running it once with a stand-in `java` that
+//! records its arguments ([`probe_java_launcher`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -32,6 +33,8 @@ pub enum Kind {
     Fledge,
     /// An MCP server's tools, through the JSON-RPC bridge (`profile = "mcp"`).
     Mcp,
+    /// A JVM program (a jar, or a shell launcher of `java`), through `ngw-java`.
+    Jvm,
 }
 
 impl Kind {
@@ -42,6 +45,7 @@ impl Kind {
             Kind::Nu => "nu",
             Kind::Fledge => "fledge",
             Kind::Mcp => "mcp",
+            Kind::Jvm => "jvm",
         }
     }
 }
@@ -68,6 +72,16 @@ pub enum Program {
         plugins_dir: PathBuf,
         /// The plugin's directory (for `ngd list`).
         plugin: PathBuf,
+    },
+    /// A JVM program: `ngw-java` with the `java` command line that runs it cold.
+    Jvm {
+        /// What runs it cold: the jar, or the launcher script.
+        launcher: PathBuf,
+        /// `java`'s arguments, without `java` itself: options, then `-cp CP MAIN ARGS...` or
+        /// `-jar JAR ARGS...`.
+        java_args: Vec<String>,
+        /// The JVM worker's launcher.
+        ngw_java: PathBuf,
     },
     /// One server of an MCP client configuration's `mcpServers`.
     Mcp {
@@ -124,9 +138,22 @@ pub enum Refusal {
         /// The options.
         options: String,
     },
-    /// A JVM program: served once the JVM worker (`ngw-java`) exists.
-    #[error("{} is a JVM program: ngd does not serve JVM programs yet", .0.display())]
+    /// A JVM program, but no `ngw-java` to serve it.
+    #[error(
+        "{} is a JVM program, and ngw-java (the JVM worker) is not installed next to ngd \
+         nor on PATH (scripts/install installs it)",
+        .0.display()
+    )]
     Jvm(PathBuf),
+    /// A shell script that could be a `java` launcher, but running it recorded no `java`
+    /// command line.
+    #[error("{}: {reason}", .path.display())]
+    JavaLauncher {
+        /// The script.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
     /// Neither `#!` nor a known binary format.
     #[error("{} is neither a script with a #! line nor a program ngd knows", .0.display())]
     Unknown(PathBuf),
@@ -150,7 +177,13 @@ pub fn recognise(
         return Err(Refusal::Binary(path.to_path_buf()));
     }
     if head.starts_with(b"PK\x03\x04") || path.extension().is_some_and(|x| x == "jar") {
-        return Err(Refusal::Jvm(path.to_path_buf()));
+        let ngw_java =
+            which(OsStr::new("ngw-java")).ok_or_else(|| Refusal::Jvm(path.to_path_buf()))?;
+        return Ok(Program::Jvm {
+            launcher: path.to_path_buf(),
+            java_args: vec!["-jar".into(), path.to_string_lossy().into_owned()],
+            ngw_java,
+        });
     }
     let Some(words) = shebang(head) else {
         return Err(Refusal::Unknown(path.to_path_buf()));
@@ -164,7 +197,10 @@ pub fn recognise(
     };
     let interp_name = basename(interp);
     if interp_name == "java" {
-        return Err(Refusal::Jvm(path.to_path_buf()));
+        return Err(Refusal::Script {
+            path: path.to_path_buf(),
+            interpreter: words.join(" "),
+        });
     }
     if !is_python(interp_name) {
         return Err(Refusal::Script {
@@ -224,6 +260,7 @@ impl Program {
             Program::Nu { .. } => Kind::Nu,
             Program::Fledge { .. } => Kind::Fledge,
             Program::Mcp { .. } => Kind::Mcp,
+            Program::Jvm { .. } => Kind::Jvm,
         }
     }
 
@@ -234,13 +271,17 @@ impl Program {
             Program::Nu { path } => path.clone(),
             Program::Fledge { plugin, .. } => plugin.clone(),
             Program::Mcp { config, .. } => config.clone(),
+            Program::Jvm { launcher, .. } => launcher.clone(),
         }
     }
 
     /// Whether the commands are known before the plugin starts (the shims are then
     /// `[name]`); otherwise they are learned from the running plugin.
     pub fn commands_known(&self) -> bool {
-        matches!(self, Program::Python { .. } | Program::Fledge { .. })
+        matches!(
+            self,
+            Program::Python { .. } | Program::Fledge { .. } | Program::Jvm { .. }
+        )
     }
 
     /// The `[[plugin]]` table serving it as `name` (the plugin's name).
@@ -263,6 +304,21 @@ impl Program {
                 t += &format!(
                     "protocol = \"nu\"\ncommand = [{}]\n",
                     q(&path.to_string_lossy())
+                );
+            }
+            Program::Jvm {
+                java_args,
+                ngw_java,
+                ..
+            } => {
+                let mut words = vec![q(&ngw_java.to_string_lossy())];
+                words.extend(java_args.iter().map(|w| q(w)));
+                // A JVM's first start reads its class path and warms up: more than the
+                // default handshake time on a small machine.
+                t += &format!(
+                    "command = [{}]\ncommands = [{}]\nhandshake_timeout_ms = 60000\n",
+                    words.join(", "),
+                    q(name)
                 );
             }
             Program::Fledge { plugins_dir, .. } => {
@@ -304,6 +360,105 @@ impl Program {
             self.plugin_table(name)
         )
     }
+}
+
+/// True for a `#!` interpreter that is a POSIX shell (whose scripts may launch `java`).
+pub fn is_shell(interpreter: &str) -> bool {
+    let words: Vec<&str> = interpreter.split_whitespace().collect();
+    let program = match words.first() {
+        Some(first) if basename(first) == "env" => words.get(1),
+        first => first,
+    };
+    program.is_some_and(|p| matches!(basename(p), "sh" | "bash" | "dash" | "ksh" | "zsh"))
+}
+
+/// How long a launcher may take to reach its `java` when probed.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The arguments the shell launcher `path` gives `java` (options, class path, main class
+/// and its own arguments before the user's), learned by running it once with one marker
+/// argument and a stand-in `java` first: on `PATH`, as `$JAVA_HOME/bin/java` and as
+/// `$JAVACMD`. The stand-in records the arguments of the call that ends with the marker and
+/// runs `real_java` for any other (a launcher may ask `java -version` first). Paths under
+/// the stand-in's `JAVA_HOME` are given back under `real_java`'s.
+pub fn probe_java_launcher(path: &Path, real_java: &Path) -> Result<Vec<String>, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::Builder::new()
+        .prefix("ngd-warm-java-")
+        .tempdir()
+        .map_err(|e| format!("cannot make a temporary directory: {e}"))?;
+    let home = dir.path().join("jdk");
+    let bin = home.join("bin");
+    std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
+    let out = dir.path().join("args");
+    let marker = format!("ngd-warm-probe-{}", std::process::id());
+    let stand_in = bin.join("java");
+    let script = format!(
+        "#!/bin/sh\nfor a in \"$@\"; do :; done\nif [ \"$a\" = {marker} ]; then\n  \
+         for x in \"$@\"; do printf '%s\\0' \"$x\"; done > {out}\n  exit 0\nfi\n\
+         exec {real} \"$@\"\n",
+        out = sh_quote(&out.to_string_lossy()),
+        real = sh_quote(&real_java.to_string_lossy()),
+    );
+    std::fs::write(&stand_in, script).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| e.to_string())?;
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    let mut search = std::ffi::OsString::from(&bin);
+    search.push(":");
+    search.push(path_var);
+    let mut child = std::process::Command::new(path)
+        .arg(&marker)
+        .env("JAVA_HOME", &home)
+        .env("JAVACMD", &stand_in)
+        .env("PATH", search)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run it: {e}"))?;
+    let started = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed() < PROBE_TIMEOUT => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("it did not reach java within {PROBE_TIMEOUT:?}"));
+            }
+        }
+    }
+    let recorded = std::fs::read(&out).map_err(|_| {
+        "a shell script that did not run java when tried (with JAVA_HOME, JAVACMD and PATH          pointing at a stand-in): ngd cannot serve it warm exactly"
+            .to_owned()
+    })?;
+    let mut args: Vec<String> = recorded
+        .split(|&b| b == 0)
+        .map(|w| OsStr::from_bytes(w).to_string_lossy().into_owned())
+        .collect();
+    if args.last().is_some_and(String::is_empty) {
+        args.pop();
+    }
+    if args.pop().as_deref() != Some(marker.as_str()) {
+        return Err("its java command line does not end with the user's arguments".to_owned());
+    }
+    let real_home = real_java
+        .parent()
+        .and_then(Path::parent)
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let fake_home = home.to_string_lossy().into_owned();
+    Ok(args
+        .into_iter()
+        .map(|a| a.replace(&fake_home, &real_home))
+        .collect())
+}
+
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// A TOML string holding `s`.

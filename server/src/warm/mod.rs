@@ -262,15 +262,55 @@ fn find(name: &str, layout: &Layout) -> Result<Program, Failure> {
     let n = std::fs::File::open(&path)
         .and_then(|mut f| f.read(&mut head))
         .map_err(|e| (Exit::NotFound, format!("{}: {e}", path.display())))?;
-    kind::recognise(name, &path, &head[..n], |interp| {
-        bench::find_program(interp, |_| false)
-    })
-    .map_err(|refusal| {
+    let refused = |refusal: kind::Refusal| {
         (
             Exit::Unavailable,
             format!("{name}: {refusal}; no shim made"),
         )
-    })
+    };
+    match kind::recognise(name, &path, &head[..n], which) {
+        Err(kind::Refusal::Script { path, interpreter })
+            if kind::is_shell(&interpreter) && mentions_java(&path) =>
+        {
+            let ngw_java = which(OsStr::new("ngw-java"))
+                .ok_or_else(|| refused(kind::Refusal::Jvm(path.clone())))?;
+            let java = bench::find_program(OsStr::new("java"), |_| false)
+                .and_then(|j| std::fs::canonicalize(j).ok())
+                .ok_or_else(|| refused(kind::Refusal::Jvm(path.clone())))?;
+            let java_args = kind::probe_java_launcher(&path, &java).map_err(|reason| {
+                refused(kind::Refusal::JavaLauncher {
+                    path: path.clone(),
+                    reason,
+                })
+            })?;
+            Ok(Program::Jvm {
+                launcher: path,
+                java_args,
+                ngw_java,
+            })
+        }
+        other => other.map_err(refused),
+    }
+}
+
+/// Finds a program for a recognised file: `ngw-java` next to `ngd` first (where
+/// `scripts/install` and the wheel put it), then on `PATH`.
+fn which(name: &OsStr) -> Option<PathBuf> {
+    if name == "ngw-java" {
+        let beside = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("ngw-java")))
+            .filter(|p| p.is_file());
+        if beside.is_some() {
+            return beside;
+        }
+    }
+    bench::find_program(name, |_| false)
+}
+
+/// True when a shell script's text names `java` (a launcher worth probing).
+fn mentions_java(path: &Path) -> bool {
+    std::fs::read(path).is_ok_and(|text| text.windows(4).any(|w| w.eq_ignore_ascii_case(b"java")))
 }
 
 /// What [`install`] did.
@@ -409,16 +449,20 @@ fn undo_shims(made: &[PathBuf]) {
 
 /// `--check`: the program cold against the new table on a private server.
 fn check(plan: &Plan, args: &[OsString], ng: &Path) -> Result<(), Failure> {
-    let Program::Python { script, .. } = &plan.program else {
-        return Err((
-            Exit::Usage,
-            format!(
-                "{}: --check compares a program with its own cold run, and a {} plugin has \
+    let script = match &plan.program {
+        Program::Python { script, .. } => script,
+        Program::Jvm { launcher, .. } => launcher,
+        _ => {
+            return Err((
+                Exit::Usage,
+                format!(
+                    "{}: --check compares a program with its own cold run, and a {} plugin has \
                  none; warm it without --check",
-                plan.name,
-                plan.program.kind().as_str()
-            ),
-        ));
+                    plan.name,
+                    plan.program.kind().as_str()
+                ),
+            ))
+        }
     };
     let args: Vec<OsString> = if args.is_empty() {
         vec!["--version".into()]
