@@ -28,6 +28,40 @@ final class Nails {
 
     private Nails() {}
 
+    /** How a class runs, found once per class. */
+    private enum Kind { NON_STATIC, MARTIAN, FACEBOOK, MAIN, NONE }
+
+    private record Entry(Kind kind, Method method) {}
+
+    private static final java.util.Map<Class<?>, Entry> ENTRIES =
+            java.util.Collections.synchronizedMap(new java.util.WeakHashMap<>());
+
+    private static Entry entry(Class<?> c) {
+        Entry e = ENTRIES.get(c);
+        if (e != null) {
+            return e;
+        }
+        Method m;
+        if (com.martiansoftware.nailgun.NonStaticNail.class.isAssignableFrom(c)
+                || com.facebook.nailgun.NonStaticNail.class.isAssignableFrom(c)) {
+            try {
+                e = new Entry(Kind.NON_STATIC, c.getMethod("nailMain", String[].class));
+            } catch (NoSuchMethodException ex) {
+                e = new Entry(Kind.NONE, null);
+            }
+        } else if ((m = staticMethod(c, "nailMain", com.martiansoftware.nailgun.NGContext.class)) != null) {
+            e = new Entry(Kind.MARTIAN, m);
+        } else if ((m = staticMethod(c, "nailMain", com.facebook.nailgun.NGContext.class)) != null) {
+            e = new Entry(Kind.FACEBOOK, m);
+        } else if ((m = staticMethod(c, "main", String[].class)) != null) {
+            e = new Entry(Kind.MAIN, m);
+        } else {
+            e = new Entry(Kind.NONE, null);
+        }
+        ENTRIES.put(c, e);
+        return e;
+    }
+
     /** Runs {@code className} for {@code session}; returns the session's exit status. */
     static int run(Session session, String className, ClassLoader loader) throws NoSuchNail {
         Class<?> c;
@@ -37,38 +71,23 @@ final class Nails {
             throw new NoSuchNail("no class '" + className + "' on the classpath");
         }
         Thread.currentThread().setContextClassLoader(loader);
-        String[] args = session.args();
-        String entry;
-        Object target = null;
-        Method m;
+        Entry e = entry(c);
         try {
-            if (com.martiansoftware.nailgun.NonStaticNail.class.isAssignableFrom(c)
-                    || com.facebook.nailgun.NonStaticNail.class.isAssignableFrom(c)) {
-                target = c.getDeclaredConstructor().newInstance();
-                m = c.getMethod("nailMain", String[].class);
-                entry = "nailMain";
-                return invoke(session, c, entry, m, target, new Object[] {args});
-            }
-            m = staticMethod(c, "nailMain", com.martiansoftware.nailgun.NGContext.class);
-            if (m != null) {
-                return invoke(session, c, "nailMain", m, null,
+            return switch (e.kind) {
+                case NON_STATIC -> invoke(session, c, "nailMain", e.method, c.getDeclaredConstructor().newInstance(),
+                        new Object[] {session.args()});
+                case MARTIAN -> invoke(session, c, "nailMain", e.method, null,
                         new Object[] {new com.martiansoftware.nailgun.NGContext(session)});
-            }
-            m = staticMethod(c, "nailMain", com.facebook.nailgun.NGContext.class);
-            if (m != null) {
-                return invoke(session, c, "nailMain", m, null,
+                case FACEBOOK -> invoke(session, c, "nailMain", e.method, null,
                         new Object[] {new com.facebook.nailgun.NGContext(session)});
-            }
-            m = staticMethod(c, "main", String[].class);
-            if (m != null) {
-                return invoke(session, c, "main", m, null, new Object[] {args});
-            }
-        } catch (InvocationTargetException e) {
-            return uncaught(session, e.getCause(), c.getName(), "<init>");
-        } catch (ReflectiveOperationException e) {
-            throw new NoSuchNail("cannot run class '" + className + "': " + e);
+                case MAIN -> invoke(session, c, "main", e.method, null, new Object[] {session.args()});
+                case NONE -> throw new NoSuchNail("class '" + className + "' has no nailMain or main method");
+            };
+        } catch (InvocationTargetException ex) {
+            return uncaught(session, ex.getCause(), c.getName(), "<init>");
+        } catch (ReflectiveOperationException ex) {
+            throw new NoSuchNail("cannot run class '" + className + "': " + ex);
         }
-        throw new NoSuchNail("class '" + className + "' has no nailMain or main method");
     }
 
     private static Method staticMethod(Class<?> c, String name, Class<?> param) {

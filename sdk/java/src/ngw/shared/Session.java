@@ -53,7 +53,7 @@ public final class Session implements NailSession {
     private final PrintStream out;
     private final PrintStream err;
     private final SessionInput in;
-    private final ThreadGroup group;
+    private ThreadGroup group;
     private final Map<Object, Runnable> disconnects = new LinkedHashMap<>();
     private final Map<Object, Runnable> heartbeats = new LinkedHashMap<>();
     private volatile State state = State.RUNNING;
@@ -70,20 +70,18 @@ public final class Session implements NailSession {
         this.env = env;
         this.cwd = cwd;
         this.command = command;
-        this.out = new PrintStream(outStream, true, Streams.charset(Streams.workerOut()));
-        this.err = new PrintStream(errStream, true, Streams.charset(Streams.workerErr()));
+        this.out = new PrintStream(outStream, true, Streams.outCharset());
+        this.err = new PrintStream(errStream, true, Streams.errCharset());
         this.in = new SessionInput(() -> writer.session(id, Chunk.SEND_INPUT, new byte[0], 0, 0));
-        this.group = new SessionGroup("ngw-session-" + id);
     }
 
-    /** Starts the program on its own thread. */
-    void start(Runnable program) {
-        Thread t = new Thread(group, () -> {
+    /** Runs the program on {@code thread}, a thread of its own in a group of its own. */
+    void start(SessionThread thread, Runnable program) {
+        this.group = thread.group();
+        thread.run(this, () -> {
             CURRENT.set(this);
             program.run();
-        }, "main");
-        t.setDaemon(true);
-        t.start();
+        });
     }
 
     long id() {
@@ -308,22 +306,5 @@ public final class Session implements NailSession {
     @Override
     public WorkerView worker() {
         return worker;
-    }
-
-    /** Threads of a session: an uncaught exception is printed on the session's stderr. */
-    private final class SessionGroup extends ThreadGroup {
-        SessionGroup(String name) {
-            super(name);
-        }
-
-        @Override
-        public void uncaughtException(Thread t, Throwable e) {
-            if (e instanceof ExitSignal) {
-                return;
-            }
-            PrintStream target = ended() ? Streams.workerErr() : err;
-            target.print("Exception in thread \"" + t.getName() + "\" ");
-            e.printStackTrace(target);
-        }
     }
 }

@@ -63,6 +63,8 @@ public final class SharedWorker implements NailSession.WorkerView {
     private volatile boolean retiring;
     private volatile boolean quitting;
     private long selected;
+    /** The next session's thread, started ahead. */
+    private SessionThread nextThread = new SessionThread();
 
     private static final class Header {
         final List<String> args = new ArrayList<>();
@@ -276,7 +278,8 @@ public final class SharedWorker implements NailSession.WorkerView {
         String cls = options.mode == Options.Mode.SHARED ? options.mainClass : aliases.getOrDefault(command, command);
         ClassLoader loader = loaderForSession();
         count(cls, 1, 1);
-        s.start(() -> {
+        SessionThread thread = nextThread;
+        s.start(thread, () -> {
             int code;
             try {
                 code = Nails.run(s, cls, loader);
@@ -286,6 +289,7 @@ public final class SharedWorker implements NailSession.WorkerView {
             }
             s.exit(code);
         });
+        nextThread = new SessionThread();
     }
 
     private synchronized void count(String cls, long runs, long running) {

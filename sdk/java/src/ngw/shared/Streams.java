@@ -16,6 +16,8 @@ final class Streams {
     private static PrintStream workerOut;
     private static PrintStream workerErr;
     private static InputStream workerIn;
+    private static Charset outCharset;
+    private static Charset errCharset;
 
     private Streams() {}
 
@@ -27,9 +29,10 @@ final class Streams {
         workerOut = System.out;
         workerErr = System.err;
         workerIn = System.in;
-        Charset cs = charset(System.out);
-        System.setOut(new PrintStream(new Dispatch(true), true, cs));
-        System.setErr(new PrintStream(new Dispatch(false), true, charset(System.err)));
+        outCharset = charset(System.out);
+        errCharset = charset(System.err);
+        System.setOut(new PrintStream(new Dispatch(true), true, outCharset));
+        System.setErr(new PrintStream(new Dispatch(false), true, errCharset));
         System.setIn(new DispatchIn());
     }
 
@@ -43,6 +46,16 @@ final class Streams {
 
     static InputStream workerIn() {
         return workerIn;
+    }
+
+    /** The charset the JVM's standard output encodes with. */
+    static Charset outCharset() {
+        return outCharset;
+    }
+
+    /** The charset the JVM's standard error encodes with. */
+    static Charset errCharset() {
+        return errCharset;
     }
 
     /** The charset a standard stream encodes with (JDK 18+ says; 17 uses the default). */
