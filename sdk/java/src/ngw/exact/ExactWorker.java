@@ -70,6 +70,10 @@ public final class ExactWorker {
         int umask = -1;
         List<String> ignored = List.of();
         String fdMap;
+        /** {@code NGW_CLIENT_PTY}: the fds the pseudo-terminal passed last stands for. */
+        String ptyMap;
+        /** The pseudo-terminal's slave, to be the command's controlling terminal. */
+        int pty = -1;
         int[] passed = new int[0];
         final int[] stdio = {-1, -1, -1};
         final BlockingQueue<byte[]> stdin = new ArrayBlockingQueue<>(4);
@@ -148,7 +152,7 @@ public final class ExactWorker {
         } else {
             h.put("commands", commands);
             List<String> features = new ArrayList<>(List.of("interrupt", "fork"));
-            for (String f : List.of("mux", "notices", "fds", "signals")) {
+            for (String f : List.of("mux", "notices", "fds", "signals", "ctty")) {
                 if (host.contains(f)) {
                     features.add(f);
                 }
@@ -236,6 +240,7 @@ public final class ExactWorker {
                 }
             }
             case "NGW_CLIENT_FDS" -> r.fdMap = value;
+            case "NGW_CLIENT_PTY" -> r.ptyMap = value;
             case "NGW_SIGIGN" -> r.ignored = value.isEmpty() ? List.of() : Arrays.asList(value.split(","));
             default -> {
                 if (!name.startsWith("NGW_") && !name.startsWith("NAILGUN_")) {
@@ -266,15 +271,29 @@ public final class ExactWorker {
         runs.put(r.id, r);
         if (r.passed.length > 0 && r.fdMap != null && fdsExt) {
             String[] map = r.fdMap.split(",");
-            for (int i = 0; i < map.length && i < r.passed.length; i++) {
-                int target = Integer.parseInt(map[i].trim());
+            for (int i = 0; i < r.passed.length; i++) {
+                int target = i < map.length ? Integer.parseInt(map[i].trim()) : -1;
                 if (target >= 0 && target < 3 && r.stdio[target] < 0) {
                     r.stdio[target] = r.passed[i];
+                } else if (i == map.length && r.ptyMap != null && host.contains("ctty")) {
+                    r.pty = r.passed[i];
                 } else {
                     Posix.closeQuietly(r.passed[i]);
                 }
             }
-            r.send(Chunk.TAKEN, new byte[0]);
+            if (r.pty >= 0) {
+                // The pseudo-terminal stands for the client's terminal on these fds.
+                for (String f : r.ptyMap.split(",")) {
+                    int target = Integer.parseInt(f.trim());
+                    if (target >= 0 && target < 3) {
+                        Posix.closeQuietly(r.stdio[target]);
+                        r.stdio[target] = Posix.dup(r.pty);
+                    }
+                }
+                r.send(Chunk.TAKEN, "ctty".getBytes(StandardCharsets.US_ASCII));
+            } else {
+                r.send(Chunk.TAKEN, new byte[0]);
+            }
         } else {
             for (int f : r.passed) {
                 Posix.closeQuietly(f);
@@ -316,13 +335,14 @@ public final class ExactWorker {
                 if (!why.isEmpty()) {
                     notice("fallback", "ran cold: " + why, r.id);
                 }
-                r.pid = Posix.spawn(new Posix.Spawn(java(), coldArgv(r.args), envList(r.env), r.cwd, r.stdio, -1));
+                r.pid = Posix.spawn(new Posix.Spawn(java(), coldArgv(r.args), envList(r.env), r.cwd, r.stdio, -1,
+                        r.pty >= 0 ? Posix.path(r.pty) : null));
             }
             for (int f : ours) {
                 Posix.closeQuietly(f);
             }
             ours.clear();
-            spares.refill(r.cwd, r.env);
+            Posix.closeQuietly(r.pty);
             if (r.hungUp) {
                 Posix.signal(-r.pid, Posix.SIGHUP);
             }
@@ -332,6 +352,9 @@ public final class ExactWorker {
                 };
             }
             waitFor(r);
+            // The next spare starts once this session is over, so that a JVM starting does
+            // not take CPU from the session's own (two cores are common).
+            spares.refill(r.cwd, r.env);
         } catch (IOException | RuntimeException e) {
             for (int f : ours) {
                 Posix.closeQuietly(f);

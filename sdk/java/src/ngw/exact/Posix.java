@@ -59,6 +59,8 @@ final class Posix {
     static final int SIGHUP = 1;
     static final int SIGKILL = 9;
     static final int SIGWINCH = 28;
+    static final int O_RDWR = 2;
+    static final long TIOCSCTTY = 0x540E;
 
     /** In {@link Spawn#stdio}: open {@code /dev/null} there. */
     static final int DEV_NULL = -2;
@@ -73,6 +75,9 @@ final class Posix {
     static native long read(int fd, byte[] buf, long count) throws LastErrorException;
     static native int close(int fd) throws LastErrorException;
     static native int dup2(int from, int to) throws LastErrorException;
+    static native int dup(int fd) throws LastErrorException;
+    static native int ioctl(int fd, long request, long arg) throws LastErrorException;
+    static native long readlink(String path, byte[] buf, long size) throws LastErrorException;
     static native int pipe2(int[] fds, int flags) throws LastErrorException;
     static native int socketpair(int domain, int type, int protocol, int[] fds) throws LastErrorException;
     static native int kill(int pid, int sig) throws LastErrorException;
@@ -244,8 +249,36 @@ final class Posix {
         return fds;
     }
 
-    /** What a child is to start with. */
-    record Spawn(String path, List<String> argv, List<String> env, String cwd, int[] stdio, int extraFd) {}
+    /**
+     * What a child is to start with. With {@code ctty} (a terminal's path), the child, a
+     * session leader, opens it first, which makes it its controlling terminal.
+     */
+    record Spawn(String path, List<String> argv, List<String> env, String cwd, int[] stdio, int extraFd,
+            String ctty) {
+        Spawn(String path, List<String> argv, List<String> env, String cwd, int[] stdio, int extraFd) {
+            this(path, argv, env, cwd, stdio, extraFd, null);
+        }
+    }
+
+    /** The path {@code fd} was opened by ({@code /proc/self/fd}), as bytes ({@link #raw}). */
+    static String path(int fd) throws IOException {
+        byte[] buf = new byte[4096];
+        try {
+            long n = readlink("/proc/self/fd/" + fd, buf, buf.length);
+            return new String(buf, 0, (int) n, java.nio.charset.StandardCharsets.ISO_8859_1);
+        } catch (LastErrorException e) {
+            throw new IOException("readlink: " + e.getMessage());
+        }
+    }
+
+    /** Makes {@code fd}, a terminal, the calling session leader's controlling terminal. */
+    static void controllingTerminal(int fd) throws IOException {
+        try {
+            ioctl(fd, TIOCSCTTY, 0);
+        } catch (LastErrorException e) {
+            throw new IOException("TIOCSCTTY: " + e.getMessage());
+        }
+    }
 
     /**
      * Starts {@code s.path} in a new session (its own process group), with descriptor
@@ -263,6 +296,11 @@ final class Posix {
                 int base = Math.max(10, s.extraFd + 1);
                 for (int f : s.stdio) {
                     base = Math.max(base, f + 1);
+                }
+                if (s.ctty != null) {
+                    // Opened without O_NOCTTY by a session leader with none: its terminal.
+                    check(posix_spawn_file_actions_addopen(actions, base + 4, s.ctty, O_RDWR, 0), "addopen");
+                    check(posix_spawn_file_actions_addclose(actions, base + 4), "addclose");
                 }
                 for (int i = 0; i < 3; i++) {
                     if (s.stdio[i] >= 0) {

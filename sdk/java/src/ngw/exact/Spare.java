@@ -37,7 +37,8 @@ public final class Spare {
     private Spare() {}
 
     /** The request a spare reads: the session, and the descriptors for its fds 0-2. */
-    record Request(List<String> args, Map<String, String> env, int umask, List<String> ignored, int[] stdio) {}
+    record Request(List<String> args, Map<String, String> env, int umask, List<String> ignored, int[] stdio,
+            int ctty) {}
 
     public static void main(String[] argv) throws Throwable {
         String mainClass = System.getProperty("ngw.spare.main");
@@ -100,6 +101,15 @@ public final class Spare {
                 Posix.ignore(n);
             }
         }
+        if (r.ctty() >= 0) {
+            // A spare is a session leader with no terminal: the slave becomes its own.
+            try {
+                Posix.controllingTerminal(r.ctty());
+            } catch (IOException e) {
+                return e.getMessage();
+            }
+            Posix.closeQuietly(r.ctty());
+        }
         for (int i = 0; i < 3; i++) {
             if (r.stdio()[i] >= 0) {
                 Posix.dup2(r.stdio()[i], i);
@@ -149,6 +159,8 @@ public final class Spare {
         List<String> ignored = new ArrayList<>();
         int umask = -1;
         int[] stdio = {-1, -1, -1};
+        int mapped = 0;
+        boolean terminal = false;
         Chunk c;
         try {
             while ((c = in.read()) != null) {
@@ -171,9 +183,12 @@ public final class Spare {
                                 stdio[target] = fds[i];
                             }
                         }
+                        mapped = map.length;
                     }
+                    case 'T' -> terminal = true;
                     case 'C' -> {
-                        return new Request(args, env, umask, ignored, stdio);
+                        int ctty = terminal && mapped < fds.length ? fds[mapped] : -1;
+                        return new Request(args, env, umask, ignored, stdio, ctty);
                     }
                     default -> { }
                 }

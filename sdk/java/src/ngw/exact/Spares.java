@@ -90,6 +90,10 @@ final class Spares {
         try {
             byte[] request = request(r);
             int[] fds = java.util.Arrays.stream(r.stdio).filter(f -> f >= 0).toArray();
+            if (r.pty >= 0) {
+                fds = java.util.Arrays.copyOf(fds, fds.length + 1);
+                fds[fds.length - 1] = r.pty;
+            }
             Posix.send(s.sock, request, fds);
             byte[] answer = new byte[512];
             int n = Posix.readSome(s.sock, answer);
@@ -116,6 +120,9 @@ final class Spares {
             }
         }
         chunk(out, 'M', map.toString());
+        if (r.pty >= 0) {
+            chunk(out, 'T', "");
+        }
         for (String a : r.args) {
             chunk(out, 'A', a);
         }
