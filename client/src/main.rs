@@ -62,6 +62,7 @@ mod args;
 mod autostart;
 mod exit;
 mod help;
+mod pty;
 mod request;
 mod session;
 mod signals;
@@ -185,20 +186,38 @@ fn run() -> Result<Ending, ClientError> {
     let catcher = catcher.and_then(|mut c| c.arm().ok().map(|()| c));
     let mut features = Features::SIGNALS | Features::WINSIZE | Features::STDIN_WINDOW;
     let mut fds = None;
+    let mut pty = None;
     if socket.is_unix() {
         features = features | Features::FDS;
         fds = Some(FdMap::new([0, 1, 2].map(|fd| startup & (1 << fd) == 0)));
+        // A controlling terminal for the command when one of fds 0-2 is ours (module
+        // `pty`); if no pseudo-terminal can be had, the command runs without, as before.
+        pty = pty::Terminal::detect(context.ttys).and_then(|t| {
+            let map = t.map();
+            t.open_pty().ok().map(|(relay, slave)| (map, relay, slave))
+        });
+        if pty.is_some() {
+            features = features | Features::CTTY;
+        }
     }
     let extensions = request::Extensions {
         features,
         fds,
+        pty: pty.as_ref().map(|(map, _, _)| *map),
         winsize,
         ignored,
     };
     let header = request::header(command, args, &env_overrides, context, &extensions);
+    let mut passed: Vec<i32> =
+        fds.map_or_else(Vec::new, |map| map.fds().map(|fd| fd as i32).collect());
+    let pty = pty.map(|(_, relay, slave)| {
+        passed.push(std::os::fd::AsRawFd::as_raw_fd(&slave));
+        (relay, slave)
+    });
     let options = session::Options {
         announced: features,
-        fds: fds.map_or_else(Vec::new, |map| map.fds().map(|fd| fd as i32).collect()),
+        fds: passed,
+        pty,
         catcher,
     };
     session::run(socket, &header, options)
