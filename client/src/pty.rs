@@ -56,23 +56,28 @@ fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-/// The device of an open descriptor.
-fn device(fd: RawFd) -> Option<libc::dev_t> {
+/// An open descriptor's file type (`S_IFMT` bits) and device.
+fn kind(fd: RawFd) -> Option<(libc::mode_t, libc::dev_t)> {
     // SAFETY: an all-zero stat is valid storage for fstat.
     let mut st: libc::stat = unsafe { mem::zeroed() };
     // SAFETY: fstat writes a stat.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_rdev)
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_mode & libc::S_IFMT, st.st_rdev))
 }
 
 impl Terminal {
     /// The terminal among fds 0–2 (`ttys`: which are terminals) when the command should
     /// get a controlling terminal: they are all the same terminal, it is `ng`'s
     /// controlling terminal and `ng` is in its foreground process group (a command run
-    /// cold in the background would not own the keyboard either). `None` otherwise.
+    /// cold in the background would not own the keyboard either), and stdout is not a
+    /// pipe or socket (`cmd | less`: the pager reads the keyboard, and a relay would take
+    /// its keys). `None` otherwise.
     pub fn detect(ttys: [bool; 3]) -> Option<Terminal> {
         let first = (0..3).find(|&fd| ttys[fd])? as RawFd;
-        let dev = device(first)?;
-        if (0..3).any(|fd| ttys[fd] && device(fd as RawFd) != Some(dev)) {
+        let (_, dev) = kind(first)?;
+        if (0..3).any(|fd| ttys[fd] && kind(fd as RawFd).map(|k| k.1) != Some(dev)) {
+            return None;
+        }
+        if !ttys[1] && matches!(kind(1), Some((libc::S_IFIFO | libc::S_IFSOCK, _)) | None) {
             return None;
         }
         // SAFETY: plain queries; tcgetpgrp fails unless it is our controlling terminal.
@@ -256,33 +261,40 @@ impl Relay {
         Ok(())
     }
 
-    /// Reads once from the master and writes it all to the terminal. At end (`EIO`: no
+    /// Reads what the master has, up to [`OUTPUT_LEN`] (a pseudo-terminal gives at most a
+    /// few KiB per read), and writes it to the terminal in one piece. At end (`EIO`: no
     /// process holds the slave any more) the relay has [`RelayState::Ended`].
     fn read_output(&mut self) -> Result<usize, ClientError> {
-        loop {
+        let mut filled = 0;
+        let mut ended = false;
+        while filled < self.output.len() {
+            let rest = &mut self.output[filled..];
             // SAFETY: reading into our own buffer.
             let n = unsafe {
                 libc::read(
                     self.master.as_raw_fd(),
-                    self.output.as_mut_ptr().cast(),
-                    self.output.len(),
+                    rest.as_mut_ptr().cast(),
+                    rest.len(),
                 )
             };
             if n > 0 {
-                let n = n as usize;
-                crate::session::write_out(self.terminal.fd, &self.output[..n])?;
-                return Ok(n);
+                filled += n as usize;
+                continue;
             }
-            let err = io::Error::last_os_error();
-            match err.kind() {
+            match io::Error::last_os_error().kind() {
                 io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(0),
-                _ => {
-                    self.end();
-                    return Ok(0);
-                }
+                io::ErrorKind::WouldBlock => {}
+                _ => ended = true,
             }
+            break;
         }
+        if filled > 0 {
+            crate::session::write_out(self.terminal.fd, &self.output[..filled])?;
+        }
+        if ended {
+            self.end();
+        }
+        Ok(filled)
     }
 
     /// Reads what the keyboard has (the terminal is raw: bytes as typed).

@@ -163,6 +163,7 @@ mod cold {
             "ctrl_c_reaches_the_child",
             "ctrl_z_and_fg_with_a_child",
             "less_as_a_pager",
+            "piped_to_a_pager",
             "vi_writes_the_file",
             "raw_mode_left_behind",
             "client_killed_by_sigterm",
@@ -222,6 +223,12 @@ mod cold {
     fn less_as_a_pager() {
         let t = cold("less_as_a_pager");
         assert!(t.contains("pager done"), "{t}");
+    }
+
+    #[test]
+    fn piped_to_a_pager() {
+        let t = cold("piped_to_a_pager");
+        assert_eq!(status(&t), "status=0 0");
     }
 
     /// Vim's screen depends on when its terminal queries time out, so only the file and
@@ -553,6 +560,12 @@ mod warm {
         exact("less_as_a_pager");
     }
 
+    /// `cmd | less`: the pager keeps the keyboard (no relay takes its `q`).
+    #[test]
+    fn piped_to_a_pager() {
+        exact("piped_to_a_pager");
+    }
+
     /// As cold (`cold::vi_writes_the_file`): the file and the status.
     #[test]
     fn vi_writes_the_file() {
@@ -612,6 +625,6 @@ mod warm {
 
     #[test]
     fn every_scenario_has_a_warm_test() {
-        assert_eq!(SCENARIOS.len(), 25);
+        assert_eq!(SCENARIOS.len(), 26);
     }
 }

@@ -566,6 +566,13 @@ pub const SCENARIOS: &[Scenario] = &[
         status: "status=$?",
     },
     Scenario {
+        name: "piped_to_a_pager",
+        script: "print(''.join('line %d\\n' % i for i in range(100)), end='')",
+        line: "$RUN | LESS= LESSHISTFILE=- less",
+        steps: &[Step::Expect("line 5"), Step::Pause(300), Step::Send("q")],
+        status: "status=${PIPESTATUS[*]}",
+    },
+    Scenario {
         name: "vi_writes_the_file",
         script: "import os, subprocess\n\
                  path = os.environ['TMPFILE']\n\
