@@ -1311,6 +1311,69 @@ mod tests {
             .unwrap();
     }
 
+    fn passed_with_pty(map: &[u8], pty: &[u8]) -> PassedFds {
+        let map = ext::FdMap::parse(map).unwrap();
+        let fds = (0..=map.count())
+            .map(|_| std::fs::File::open("/dev/null").unwrap().into())
+            .collect();
+        PassedFds::with_pty(map, ext::FdMap::parse(pty), fds).unwrap()
+    }
+
+    #[test]
+    fn the_pseudo_terminal_goes_only_to_a_worker_that_takes_it() {
+        let c = config("");
+        let t0 = Instant::now();
+        let host: &[&str] = &["fds", "ctty", "signals"];
+        // A worker that lists ctty: the pty rides last, NGW_CLIENT_PTY names it, and
+        // `t ctty` settles the client with ctty.
+        let hello = r#"{"protocol":1,"pid":1,"commands":["x"],"features":["fds","ctty","signals","interrupt"]}"#;
+        let mut m = ready(host, hello, &c, t0);
+        let fds = passed_with_pty(b"0,1,2", b"1,2");
+        assert!(m.bind(
+            7,
+            conn(3),
+            "x".into(),
+            &request("x"),
+            0o022,
+            StdinBuffer::default(),
+            Some(fds),
+            t0
+        ));
+        assert_eq!(m.fd_marks[0].1.raw().len(), 4);
+        let sent = chunks(&mut m.wbuf.clone());
+        assert!(
+            sent.contains(&"E NGW_CLIENT_PTY=1,2".to_owned()),
+            "{sent:?}"
+        );
+        let mut log = Log::default();
+        chunk(&mut m, &mut log, TAKEN, b"ctty");
+        assert_eq!(log.events, [(3, "F TakenWithCtty".into())]);
+        // One without it: the same descriptors, the pty closed, no entry.
+        let hello =
+            r#"{"protocol":1,"pid":1,"commands":["x"],"features":["fds","signals","interrupt"]}"#;
+        let mut m = ready(host, hello, &c, t0);
+        let fds = passed_with_pty(b"0,1,2", b"1,2");
+        assert!(m.bind(
+            7,
+            conn(3),
+            "x".into(),
+            &request("x"),
+            0o022,
+            StdinBuffer::default(),
+            Some(fds),
+            t0
+        ));
+        assert_eq!(m.fd_marks[0].1.raw().len(), 3);
+        let sent = chunks(&mut m.wbuf.clone());
+        assert!(
+            !sent.iter().any(|c| c.starts_with("E NGW_CLIENT_PTY")),
+            "{sent:?}"
+        );
+        // `t ctty` for a session offered no pty breaks the protocol.
+        let r = m.on_chunk(TAKEN, &Bytes::from_static(b"ctty"), &c, &mut log, t0);
+        assert!(r.is_err());
+    }
+
     #[test]
     fn descriptors_ride_with_the_header_and_t_settles_the_client() {
         let c = config("");
