@@ -438,4 +438,134 @@ mod tests {
     fn no_terminal_means_no_relay() {
         assert!(Terminal::detect([false; 3]).is_none());
     }
+
+    /// A pseudo-terminal pair standing for the user's terminal: (its master, the
+    /// [`Terminal`] on its slave).
+    fn user_terminal() -> (OwnedFd, Terminal) {
+        // SAFETY: plain system calls on descriptors owned at once.
+        unsafe {
+            let master = OwnedFd::from_raw_fd(
+                check(libc::posix_openpt(
+                    libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+                ))
+                .unwrap(),
+            );
+            check(libc::unlockpt(master.as_raw_fd())).unwrap();
+            let slave = OwnedFd::from_raw_fd(
+                check(libc::ioctl(
+                    master.as_raw_fd(),
+                    libc::TIOCGPTPEER,
+                    libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+                ))
+                .unwrap(),
+            );
+            let ws = libc::winsize {
+                ws_row: 33,
+                ws_col: 111,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            };
+            libc::ioctl(slave.as_raw_fd(), libc::TIOCSWINSZ, &ws);
+            let terminal = Terminal {
+                fd: slave.as_raw_fd(),
+                _owned: Some(slave),
+                map: FdMap::new([true; 3]),
+            };
+            (master, terminal)
+        }
+    }
+
+    fn modes(fd: RawFd) -> libc::termios {
+        // SAFETY: tcgetattr fills a termios.
+        unsafe {
+            let mut t: libc::termios = mem::zeroed();
+            check(libc::tcgetattr(fd, &mut t)).unwrap();
+            t
+        }
+    }
+
+    fn read_some(fd: RawFd) -> Vec<u8> {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: one pollfd; reading into a live buffer.
+        unsafe {
+            libc::poll(&mut p, 1, 2000);
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            buf.truncate(n.max(0) as usize);
+        }
+        buf
+    }
+
+    #[test]
+    fn the_pseudo_terminal_starts_with_the_terminals_modes_and_size() {
+        let (_user, terminal) = user_terminal();
+        let user_fd = terminal.fd;
+        let (relay, slave) = terminal.open_pty().unwrap();
+        let (want, got) = (modes(user_fd), modes(slave.as_raw_fd()));
+        assert_eq!(
+            (got.c_lflag, got.c_iflag, got.c_oflag),
+            (want.c_lflag, want.c_iflag, want.c_oflag)
+        );
+        // SAFETY: TIOCGWINSZ fills a winsize.
+        let ws = unsafe {
+            let mut ws: libc::winsize = mem::zeroed();
+            libc::ioctl(slave.as_raw_fd(), libc::TIOCGWINSZ, &mut ws);
+            ws
+        };
+        assert_eq!((ws.ws_col, ws.ws_row), (111, 33));
+        assert_eq!(relay.state, RelayState::Offered);
+        assert!(!relay.relaying());
+    }
+
+    #[test]
+    fn output_is_relayed_and_the_end_restores_nothing_it_did_not_change() {
+        let (user, terminal) = user_terminal();
+        let user_fd = terminal.fd;
+        let before = modes(user_fd);
+        let (mut relay, slave) = terminal.open_pty().unwrap();
+        relay.start().unwrap();
+        // Not our controlling terminal: output only, the terminal's modes untouched.
+        assert_eq!(relay.state, RelayState::Background);
+        let text = b"hello\n";
+        // SAFETY: writing from a live slice.
+        unsafe { libc::write(slave.as_raw_fd(), text.as_ptr().cast(), text.len()) };
+        drop(slave);
+        relay.drain().unwrap();
+        assert_eq!(relay.state, RelayState::Ended);
+        // The pseudo-terminal turned \n into \r\n (its modes are the terminal's); the
+        // user's terminal did it once more.
+        assert_eq!(read_some(user.as_raw_fd()), b"hello\r\r\n");
+        assert_eq!(modes(user_fd).c_lflag, before.c_lflag);
+    }
+
+    #[test]
+    fn raw_mode_is_left_on_suspend_and_on_drop() {
+        let (_user, terminal) = user_terminal();
+        // A copy to look at the modes with once the relay (and its descriptor) is gone.
+        let user = terminal._owned.as_ref().unwrap().try_clone().unwrap();
+        let user_fd = user.as_raw_fd();
+        let before = modes(user_fd);
+        let (mut relay, _slave) = terminal.open_pty().unwrap();
+        relay.start().unwrap();
+        // As `resume` does in the foreground (here the terminal is no process's).
+        let mut raw = before;
+        // SAFETY: cfmakeraw edits a copy; tcsetattr applies it.
+        unsafe {
+            libc::cfmakeraw(&mut raw);
+            libc::tcsetattr(user_fd, libc::TCSANOW, &raw);
+        }
+        relay.state = RelayState::Raw;
+        relay.suspend().unwrap();
+        assert_eq!(relay.state, RelayState::Background);
+        assert_eq!(modes(user_fd).c_lflag, before.c_lflag);
+        // SAFETY: as above.
+        unsafe { libc::tcsetattr(user_fd, libc::TCSANOW, &raw) };
+        relay.state = RelayState::Raw;
+        drop(relay);
+        assert_eq!(modes(user_fd).c_lflag, before.c_lflag);
+    }
 }

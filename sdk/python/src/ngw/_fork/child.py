@@ -92,6 +92,9 @@ class Child:
         self._worker_pgrp = runner.pgrp
         self._rbuf = bytearray()  # what a spare read from its socket past one message
         self._rfds = []  # descriptors that came with it
+        # The pid the exit report names: the session leader's in the command's process of
+        # a session with a controlling terminal (15.7), so that the worker takes it.
+        self._report_pid = None
 
     def run(self, ctl, session, streams):
         status = 126
@@ -295,16 +298,19 @@ class Child:
         end (`_lead`), and never returns."""
         os.setsid()
         fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
+        leader = os.getpid()
         pid = os.fork()
         if pid == 0:
             # Signals are blocked until the command runs: no SIGTTOU for tcsetpgrp.
             os.setpgid(0, 0)
             os.tcsetpgrp(fd, os.getpgrp())
             if self._prctl is not None:
-                leader = os.getppid()
                 self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
                 if os.getppid() != leader:
                     os._exit(128 + signal.SIGKILL)
+            # The exit report in the leader's name: the worker has the status as soon as
+            # the command reports it, not after the leader saw it exit.
+            self._report_pid = leader
             return
         try:
             os.setpgid(pid, pid)  # as the child does: whichever runs first
@@ -500,7 +506,7 @@ class Child:
         the worker the exit status; then reports what the session loaded that the zygote
         lacks (adaptive preloading, docs/ngw.md 12.5)."""
         try:
-            _write_report(self._report_path, status, close_stdio=True)
+            _write_report(self._report_path, status, close_stdio=True, pid=self._report_pid)
         finally:
             # What the session loaded that the zygote lacks (adaptive preloading), after
             # the exit report: off the path to the session's X.
@@ -600,12 +606,13 @@ def _reset_signals(signals):
 _TO_GROUP = frozenset((signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTSTP,
                        signal.SIGCONT, signal.SIGWINCH))
 _FORWARDED = _TO_GROUP | {signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM}
+_SI_KERNEL = 0x80  # si_code of a signal the kernel sent (a terminal's hangup)
 
 
 def _lead(pid, report_path):
     """The session leader of a session with a controlling terminal, once it forked the
     command's process `pid`: with every signal still blocked, it waits for the forwarded
-    ones and SIGCHLD. A stop of the command is reported to the worker (a `STOP_REPORT`
+    ones (but the terminal's own hangup) and SIGCHLD. A stop of the command is reported to the worker (a `STOP_REPORT`
     exit report, which the worker turns into `z`), and the command's end becomes the
     leader's own: the same exit code, reported, or a death by the same signal."""
     os.closerange(0, 3)
@@ -616,7 +623,13 @@ def _lead(pid, report_path):
 
     try:
         while True:
-            sig = signal.sigwaitinfo(wanted).si_signo
+            info = signal.sigwaitinfo(wanted)
+            sig = info.si_signo
+            if sig == signal.SIGHUP and info.si_code == _SI_KERNEL:
+                # The terminal's own hangup: its master closed, which the client does after
+                # the command's exit report (or the client is gone, and the worker sends
+                # the hangup itself). The command may still be finishing up.
+                continue
             if sig != signal.SIGCHLD:
                 try:
                     if sig in _TO_GROUP:
@@ -645,10 +658,11 @@ def _lead(pid, report_path):
         os._exit(255)
 
 
-def _write_report(path, status, close_stdio=False):
-    """Writes this process's exit report (`status`) to the worker's pipe at `path`, in
-    one atomic write, closing fds 0-2 first when `close_stdio`. Without a path, or when
-    the pipe cannot be opened, nothing: waitpid() will tell."""
+def _write_report(path, status, close_stdio=False, pid=None):
+    """Writes the exit report (`status`) of `pid` (this process by default) to the
+    worker's pipe at `path`, in one atomic write, closing fds 0-2 first when
+    `close_stdio`. Without a path, or when the pipe cannot be opened, nothing: waitpid()
+    will tell."""
     if path is None:
         return
     try:
@@ -658,7 +672,7 @@ def _write_report(path, status, close_stdio=False):
     try:
         if close_stdio:
             os.closerange(0, 3)
-        os.write(fd, REPORT.pack(os.getpid(), status))
+        os.write(fd, REPORT.pack(os.getpid() if pid is None else pid, status))
     except OSError:
         pass
     finally:
