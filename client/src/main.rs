@@ -13,6 +13,7 @@
 //! * [`session`]: the I/O loop around `ng_proto::ClientSession`: output, stdin credit,
 //!   heartbeats, forwarded signals; also how a broken stdout pipe ends the client.
 //! * [`signals`]: the forwarded signals, and stopping or dying by a signal like the command.
+//! * [`pty`]: the controlling terminal (`ctty`): a pseudo-terminal relayed to the user's.
 //! * [`exit`]: every client failure and its exit code (226–231, 141, 69).
 //! * [`autostart`]: starting `ngd` when no server answers at the default address (runs only
 //!   after connecting failed).
@@ -23,8 +24,11 @@
 //! After connecting, `ng` announces what it can do (docs/protocol.md, "Negotiated
 //! extensions"): `signals`, `winsize` and `stdin-window` always, and `fds` on a Unix
 //! socket, where fds 0, 1, 2 ride with the header (a descriptor that was closed when `ng`
-//! started is left out, so the command's stays closed too). A stock server passes the
-//! announcement on as environment entries and nothing else changes.
+//! started is left out, so the command's stays closed too). When one of them is `ng`'s
+//! own terminal and `ng` is in its foreground, a pseudo-terminal's slave rides after them
+//! (`ctty`), relayed only if the server says the command made it its controlling terminal.
+//! A stock server passes the announcement on as environment entries and nothing else
+//! changes.
 //!
 //! Start-up does nothing the exchange does not need, and as little as possible between
 //! connecting and sending the header: argv is parsed, the terminals, environment, cwd,

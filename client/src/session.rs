@@ -29,8 +29,11 @@
 //! carries fds 0, 1, 2 (`SCM_RIGHTS`, attached to its first byte). What the server honours
 //! arrives as [`ClientEvent::Extensions`] before anything else. If it took the descriptors,
 //! the command reads and writes them itself: no `S` and no output chunks come, and this
-//! loop only forwards signals and waits for `X`. With `stdin-window`, `S` grants bytes and
-//! the stdin thread reads up to [`WINDOW_READ_LEN`] at a time.
+//! loop only forwards signals and waits for `X`. With `ctty` also accepted, the loop
+//! relays the pseudo-terminal ([`crate::pty::Relay`]) between socket reads: window
+//! changes go to it instead of `W`, a stop restores the terminal's modes first, and `X`
+//! is acted on once the command's last output is shown. With `stdin-window`, `S` grants
+//! bytes and the stdin thread reads up to [`WINDOW_READ_LEN`] at a time.
 //!
 //! # How the session ends
 //!

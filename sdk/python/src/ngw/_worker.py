@@ -205,7 +205,7 @@ class Worker:
             gc.collect()
             if hasattr(gc, "freeze"):
                 gc.freeze()
-        # Exact-session extensions (docs/ngw.md 15.4-15.6): descriptors only where a
+        # Exact-session extensions (docs/ngw.md 15.4-15.7): descriptors only where a
         # command can take them (fork mode); signals and windowed stdin for every session.
         self._fds = "fds" in offered and self._fork is not None
         signals = "signals" in offered
