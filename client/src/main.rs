@@ -13,6 +13,7 @@
 //! * [`session`]: the I/O loop around `ng_proto::ClientSession`: output, stdin credit,
 //!   heartbeats, forwarded signals; also how a broken stdout pipe ends the client.
 //! * [`signals`]: the forwarded signals, and stopping or dying by a signal like the command.
+//! * [`pty`]: the controlling terminal (`ctty`): a pseudo-terminal relayed to the user's.
 //! * [`exit`]: every client failure and its exit code (226–231, 141, 69).
 //! * [`autostart`]: starting `ngd` when no server answers at the default address (runs only
 //!   after connecting failed).
@@ -23,8 +24,11 @@
 //! After connecting, `ng` announces what it can do (docs/protocol.md, "Negotiated
 //! extensions"): `signals`, `winsize` and `stdin-window` always, and `fds` on a Unix
 //! socket, where fds 0, 1, 2 ride with the header (a descriptor that was closed when `ng`
-//! started is left out, so the command's stays closed too). A stock server passes the
-//! announcement on as environment entries and nothing else changes.
+//! started is left out, so the command's stays closed too). When one of them is `ng`'s
+//! own terminal and `ng` is in its foreground, a pseudo-terminal's slave rides after them
+//! (`ctty`), relayed only if the server says the command made it its controlling terminal.
+//! A stock server passes the announcement on as environment entries and nothing else
+//! changes.
 //!
 //! Start-up does nothing the exchange does not need, and as little as possible between
 //! connecting and sending the header: argv is parsed, the terminals, environment, cwd,
@@ -62,6 +66,7 @@ mod args;
 mod autostart;
 mod exit;
 mod help;
+mod pty;
 mod request;
 mod session;
 mod signals;
@@ -185,20 +190,38 @@ fn run() -> Result<Ending, ClientError> {
     let catcher = catcher.and_then(|mut c| c.arm().ok().map(|()| c));
     let mut features = Features::SIGNALS | Features::WINSIZE | Features::STDIN_WINDOW;
     let mut fds = None;
+    let mut pty = None;
     if socket.is_unix() {
         features = features | Features::FDS;
         fds = Some(FdMap::new([0, 1, 2].map(|fd| startup & (1 << fd) == 0)));
+        // A controlling terminal for the command when one of fds 0-2 is ours (module
+        // `pty`); if no pseudo-terminal can be had, the command runs without, as before.
+        pty = pty::Terminal::detect(context.ttys).and_then(|t| {
+            let map = t.map();
+            t.open_pty().ok().map(|(relay, slave)| (map, relay, slave))
+        });
+        if pty.is_some() {
+            features = features | Features::CTTY;
+        }
     }
     let extensions = request::Extensions {
         features,
         fds,
+        pty: pty.as_ref().map(|(map, _, _)| *map),
         winsize,
         ignored,
     };
     let header = request::header(command, args, &env_overrides, context, &extensions);
+    let mut passed: Vec<i32> =
+        fds.map_or_else(Vec::new, |map| map.fds().map(|fd| fd as i32).collect());
+    let pty = pty.map(|(_, relay, slave)| {
+        passed.push(std::os::fd::AsRawFd::as_raw_fd(&slave));
+        (relay, slave)
+    });
     let options = session::Options {
         announced: features,
-        fds: fds.map_or_else(Vec::new, |map| map.fds().map(|fd| fd as i32).collect()),
+        fds: passed,
+        pty,
         catcher,
     };
     session::run(socket, &header, options)

@@ -94,6 +94,8 @@ pub struct Extensions {
     pub features: ng_proto::Features,
     /// With `fds`: which of fds 0, 1, 2 are passed.
     pub fds: Option<ng_proto::FdMap>,
+    /// With `ctty`: which of them the pseudo-terminal passed after them stands for.
+    pub pty: Option<ng_proto::FdMap>,
     /// The terminal's size, if a stdio fd is a terminal.
     pub winsize: Option<ng_proto::WinSize>,
     /// Signals the parent left ignored.
@@ -134,6 +136,9 @@ pub fn header(
         }
         if let Some(fds) = extensions.fds {
             env.push(format!("NGD_CLIENT_FDS={}", fds.to_value()).into_bytes());
+        }
+        if let Some(pty) = extensions.pty {
+            env.push(format!("NGD_CLIENT_PTY={}", pty.to_value()).into_bytes());
         }
         env.push(format!("NGD_CLIENT_FEATURES={}", extensions.features.to_list()).into_bytes());
     }
@@ -236,6 +241,7 @@ mod tests {
         let extensions = Extensions {
             features: ng_proto::Features::ALL,
             fds: Some(ng_proto::FdMap::new([false, true, true])),
+            pty: Some(ng_proto::FdMap::new([false, true, false])),
             winsize: Some(ng_proto::WinSize {
                 cols: 120,
                 rows: 40,
@@ -259,7 +265,8 @@ mod tests {
                 b"NGD_CLIENT_SIGIGN=SIGHUP",
                 b"NGD_CLIENT_WINSIZE=120 40 0 0",
                 b"NGD_CLIENT_FDS=1,2",
-                b"NGD_CLIENT_FEATURES=fds,signals,winsize,stdin-window",
+                b"NGD_CLIENT_PTY=1",
+                b"NGD_CLIENT_FEATURES=fds,ctty,signals,winsize,stdin-window",
             ]
         );
     }

@@ -29,8 +29,11 @@
 //! carries fds 0, 1, 2 (`SCM_RIGHTS`, attached to its first byte). What the server honours
 //! arrives as [`ClientEvent::Extensions`] before anything else. If it took the descriptors,
 //! the command reads and writes them itself: no `S` and no output chunks come, and this
-//! loop only forwards signals and waits for `X`. With `stdin-window`, `S` grants bytes and
-//! the stdin thread reads up to [`WINDOW_READ_LEN`] at a time.
+//! loop only forwards signals and waits for `X`. With `ctty` also accepted, the loop
+//! relays the pseudo-terminal ([`crate::pty::Relay`]) between socket reads: window
+//! changes go to it instead of `W`, a stop restores the terminal's modes first, and `X`
+//! is acted on once the command's last output is shown. With `stdin-window`, `S` grants
+//! bytes and the stdin thread reads up to [`WINDOW_READ_LEN`] at a time.
 //!
 //! # How the session ends
 //!
@@ -66,12 +69,13 @@
 //! [`Ending::Signal`]: `main` re-raises it ([`crate::signals::die_by`]).
 
 use crate::exit::ClientError;
+use crate::pty::Relay;
 use crate::signals::{self, Catcher};
 use crate::transport::Socket;
 use ng_proto::bytes::BytesMut;
 use ng_proto::{exit, ClientConfig, ClientEvent, ClientSession, Features, Header, ProtocolError};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -111,6 +115,9 @@ pub struct Options {
     pub announced: Features,
     /// The descriptors to attach to the header (`SCM_RIGHTS`), in `NGD_CLIENT_FDS` order.
     pub fds: Vec<RawFd>,
+    /// With `ctty`: the relay to a pseudo-terminal and its slave, whose descriptor is the
+    /// last of `fds` (closed once the header is sent).
+    pub pty: Option<(Relay, OwnedFd)>,
     /// The forwarded signals' catcher, armed, if it could be set up.
     pub catcher: Option<Catcher>,
 }
@@ -165,6 +172,8 @@ pub fn run(socket: Socket, header: &Header, options: Options) -> Result<Ending, 
     let header_error = socket
         .write_all_with_fds(&session.take_transmit(), &options.fds)
         .err();
+    // The slave is the command's now: `ng` keeps no copy, so the relay sees its end.
+    let relay = options.pty.map(|(relay, _slave)| relay);
     let shared = Arc::new(Shared {
         socket,
         state: Mutex::new(State {
@@ -181,6 +190,8 @@ pub fn run(socket: Socket, header: &Header, options: Options) -> Result<Ending, 
         catcher: options.catcher,
         pending: Vec::new(),
         decide_by: None,
+        relay,
+        pollfds: Vec::new(),
     }
     .run()
 }
@@ -199,6 +210,11 @@ struct MainLoop {
     pending: Vec<libc::c_int>,
     /// When pending signals get their default action if the server is still silent.
     decide_by: Option<Instant>,
+    /// The pseudo-terminal offered with `ctty`; relaying once the server accepted it,
+    /// dropped (closed) if it did not.
+    relay: Option<Relay>,
+    /// The descriptors of the last wait: the socket, then the relay's.
+    pollfds: Vec<libc::pollfd>,
 }
 
 impl MainLoop {
@@ -211,6 +227,9 @@ impl MainLoop {
                 (a, b) => a.or(b),
             };
             let (socket_ready, signal_ready) = self.wait(deadline)?;
+            if let Some(relay) = &mut self.relay {
+                relay.service(&self.pollfds[1..])?;
+            }
             if self.decide_by.is_some_and(|d| Instant::now() >= d) {
                 self.decide_by = None;
                 for signo in std::mem::take(&mut self.pending) {
@@ -255,8 +274,12 @@ impl MainLoop {
                     ClientEvent::Stdout(data) => write_out(libc::STDOUT_FILENO, &data)?,
                     ClientEvent::Stderr(data) => write_out(libc::STDERR_FILENO, &data)?,
                     ClientEvent::StdinRequested => self.stdin_requested()?,
-                    ClientEvent::Exit(code) => return Ok(Ending::Status(exit::status(code))),
+                    ClientEvent::Exit(code) => {
+                        self.drain()?;
+                        return Ok(Ending::Status(exit::status(code)));
+                    }
                     ClientEvent::ExitBySignal { code, signal, core } => {
+                        self.drain()?;
                         let status = exit::status(code);
                         return Ok(match signals::number_of(&signal) {
                             Some(signo) => Ending::Signal {
@@ -267,7 +290,8 @@ impl MainLoop {
                             None => Ending::Status(status),
                         });
                     }
-                    ClientEvent::Extensions(_) => {
+                    ClientEvent::Extensions(accepted) => {
+                        self.start_relay(accepted)?;
                         self.decide_by = None;
                         for signo in std::mem::take(&mut self.pending) {
                             self.on_signal(signo)?;
@@ -288,7 +312,7 @@ impl MainLoop {
 
     /// Waits until the socket is readable, a caught signal arrives, or `deadline`. Returns
     /// whether the socket is ready and whether a signal is waiting.
-    fn wait(&self, deadline: Option<Instant>) -> Result<(bool, bool), ClientError> {
+    fn wait(&mut self, deadline: Option<Instant>) -> Result<(bool, bool), ClientError> {
         let pending = || self.catcher.as_ref().is_some_and(Catcher::pending);
         let mut timeout = libc::timespec {
             tv_sec: 0,
@@ -310,22 +334,51 @@ impl MainLoop {
             .as_ref()
             .and_then(Catcher::wait_mask)
             .map_or(std::ptr::null(), |m| m as *const libc::sigset_t);
-        let mut fd = libc::pollfd {
+        let fds = &mut self.pollfds;
+        fds.clear();
+        fds.push(libc::pollfd {
             fd: self.shared.socket.as_raw(),
             events: libc::POLLIN,
             revents: 0,
-        };
-        // SAFETY: one valid pollfd; the timeout and mask are null or point at live values.
+        });
+        if let Some(relay) = &self.relay {
+            relay.poll_fds(fds);
+        }
+        // SAFETY: valid pollfds; the timeout and mask are null or point at live values.
         // The caught signals are unblocked for the wait only, so their handler runs here.
-        let n = unsafe { libc::ppoll(&mut fd, 1, timeout_ptr, mask) };
+        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, timeout_ptr, mask) };
         if n < 0 {
             let err = io::Error::last_os_error();
+            fds.iter_mut().for_each(|p| p.revents = 0);
             if err.kind() == io::ErrorKind::Interrupted {
                 return Ok((false, pending()));
             }
             return Err(ClientError::broken("poll", &err));
         }
-        Ok((fd.revents != 0, pending()))
+        Ok((fds[0].revents != 0, pending()))
+    }
+
+    /// The server's answer came: with `ctty` the relay starts, otherwise the
+    /// pseudo-terminal is closed unused.
+    fn start_relay(&mut self, accepted: Features) -> Result<(), ClientError> {
+        match &mut self.relay {
+            Some(relay) if accepted.contains(Features::CTTY) => relay
+                .start()
+                .map_err(|e| ClientError::broken("terminal", &e)),
+            _ => {
+                self.relay = None;
+                Ok(())
+            }
+        }
+    }
+
+    /// After `X`: the command's last output through the relay, and the terminal's modes
+    /// back.
+    fn drain(&mut self) -> Result<(), ClientError> {
+        match &mut self.relay {
+            Some(relay) => relay.drain(),
+            None => Ok(()),
+        }
     }
 
     /// Acts on one caught signal.
@@ -352,6 +405,18 @@ impl MainLoop {
             self.send_signal(libc::SIGTSTP)?;
             return self.stop_and_resume(libc::SIGTSTP);
         }
+        if let Some(relay) = self.relay.as_mut().filter(|r| r.relaying()) {
+            match signo {
+                // The pseudo-terminal takes the size; the kernel signals its foreground.
+                libc::SIGWINCH => {
+                    relay.resize();
+                    return Ok(());
+                }
+                // Continued by the shell (`fg` after `bg`): the keyboard may be ours again.
+                libc::SIGCONT => relay.resume(),
+                _ => {}
+            }
+        }
         if signo == libc::SIGWINCH && accepted.contains(Features::WINSIZE) {
             return self.send_window_size();
         }
@@ -362,9 +427,17 @@ impl MainLoop {
     /// command (one `K SIGCONT`, taking the shell's pending `SIGCONT` if there is one) and
     /// sends the window size, which may have changed meanwhile.
     fn stop_and_resume(&mut self, signo: libc::c_int) -> Result<(), ClientError> {
+        if let Some(relay) = &mut self.relay {
+            relay.suspend()?;
+        }
         signals::stop_by(signo);
         if let Some(catcher) = &self.catcher {
             catcher.take_cont();
+        }
+        if let Some(relay) = self.relay.as_mut().filter(|r| r.relaying()) {
+            // Raw again, and the pseudo-terminal has the current size.
+            relay.resume();
+            return self.send_signal(libc::SIGCONT);
         }
         self.send_signal(libc::SIGCONT)?;
         let accepted = self.shared.lock().session.extensions().unwrap_or_default();
@@ -559,8 +632,8 @@ fn read_stdin(buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
-/// Writes all of `data` to `fd` (1 or 2), unbuffered.
-fn write_out(fd: libc::c_int, mut data: &[u8]) -> Result<(), ClientError> {
+/// Writes all of `data` to `fd` (1 or 2, or the user's terminal), unbuffered.
+pub fn write_out(fd: libc::c_int, mut data: &[u8]) -> Result<(), ClientError> {
     while !data.is_empty() {
         // SAFETY: `data` is valid for its length.
         let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };

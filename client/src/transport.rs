@@ -414,9 +414,8 @@ impl Socket {
         if fds.is_empty() || data.is_empty() {
             return self.write_all(data);
         }
-        const MAX_FDS: usize = 3;
-        let fds = &fds[..fds.len().min(MAX_FDS)];
-        // Room for one control message of up to three descriptors, aligned for cmsghdr.
+        let fds = &fds[..fds.len().min(ng_proto::MAX_PASSED_FDS)];
+        // Room for one control message of up to four descriptors, aligned for cmsghdr.
         let mut control = [0u64; 8];
         // SAFETY: CMSG_SPACE is a pure size computation.
         let space = unsafe { libc::CMSG_SPACE(mem::size_of_val(fds) as u32) } as usize;

@@ -9,6 +9,9 @@
 //!   ([`Features`]). Honoured only when it is the last `E` of the header.
 //! * `E NGD_CLIENT_FDS=0,1,2`: which of the client's descriptors ride with the header as
 //!   `SCM_RIGHTS`, in order ([`FdMap`]); a closed descriptor is left out of the list.
+//! * `E NGD_CLIENT_PTY=0,1,2`: with `ctty`, one more descriptor rides after those of
+//!   `NGD_CLIENT_FDS`: the slave of a pseudo-terminal the client relays to its own
+//!   terminal, which is the client's descriptors this list names ([`FdMap`]).
 //! * `E NGD_CLIENT_WINSIZE=<cols> <rows> <xpixel> <ypixel>`: the terminal's size at start
 //!   ([`WinSize`]).
 //! * `E NGD_CLIENT_SIGIGN=SIGHUP,...`: signals the client's parent left ignored, which a
@@ -30,15 +33,23 @@ use std::fmt;
 pub const FEATURES_VAR: &[u8] = b"NGD_CLIENT_FEATURES";
 /// The environment entry that names the descriptors passed with the header.
 pub const FDS_VAR: &[u8] = b"NGD_CLIENT_FDS";
+/// The environment entry naming the client's descriptors a passed pseudo-terminal stands
+/// for (`ctty`).
+pub const PTY_VAR: &[u8] = b"NGD_CLIENT_PTY";
 /// The environment entry with the terminal's size at start.
 pub const WINSIZE_VAR: &[u8] = b"NGD_CLIENT_WINSIZE";
 /// The environment entry naming the signals the client's parent left ignored.
 pub const SIGIGN_VAR: &[u8] = b"NGD_CLIENT_SIGIGN";
 
 /// True for the names of the extension entries a server strips from the environment
-/// (`NGD_CLIENT_FEATURES`, `NGD_CLIENT_FDS`, `NGD_CLIENT_WINSIZE`, `NGD_CLIENT_SIGIGN`).
+/// (`NGD_CLIENT_FEATURES`, `NGD_CLIENT_FDS`, `NGD_CLIENT_PTY`, `NGD_CLIENT_WINSIZE`,
+/// `NGD_CLIENT_SIGIGN`).
 pub fn is_extension_var(name: &[u8]) -> bool {
-    name == FEATURES_VAR || name == FDS_VAR || name == WINSIZE_VAR || name == SIGIGN_VAR
+    name == FEATURES_VAR
+        || name == FDS_VAR
+        || name == PTY_VAR
+        || name == WINSIZE_VAR
+        || name == SIGIGN_VAR
 }
 
 /// Parses `NGD_CLIENT_SIGIGN`: comma-separated signal names; malformed names are skipped,
@@ -67,11 +78,16 @@ impl Features {
     pub const WINSIZE: Self = Self(4);
     /// `stdin-window`: `S` carries a byte count; stdin moves in large chunks.
     pub const STDIN_WINDOW: Self = Self(8);
+    /// `ctty`: with `fds`, the client also passes the slave of a pseudo-terminal it relays
+    /// to its terminal (`NGD_CLIENT_PTY`), and the command makes it its controlling
+    /// terminal.
+    pub const CTTY: Self = Self(16);
     /// Every feature this crate knows.
-    pub const ALL: Self = Self(15);
+    pub const ALL: Self = Self(31);
 
-    const NAMES: [(Self, &'static str); 4] = [
+    const NAMES: [(Self, &'static str); 5] = [
         (Self::FDS, "fds"),
+        (Self::CTTY, "ctty"),
         (Self::SIGNALS, "signals"),
         (Self::WINSIZE, "winsize"),
         (Self::STDIN_WINDOW, "stdin-window"),
@@ -148,19 +164,22 @@ impl fmt::Debug for Features {
 /// the `SCM_RIGHTS` message. A closed client descriptor is simply absent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FdMap {
-    slots: [bool; 3],
+    /// Bit `fd` set: client descriptor `fd` is passed.
+    slots: u8,
 }
 
 impl FdMap {
     /// A map of the given client descriptors (0, 1, 2) that are open.
     pub fn new(open: [bool; 3]) -> Self {
-        Self { slots: open }
+        Self {
+            slots: (0..3).filter(|&fd| open[fd]).fold(0, |b, fd| b | 1 << fd),
+        }
     }
 
     /// Parses `NGD_CLIENT_FDS`: a strictly increasing comma-separated list drawn from
     /// `0`, `1`, `2`; the empty string passes nothing. Anything else is `None`.
     pub fn parse(value: &[u8]) -> Option<Self> {
-        let mut slots = [false; 3];
+        let mut slots = 0u8;
         if value.is_empty() {
             return Some(Self { slots });
         }
@@ -175,7 +194,7 @@ impl FdMap {
             if last.is_some_and(|l| fd <= l) {
                 return None;
             }
-            slots[fd] = true;
+            slots |= 1 << fd;
             last = Some(fd);
         }
         Some(Self { slots })
@@ -189,19 +208,19 @@ impl FdMap {
 
     /// The client descriptors passed, in order.
     pub fn fds(self) -> impl Iterator<Item = usize> {
-        (0..3).filter(move |&fd| self.slots[fd])
+        (0..3).filter(move |&fd| self.slots & 1 << fd != 0)
     }
 
     /// How many descriptors ride with the header.
     pub fn count(self) -> usize {
-        self.slots.iter().filter(|&&open| open).count()
+        self.slots.count_ones() as usize
     }
 
     /// For client descriptor `fd` (0, 1, 2): its index among the passed descriptors, or
     /// `None` if the client's descriptor was closed (the command's stays closed too).
     pub fn index_of(self, fd: usize) -> Option<usize> {
-        if fd < 3 && self.slots[fd] {
-            Some(self.slots[..fd].iter().filter(|&&open| open).count())
+        if fd < 3 && self.slots & 1 << fd != 0 {
+            Some((self.slots & ((1 << fd) - 1)).count_ones() as usize)
         } else {
             None
         }
@@ -420,9 +439,12 @@ mod tests {
 
     #[test]
     fn features_round_trip_and_ignore_unknown_names() {
-        assert_eq!(Features::ALL.to_list(), "fds,signals,winsize,stdin-window");
         assert_eq!(
-            Features::parse(b"fds,signals,winsize,stdin-window"),
+            Features::ALL.to_list(),
+            "fds,ctty,signals,winsize,stdin-window"
+        );
+        assert_eq!(
+            Features::parse(b"fds,ctty,signals,winsize,stdin-window"),
             Features::ALL
         );
         let f = Features::parse(b"future,,signals,FDS,stdin-window");

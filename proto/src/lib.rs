@@ -62,7 +62,7 @@ pub use error::{DecodeError, ProtocolError};
 pub use ext::{ExitReport, FdMap, Features, SignalName, SignalTarget, WinSize};
 pub use server_session::{
     ClientExtensions, DisconnectReason, ExtensionEvent, Request, ServerConfig, ServerEvent,
-    ServerSession,
+    ServerSession, MAX_PASSED_FDS,
 };
 
 /// The TCP port Nailgun servers and clients use when none is given.

@@ -62,6 +62,10 @@ pub struct ServerConfig {
     pub max_output_chunk: usize,
 }
 
+/// The most descriptors a client may pass with its header: its fds 0, 1, 2 and, with
+/// `ctty`, one pseudo-terminal.
+pub const MAX_PASSED_FDS: usize = 4;
+
 /// With `stdin-window`, the stdin credit a client is kept topped up to unless
 /// [`ServerSession::set_stdin_window`] says otherwise: 1 MiB (measured: a 256 KiB window
 /// held loopback TCP to about half the rate of a 1 MiB one).
@@ -109,6 +113,10 @@ pub struct ClientExtensions {
     /// is well-formed and exactly that many descriptors arrived with the header. `None`
     /// otherwise: the caller then closes whatever descriptors it received.
     pub fds: Option<FdMap>,
+    /// With `ctty` (and valid `fds`): which client descriptors the pseudo-terminal passed
+    /// after them stands for (`NGD_CLIENT_PTY`, a subset of `fds`). The descriptor is the
+    /// last one received.
+    pub pty: Option<FdMap>,
     /// How many descriptors arrived with the header.
     pub fds_received: usize,
     /// The terminal's size at start (`NGD_CLIENT_WINSIZE`).
@@ -369,9 +377,12 @@ impl ServerSession {
                         let mut request = std::mem::take(&mut h.request);
                         request.command = payload;
                         request.client = client;
+                        let mut announced = request.client.features;
+                        if request.client.pty.is_none() {
+                            announced = announced.without(Features::CTTY);
+                        }
                         let fds_valid = request.client.fds.is_some();
-                        self.phase =
-                            Phase::Running(Running::new(request.client.features, fds_valid));
+                        self.phase = Phase::Running(Running::new(announced, fds_valid));
                         self.events.push_back(ServerEvent::Launch(request));
                     }
                     // H, and whatever else a client sends before C, as the reference does.
@@ -556,7 +567,7 @@ impl ServerSession {
         }
         let mut accepted = r.announced.intersect(server);
         if !r.fds_valid {
-            accepted = accepted.without(Features::FDS);
+            accepted = accepted.without(Features::FDS.union(Features::CTTY));
         }
         r.accepted = accepted;
         r.output_started = true;
@@ -584,7 +595,7 @@ impl ServerSession {
         match &mut self.phase {
             Phase::Header(h) => {
                 h.fds_received = h.fds_received.saturating_add(count);
-                h.fds_received <= 3
+                h.fds_received <= MAX_PASSED_FDS
             }
             _ => false,
         }
@@ -700,6 +711,9 @@ impl HeaderState {
             self.announced = Some(Features::parse(value));
         } else if name == ext::FDS_VAR {
             self.fd_map = Some(FdMap::parse(value));
+        } else if name == ext::PTY_VAR {
+            // Malformed is as absent: the descriptors then outnumber `NGD_CLIENT_FDS`.
+            self.request.client.pty = FdMap::parse(value);
         } else if name == ext::WINSIZE_VAR {
             self.request.client.winsize = WinSize::parse(value);
         } else if name == ext::SIGIGN_VAR {
@@ -710,9 +724,19 @@ impl HeaderState {
     /// The client's extensions as they stand at `C`.
     fn extensions(&self) -> ClientExtensions {
         let features = self.announced.unwrap_or_default();
+        // With `ctty`, a pseudo-terminal standing for some of the passed descriptors rides
+        // last; without a valid map for it, the session has no descriptors at all.
+        let pty = self
+            .request
+            .client
+            .pty
+            .filter(|p| features.contains(Features::CTTY) && p.count() > 0);
+        let expected = |map: FdMap| map.count() + usize::from(pty.is_some());
         let fds = match self.fd_map {
             Some(Some(map))
-                if features.contains(Features::FDS) && map.count() == self.fds_received =>
+                if features.contains(Features::FDS)
+                    && expected(map) == self.fds_received
+                    && pty.is_none_or(|p| p.fds().all(|fd| map.index_of(fd).is_some())) =>
             {
                 Some(map)
             }
@@ -721,6 +745,7 @@ impl HeaderState {
         ClientExtensions {
             features,
             fds,
+            pty: pty.filter(|_| fds.is_some()),
             fds_received: self.fds_received,
             winsize: self.request.client.winsize,
             ignored_signals: self.request.client.ignored_signals.clone(),

@@ -60,8 +60,9 @@ fn server_reads_the_announcement_and_strips_it() {
     let r = launch(&mut s, announcing_header(), 3);
     let names: Vec<&[u8]> = r.env.iter().map(|(k, _)| k.as_ref()).collect();
     assert_eq!(names, vec![&b"HOME"[..], b"NGD_CLIENT_UMASK"]);
-    assert_eq!(r.client.features, Features::ALL);
+    assert_eq!(r.client.features, Features::ALL.without(Features::CTTY));
     assert_eq!(r.client.fds, Some(FdMap::new([true; 3])));
+    assert_eq!(r.client.pty, None);
     assert_eq!(r.client.fds_received, 3);
     assert_eq!(
         r.client.winsize,
@@ -85,7 +86,7 @@ fn server_answers_f_first_then_takes_k_and_w() {
     let mut s = ServerSession::new(ServerConfig::default(), now);
     launch(&mut s, announcing_header(), 3);
     let accepted = s.accept_extensions(Features::ALL);
-    assert_eq!(accepted, Features::ALL);
+    assert_eq!(accepted, Features::ALL.without(Features::CTTY));
     assert_eq!(
         &s.take_transmit()[..],
         &b"\x00\x00\x00\x20Ffds,signals,winsize,stdin-window"[..]
@@ -201,7 +202,7 @@ fn server_validates_the_passed_descriptors() {
     assert_eq!(r.client.fds_received, 2);
     assert_eq!(
         s.accept_extensions(Features::ALL),
-        Features::ALL.without(Features::FDS)
+        Features::ALL.without(Features::FDS.union(Features::CTTY))
     );
     // Descriptors without `fds` announced.
     let mut s = ServerSession::new(ServerConfig::default(), Instant::now());
@@ -211,9 +212,9 @@ fn server_validates_the_passed_descriptors() {
         (b'C', b"cmd"),
     ]);
     assert_eq!(launch(&mut s, header, 3).client.fds, None);
-    // More than three, or after `C`: close them.
+    // More than four, or after `C`: close them.
     let mut s = ServerSession::new(ServerConfig::default(), Instant::now());
-    assert!(s.handle_passed_fds(3));
+    assert!(s.handle_passed_fds(4));
     assert!(!s.handle_passed_fds(1));
     let mut s = ServerSession::new(ServerConfig::default(), Instant::now());
     launch(&mut s, announcing_header(), 3);
@@ -228,6 +229,58 @@ fn server_validates_the_passed_descriptors() {
     let map = launch(&mut s, header, 2).client.fds.unwrap();
     assert_eq!(map.index_of(0), None);
     assert_eq!(map.index_of(2), Some(1));
+}
+
+fn ctty_header(fds: &[u8], pty: &[u8], features: &[u8]) -> BytesMut {
+    let fds = [&b"NGD_CLIENT_FDS="[..], fds].concat();
+    let pty = [&b"NGD_CLIENT_PTY="[..], pty].concat();
+    let features = [&b"NGD_CLIENT_FEATURES="[..], features].concat();
+    wire(&[
+        (b'E', &fds),
+        (b'E', &pty),
+        (b'E', &features),
+        (b'C', b"cmd"),
+    ])
+}
+
+#[test]
+fn server_reads_the_pseudo_terminal_after_the_descriptors() {
+    // Three descriptors and the pty: `ctty` can be accepted.
+    let mut s = ServerSession::new(ServerConfig::default(), Instant::now());
+    let r = launch(
+        &mut s,
+        ctty_header(b"0,1,2", b"0,1,2", b"fds,ctty,signals"),
+        4,
+    );
+    assert!(r.env.is_empty(), "NGD_CLIENT_PTY is stripped: {:?}", r.env);
+    assert_eq!(r.client.fds, Some(FdMap::new([true; 3])));
+    assert_eq!(r.client.pty, Some(FdMap::new([true; 3])));
+    assert_eq!(
+        s.accept_extensions(Features::ALL),
+        Features::FDS | Features::CTTY | Features::SIGNALS
+    );
+    // A server that does not make it the controlling terminal leaves `ctty` out.
+    let mut s = ServerSession::new(ServerConfig::default(), Instant::now());
+    launch(&mut s, ctty_header(b"0,1,2", b"1,2", b"fds,ctty"), 4);
+    assert_eq!(
+        s.accept_extensions(Features::ALL.without(Features::CTTY)),
+        Features::FDS
+    );
+    // The count must include the pty: three descriptors for `0,1,2` plus a pty is wrong.
+    let mut s = ServerSession::new(ServerConfig::default(), Instant::now());
+    let r = launch(&mut s, ctty_header(b"0,1,2", b"0,1,2", b"fds,ctty"), 3);
+    assert_eq!((r.client.fds, r.client.pty), (None, None));
+    assert_eq!(s.accept_extensions(Features::ALL), Features::NONE);
+    // The pty must stand for passed descriptors only.
+    let mut s = ServerSession::new(ServerConfig::default(), Instant::now());
+    let r = launch(&mut s, ctty_header(b"1,2", b"0", b"fds,ctty"), 3);
+    assert_eq!((r.client.fds, r.client.pty), (None, None));
+    // Without `ctty` announced, the entry means nothing and the count is the map's.
+    let mut s = ServerSession::new(ServerConfig::default(), Instant::now());
+    let r = launch(&mut s, ctty_header(b"0,1,2", b"0,1,2", b"fds"), 3);
+    assert_eq!(r.client.pty, None);
+    assert_eq!(r.client.fds, Some(FdMap::new([true; 3])));
+    assert_eq!(s.accept_extensions(Features::ALL), Features::FDS);
 }
 
 #[test]

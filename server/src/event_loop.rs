@@ -33,7 +33,8 @@
 use crate::conn::{Conn, ConnState, PluginState, Running};
 use crate::nail::Context;
 use crate::plugin::{
-    Bound, Clients, HostInit, HostTimer, PluginConfig, PluginHost, Queued, WorkerKey, FIRST_WORKER,
+    session::FdOffer, Bound, Clients, HostInit, HostTimer, PluginConfig, PluginHost, Queued,
+    WorkerKey, FIRST_WORKER,
 };
 use crate::pool::Pool;
 use crate::registry::Target;
@@ -1082,7 +1083,7 @@ fn launch(
     let passed = request
         .client
         .fds
-        .and_then(|map| crate::passed_fds::PassedFds::new(map, fds));
+        .and_then(|map| crate::passed_fds::PassedFds::with_pty(map, request.client.pty, fds));
     let Some((name, entry)) = handle.registry().resolve(&request.command) else {
         handle.stats().unknown_command();
         let shown = String::from_utf8_lossy(&request.command);
@@ -1100,9 +1101,12 @@ fn launch(
             inline,
             client_fds,
         } => {
-            let offer = passed.filter(|_| client_fds);
+            // In-process commands never make the pseudo-terminal a controlling terminal.
+            let offer = passed
+                .filter(|_| client_fds)
+                .map(crate::passed_fds::PassedFds::without_pty);
             let server = if offer.is_some() {
-                Features::ALL
+                Features::ALL.without(Features::CTTY)
             } else {
                 RELAYED
             };
@@ -1295,9 +1299,13 @@ impl Clients for ConnClients<'_> {
         }
     }
 
-    fn settle(&mut self, conn: ConnKey, taken: bool) {
+    fn settle(&mut self, conn: ConnKey, answer: FdOffer) {
         if let Some(c) = self.live(conn) {
-            let server = if taken { Features::ALL } else { RELAYED };
+            let server = match answer {
+                FdOffer::TakenWithCtty => Features::ALL,
+                FdOffer::Taken => Features::ALL.without(Features::CTTY),
+                _ => RELAYED,
+            };
             c.session.accept_extensions(server);
         }
     }

@@ -222,7 +222,10 @@ mod mux {
         for client in [Client::Ours, Client::CClient] {
             let out = server.run(client, &["mfeatures"]);
             assert_eq!(out.code(), Some(0), "{out:?}");
-            assert_eq!(out.stdout_text(), "mux,notices,fds,signals,stdin-window\n");
+            assert_eq!(
+                out.stdout_text(),
+                "mux,notices,fds,ctty,signals,stdin-window\n"
+            );
         }
     }
 

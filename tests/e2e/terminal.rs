@@ -34,6 +34,9 @@ fn cold(name: &str) -> String {
     first
 }
 
+/// What the terminal shows after `vi_writes_the_file`'s editor wrote the file and quit.
+const VI_WROTE: &str = "hello from vi\n\x1b[?2004h$ ";
+
 fn status(t: &str) -> &str {
     Scenario::status_of(t)
 }
@@ -152,8 +155,106 @@ mod cold {
             "while_read_over_a_file",
             "killed_by_sigkill",
             "killed_by_sigsegv",
+            "dev_tty_write_and_read",
+            "foreground_group_is_the_commands",
+            "getpass_with_piped_stdin",
+            "child_reads_dev_tty",
+            "interactive_bash_has_job_control",
+            "ctrl_c_reaches_the_child",
+            "ctrl_z_and_fg_with_a_child",
+            "less_as_a_pager",
+            "piped_to_a_pager",
+            "vi_writes_the_file",
+            "raw_mode_left_behind",
+            "client_killed_by_sigterm",
         ];
         assert_eq!(names, tested);
+    }
+
+    #[test]
+    fn dev_tty_write_and_read() {
+        let t = cold("dev_tty_write_and_read");
+        assert!(
+            t.contains("tty says hi\ntyped\nread b'typed\\n'\ndone"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn foreground_group_is_the_commands() {
+        let t = cold("foreground_group_is_the_commands");
+        assert!(t.contains("foreground True True"), "{t}");
+    }
+
+    #[test]
+    fn getpass_with_piped_stdin() {
+        let t = cold("getpass_with_piped_stdin");
+        assert!(t.contains("got 7 stdin 'data\\n'"), "{t}");
+        assert!(!t.contains("hunter2"), "{t}");
+    }
+
+    #[test]
+    fn child_reads_dev_tty() {
+        let t = cold("child_reads_dev_tty");
+        assert!(t.contains("got hello"), "{t}");
+    }
+
+    #[test]
+    fn interactive_bash_has_job_control() {
+        let t = cold("interactive_bash_has_job_control");
+        assert!(!t.contains("job control"), "{t}");
+        assert_eq!(status(&t), "status=0");
+    }
+
+    #[test]
+    fn ctrl_c_reaches_the_child() {
+        let t = cold("ctrl_c_reaches_the_child");
+        assert_eq!(status(&t), "status=130");
+    }
+
+    #[test]
+    fn ctrl_z_and_fg_with_a_child() {
+        let t = cold("ctrl_z_and_fg_with_a_child");
+        assert!(t.contains("done"), "{t}");
+        assert_eq!(status(&t), "status=0");
+    }
+
+    #[test]
+    fn less_as_a_pager() {
+        let t = cold("less_as_a_pager");
+        assert!(t.contains("pager done"), "{t}");
+    }
+
+    #[test]
+    fn piped_to_a_pager() {
+        let t = cold("piped_to_a_pager");
+        assert_eq!(status(&t), "status=0 0");
+    }
+
+    /// Vim's screen depends on when its terminal queries time out, so only the file and
+    /// the status are compared.
+    #[test]
+    fn vi_writes_the_file() {
+        let s = SCENARIOS
+            .iter()
+            .find(|s| s.name == "vi_writes_the_file")
+            .unwrap();
+        let t = s.transcript(python().as_os_str(), &[]).unwrap();
+        assert!(t.contains(VI_WROTE), "{t}");
+        assert_eq!(status(&t), "status=0");
+    }
+
+    #[test]
+    fn raw_mode_left_behind() {
+        // Cold, the terminal stays raw until the shell's next command line.
+        let t = cold("raw_mode_left_behind");
+        assert_eq!(status(&t), "status=0 restored=no");
+    }
+
+    #[test]
+    fn client_killed_by_sigterm() {
+        let t = cold("client_killed_by_sigterm");
+        assert!(status(&t).starts_with("status=143"), "{t}");
     }
 }
 
@@ -419,7 +520,111 @@ mod warm {
     }
 
     #[test]
+    fn dev_tty_write_and_read() {
+        exact("dev_tty_write_and_read");
+    }
+
+    #[test]
+    fn foreground_group_is_the_commands() {
+        exact("foreground_group_is_the_commands");
+    }
+
+    #[test]
+    fn getpass_with_piped_stdin() {
+        exact("getpass_with_piped_stdin");
+    }
+
+    #[test]
+    fn child_reads_dev_tty() {
+        exact("child_reads_dev_tty");
+    }
+
+    #[test]
+    fn interactive_bash_has_job_control() {
+        exact("interactive_bash_has_job_control");
+    }
+
+    #[test]
+    fn ctrl_c_reaches_the_child() {
+        let (_, warm) = exact("ctrl_c_reaches_the_child");
+        assert!(warm.contains("child got INT"), "{warm}");
+    }
+
+    #[test]
+    fn ctrl_z_and_fg_with_a_child() {
+        exact("ctrl_z_and_fg_with_a_child");
+    }
+
+    #[test]
+    fn less_as_a_pager() {
+        exact("less_as_a_pager");
+    }
+
+    /// `cmd | less`: the pager keeps the keyboard (no relay takes its `q`).
+    #[test]
+    fn piped_to_a_pager() {
+        exact("piped_to_a_pager");
+    }
+
+    /// As cold (`cold::vi_writes_the_file`): the file and the status.
+    #[test]
+    fn vi_writes_the_file() {
+        let t = warm_only("vi_writes_the_file");
+        assert!(t.contains(VI_WROTE), "{t}");
+        assert_eq!(status(&t), "status=0");
+    }
+
+    /// The command leaves its pseudo-terminal raw: `ng` gives the user's terminal its
+    /// modes back (cold, it stays raw until the shell's next command line).
+    #[test]
+    fn raw_mode_left_behind() {
+        let t = warm_only("raw_mode_left_behind");
+        assert_eq!(status(&t), "status=0 restored=yes", "{t}");
+    }
+
+    /// `ng` killed by SIGTERM while the command has the terminal raw: the command dies
+    /// of it and the user's terminal has its modes back.
+    #[test]
+    fn client_killed_by_sigterm() {
+        let t = warm_only("client_killed_by_sigterm");
+        assert_eq!(status(&t), "status=143 restored=yes", "{t}");
+    }
+
+    /// The warm transcript (ours, Unix) of a scenario whose cold run differs on purpose.
+    fn warm_only(name: &str) -> String {
+        let s = scenario(name);
+        let w = world(s);
+        let (py, env) = w.warm(&bins::ng(), Transport::Unix, name);
+        run(s, &py, &env)
+    }
+
+    /// Over TCP and with the stock client nothing changes: the controlling-terminal
+    /// scenarios end as they did before (the worker's emulated terminal is the
+    /// controlling terminal of a relayed command whose stdin is a terminal).
+    #[test]
+    fn relayed_sessions_keep_their_terminal_behaviour() {
+        for name in ["child_reads_dev_tty", "interactive_bash_has_job_control"] {
+            let s = scenario(name);
+            let w = world(s);
+            let cold = run(s, &w.script, &[]);
+            for (client, transport) in [
+                (bins::ng(), Transport::Tcp),
+                (bins::c_client(), Transport::Unix),
+            ] {
+                let (py, env) = w.warm(&client, transport, name);
+                let relayed = run(s, &py, &env);
+                let code = |t: &str| status(t).trim_start_matches("status=").to_owned();
+                assert_eq!(
+                    code(&relayed),
+                    code(&cold),
+                    "{name} {client:?} over {transport:?}: {relayed}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn every_scenario_has_a_warm_test() {
-        assert_eq!(SCENARIOS.len(), 14);
+        assert_eq!(SCENARIOS.len(), 26);
     }
 }

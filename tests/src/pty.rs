@@ -13,7 +13,11 @@
 //! [`Scenario`]s are the cases of the terminal checklist (window size and resize,
 //! `getpass`, readline editing, `^C` caught and uncaught, `^Z` and `fg`, `timeout -s TERM`,
 //! `| head -1` with `PIPESTATUS`, `2>&1` interleaving, `<&-`/`>&-`, `while read`, deaths
-//! by SIGSEGV and SIGKILL). Each is a shell line that runs `$PY` (a Python script given
+//! by SIGSEGV and SIGKILL), and those of a controlling terminal (`/dev/tty` written and
+//! read, by the command and by a child of it, the foreground process group, `getpass`
+//! with stdin from a pipe, an interactive `bash` started by the command, `^C` reaching
+//! the command's child, `^Z` and `fg` with a child running, `less` and `vi`, the terminal's
+//! modes after a command that leaves it raw and after the client is killed). Each is a shell line that runs `$PY` (a Python script given
 //! as `-c`), the keys typed, and a status line printed by the shell afterwards. A scenario
 //! runs with `$PY` set to the real `python3` (cold) or to a warm way of running the same
 //! script (for example `ng` symlinked as a plugin command); [`Scenario::transcript`]
@@ -479,6 +483,119 @@ pub const SCENARIOS: &[Scenario] = &[
         line: "$RUN",
         steps: &[Step::Expect("Segmentation fault")],
         status: "status=$?",
+    },
+    Scenario {
+        name: "dev_tty_write_and_read",
+        script: "import sys\n\
+                 tty = open('/dev/tty', 'rb+', buffering=0)\n\
+                 tty.write(b'tty says hi\\n')\n\
+                 sys.stderr.write('read %r\\n' % tty.readline())",
+        line: "$RUN </dev/null >/dev/null; echo done",
+        steps: &[Step::Expect("tty says hi"), Step::Send("typed\r"), Step::Expect("done")],
+        status: "status=$?",
+    },
+    Scenario {
+        name: "foreground_group_is_the_commands",
+        script: "import os; print('foreground', os.tcgetpgrp(0) == os.getpgrp(), os.tcgetpgrp(1) == os.getpgrp())",
+        line: "$RUN",
+        steps: &[Step::Expect("foreground")],
+        status: "status=$?",
+    },
+    Scenario {
+        name: "getpass_with_piped_stdin",
+        script: "import getpass, sys\n\
+                 p = getpass.getpass('Password: ')\n\
+                 print('got', len(p), 'stdin', repr(sys.stdin.read()))",
+        line: "echo data | $RUN",
+        steps: &[Step::Expect("Password: "), Step::Send("hunter2\r"), Step::Expect("stdin")],
+        status: "status=$?",
+    },
+    Scenario {
+        name: "child_reads_dev_tty",
+        script: "import subprocess\n\
+                 print('ready', flush=True)\n\
+                 subprocess.run(['sh', '-c', 'read x </dev/tty; echo got $x'])",
+        line: "$RUN",
+        steps: &[Step::Expect("ready"), Step::Send("hello\r"), Step::Expect("got hello")],
+        status: "status=$?",
+    },
+    Scenario {
+        name: "interactive_bash_has_job_control",
+        script: "import subprocess\n\
+                 subprocess.run(['bash', '--norc', '--noprofile', '-i', '-c', 'echo hi'])",
+        line: "$RUN 2>&1",
+        steps: &[Step::Expect("hi")],
+        status: "status=$?",
+    },
+    Scenario {
+        name: "ctrl_c_reaches_the_child",
+        script: "import subprocess\n\
+                 print('ready', flush=True)\n\
+                 r = subprocess.run(['sh', '-c', 'trap \"echo child got INT; exit 3\" INT; sleep 30 & wait'])\n\
+                 print('child exited', r.returncode)",
+        line: "$RUN",
+        steps: &[Step::Expect("ready"), Step::Pause(300), Step::Send("\x03"), Step::Expect("child got INT")],
+        status: "status=$?",
+    },
+    Scenario {
+        name: "ctrl_z_and_fg_with_a_child",
+        script: "import subprocess\n\
+                 print('ready', flush=True)\n\
+                 subprocess.run(['sleep', '1'])\n\
+                 print('done')",
+        line: "$RUN",
+        steps: &[
+            Step::Expect("ready"),
+            Step::Pause(300),
+            Step::Send("\x1a"),
+            Step::Expect("Stopped"),
+            Step::Expect(PROMPT),
+            Step::Send("fg\r"),
+            Step::Expect("done"),
+        ],
+        status: "status=$?",
+    },
+    Scenario {
+        name: "less_as_a_pager",
+        script: "import subprocess\n\
+                 text = ''.join('line %d\\n' % i for i in range(100))\n\
+                 subprocess.run(['less'], input=text.encode())\n\
+                 print('pager done')",
+        line: "LESS= LESSHISTFILE=- $RUN",
+        steps: &[Step::Expect("line 5"), Step::Pause(300), Step::Send("q"), Step::Expect("pager done")],
+        status: "status=$?",
+    },
+    Scenario {
+        name: "piped_to_a_pager",
+        script: "print(''.join('line %d\\n' % i for i in range(100)), end='')",
+        line: "$RUN | LESS= LESSHISTFILE=- less",
+        steps: &[Step::Expect("line 5"), Step::Pause(300), Step::Send("q")],
+        status: "status=${PIPESTATUS[*]}",
+    },
+    Scenario {
+        name: "vi_writes_the_file",
+        script: "import os, subprocess\n\
+                 path = os.environ['TMPFILE']\n\
+                 subprocess.run(['vi', '-u', 'NONE', '-i', 'NONE', '-N', '-X', path])",
+        line: "$RUN; cat \"$TMPFILE\"",
+        steps: &[Step::Pause(800), Step::Send("ihello from vi\x1b"), Step::Pause(300), Step::Send(":wq\r"), Step::Expect("hello from vi\r\n")],
+        status: "status=$?",
+    },
+    Scenario {
+        name: "raw_mode_left_behind",
+        script: "import tty; tty.setraw(0); print('raw')",
+        line: "stty -g > \"$TMPFILE\"; $RUN",
+        steps: &[Step::Expect("raw")],
+        status: "status=$? restored=$(stty -g | cmp -s - \"$TMPFILE\" && echo yes || echo no)$(stty \"$(cat \"$TMPFILE\")\")",
+    },
+    Scenario {
+        name: "client_killed_by_sigterm",
+        script: "import os, time, tty\n\
+                 tty.setraw(0); print('raw', flush=True)\n\
+                 open(os.environ['TMPFILE'] + '.ready', 'w').close(); time.sleep(30)",
+        line: "stty -g > \"$TMPFILE\"; sh -c '(while [ ! -e \"$1.ready\" ]; do sleep 0.05; done; kill -TERM \"$(cat \"$1.pid\")\") >/dev/null 2>&1 &' x \"$TMPFILE\"; bash -c 'echo $$ > \"$TMPFILE.pid\"; exec \"$@\"' x $RUN",
+        steps: &[Step::Expect("raw")],
+        status: "status=$? restored=$(stty -g | cmp -s - \"$TMPFILE\" && echo yes || echo no)$(stty \"$(cat \"$TMPFILE\")\")",
     },
 ];
 

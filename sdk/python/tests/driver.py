@@ -310,7 +310,7 @@ class Worker:
                 if res.taken is not None or [c for c in res.chunks if c[0] != "n"] != [
                         ("t", len(payload))]:
                     raise ProtocolViolation("t is not the session's first chunk: %r" % res.chunks)
-                if payload not in (b"", b"relay"):
+                if payload not in (b"", b"relay", b"ctty"):
                     raise ProtocolViolation("bad t payload %r" % payload)
                 res.taken = payload
             elif ty == "z":
@@ -323,7 +323,7 @@ class Worker:
                     self.send("i", b"SIGCONT")
             elif ty == "S":
                 res.sends += 1
-                if res.taken == b"":
+                if res.taken in (b"", b"ctty"):
                     raise ProtocolViolation("S in a session that took the client's descriptors")
                 if res.eof_sent and not (windowed and payload):
                     raise ProtocolViolation("S after stdin EOF was sent")

@@ -59,12 +59,14 @@ def read_to_eof(fd, timeout=10.0):
         out += data
 
 
-class Extensions(unittest.TestCase):
+class WorkerCase(unittest.TestCase):
+    """One BASIC worker for the class, offered `features`, with or without a spare."""
     prefork = "1"
+    features = FEATURES
 
     @classmethod
     def setUpClass(cls):
-        cls.w = driver.Worker([sys.executable, BASIC], host_features=FEATURES,
+        cls.w = driver.Worker([sys.executable, BASIC], host_features=cls.features,
                               env=driver.worker_env({"TEST_PREFORK": cls.prefork}))
         cls.hello = cls.w.hello()
         cls.tmp = tempfile.mkdtemp(prefix="ngw-exact-")
@@ -76,6 +78,9 @@ class Extensions(unittest.TestCase):
                 cls.w.quit()
         finally:
             cls.w.close()
+
+
+class Extensions(WorkerCase):
 
     def probe(self, fds, fd_map=None, args=(), **kw):
         path = os.path.join(self.tmp, "probe-%d.json" % random.getrandbits(32))

@@ -800,7 +800,7 @@ impl PluginHost {
         if !offered {
             // Without descriptors on the worker's side the session is relayed: the client
             // learns it now (a no-op when its extensions were settled at launch).
-            clients.settle(conn, false);
+            clients.settle(conn, super::session::FdOffer::None);
         }
         self.dirty_workers.push(slot);
         self.schedule(slot);

@@ -191,6 +191,7 @@ pub struct Machine {
     host_mux: bool,
     host_notices: bool,
     host_fds: bool,
+    host_ctty: bool,
     host_signals: bool,
     host_window: bool,
     /// The session most recently selected towards the worker / from the worker (`mux`).
@@ -218,6 +219,7 @@ impl Machine {
             host_mux: features.contains(&"mux"),
             host_notices: features.contains(&"notices"),
             host_fds: features.contains(&"fds"),
+            host_ctty: features.contains(&"ctty"),
             host_signals: features.contains(&"signals"),
             host_window: features.contains(&"stdin-window"),
             out_selected: None,
@@ -240,6 +242,12 @@ impl Machine {
     /// Both sides speak `fds`: sessions may run on the client's descriptors.
     pub fn takes_fds(&self) -> bool {
         self.host_fds && self.has_feature("fds")
+    }
+
+    /// Both sides speak `ctty` (with `fds` and `signals`): the client's pseudo-terminal is
+    /// offered with its descriptors.
+    fn takes_ctty(&self) -> bool {
+        self.takes_fds() && self.speaks_signals() && self.host_ctty && self.has_feature("ctty")
     }
 
     /// Both sides speak `signals`.
@@ -360,7 +368,14 @@ impl Machine {
         fds: Option<PassedFds>,
         now: Instant,
     ) -> bool {
-        let fds = fds.filter(|_| self.takes_fds());
+        // The pseudo-terminal only for a worker that makes it the controlling terminal.
+        let fds = fds.filter(|_| self.takes_fds()).map(|f| {
+            if self.takes_ctty() {
+                f
+            } else {
+                f.without_pty()
+            }
+        });
         let mut header = BytesMut::new();
         for a in &request.args {
             encode(ChunkType::ARGUMENT, a, &mut header);
@@ -389,6 +404,10 @@ impl Machine {
         if let Some(passed) = &fds {
             let entry = format!("NGW_CLIENT_FDS={}", passed.map().to_value());
             encode(ChunkType::ENVIRONMENT, entry.as_bytes(), &mut header);
+            if let Some(pty) = passed.pty_map() {
+                let entry = format!("NGW_CLIENT_PTY={}", pty.to_value());
+                encode(ChunkType::ENVIRONMENT, entry.as_bytes(), &mut header);
+            }
         }
         if self.speaks_signals() {
             let client = &request.client;
@@ -407,6 +426,7 @@ impl Machine {
         }
         encode(ChunkType::COMMAND, command.as_bytes(), &mut header);
         let offered = fds.is_some();
+        let pty_offered = fds.as_ref().is_some_and(|f| f.pty_map().is_some());
         if let Some(passed) = fds {
             self.fd_marks.push_back((self.wbuf.len(), passed));
         }
@@ -432,6 +452,7 @@ impl Machine {
         let mut relay = SessionRelay::new(id, conn, command, stdin, self.max_chunk(), now);
         if offered {
             relay.fds = FdOffer::Offered;
+            relay.pty_offered = pty_offered;
         }
         self.sessions.insert(id, relay);
         offered
@@ -518,7 +539,7 @@ impl Machine {
         if self.speaks_signals() {
             let payload = format!("winsize {}", size.to_value());
             self.send(session, ChunkType::WORKER_INTERRUPT, payload.as_bytes());
-        } else if s.fds == FdOffer::Taken && self.has_feature("interrupt") {
+        } else if s.fds.taken() && self.has_feature("interrupt") {
             self.send(session, ChunkType::WORKER_INTERRUPT, b"SIGWINCH");
         }
     }
@@ -642,14 +663,18 @@ impl Machine {
         };
         // The answer to the client's descriptors comes first; anything else first declines.
         if s.fds == FdOffer::Offered {
-            let taken = ty == TAKEN && payload.is_empty();
-            s.fds = if taken {
-                FdOffer::Taken
-            } else {
-                FdOffer::Declined
+            s.fds = match (ty, &payload[..]) {
+                (TAKEN, b"") => FdOffer::Taken,
+                (TAKEN, b"ctty") if s.pty_offered => FdOffer::TakenWithCtty,
+                (TAKEN, b"ctty") => {
+                    return Err(WorkerEnd::Protocol(
+                        "answered t ctty for a session that came without a terminal".into(),
+                    ))
+                }
+                _ => FdOffer::Declined,
             };
             if let Some(conn) = s.conn {
-                clients.settle(conn, taken);
+                clients.settle(conn, s.fds);
             }
             if ty == TAKEN {
                 return Ok(Event::None);
@@ -689,7 +714,7 @@ impl Machine {
                 } else {
                     None
                 };
-                if s.fds == FdOffer::Taken {
+                if s.fds.taken() {
                     return Err(WorkerEnd::Protocol(
                         "sent S for a session running on the client's descriptors".into(),
                     ));
@@ -927,8 +952,8 @@ mod tests {
             self.events
                 .push((conn.slot, format!("X {}", payload.trim_end())));
         }
-        fn settle(&mut self, conn: ConnKey, taken: bool) {
-            self.events.push((conn.slot, format!("F taken={taken}")));
+        fn settle(&mut self, conn: ConnKey, answer: FdOffer) {
+            self.events.push((conn.slot, format!("F {answer:?}")));
         }
         fn stopped(&mut self, conn: ConnKey, signal: &SignalName) {
             self.events
@@ -1286,6 +1311,69 @@ mod tests {
             .unwrap();
     }
 
+    fn passed_with_pty(map: &[u8], pty: &[u8]) -> PassedFds {
+        let map = ext::FdMap::parse(map).unwrap();
+        let fds = (0..=map.count())
+            .map(|_| std::fs::File::open("/dev/null").unwrap().into())
+            .collect();
+        PassedFds::with_pty(map, ext::FdMap::parse(pty), fds).unwrap()
+    }
+
+    #[test]
+    fn the_pseudo_terminal_goes_only_to_a_worker_that_takes_it() {
+        let c = config("");
+        let t0 = Instant::now();
+        let host: &[&str] = &["fds", "ctty", "signals"];
+        // A worker that lists ctty: the pty rides last, NGW_CLIENT_PTY names it, and
+        // `t ctty` settles the client with ctty.
+        let hello = r#"{"protocol":1,"pid":1,"commands":["x"],"features":["fds","ctty","signals","interrupt"]}"#;
+        let mut m = ready(host, hello, &c, t0);
+        let fds = passed_with_pty(b"0,1,2", b"1,2");
+        assert!(m.bind(
+            7,
+            conn(3),
+            "x".into(),
+            &request("x"),
+            0o022,
+            StdinBuffer::default(),
+            Some(fds),
+            t0
+        ));
+        assert_eq!(m.fd_marks[0].1.raw().len(), 4);
+        let sent = chunks(&mut m.wbuf.clone());
+        assert!(
+            sent.contains(&"E NGW_CLIENT_PTY=1,2".to_owned()),
+            "{sent:?}"
+        );
+        let mut log = Log::default();
+        chunk(&mut m, &mut log, TAKEN, b"ctty");
+        assert_eq!(log.events, [(3, "F TakenWithCtty".into())]);
+        // One without it: the same descriptors, the pty closed, no entry.
+        let hello =
+            r#"{"protocol":1,"pid":1,"commands":["x"],"features":["fds","signals","interrupt"]}"#;
+        let mut m = ready(host, hello, &c, t0);
+        let fds = passed_with_pty(b"0,1,2", b"1,2");
+        assert!(m.bind(
+            7,
+            conn(3),
+            "x".into(),
+            &request("x"),
+            0o022,
+            StdinBuffer::default(),
+            Some(fds),
+            t0
+        ));
+        assert_eq!(m.fd_marks[0].1.raw().len(), 3);
+        let sent = chunks(&mut m.wbuf.clone());
+        assert!(
+            !sent.iter().any(|c| c.starts_with("E NGW_CLIENT_PTY")),
+            "{sent:?}"
+        );
+        // `t ctty` for a session offered no pty breaks the protocol.
+        let r = m.on_chunk(TAKEN, &Bytes::from_static(b"ctty"), &c, &mut log, t0);
+        assert!(r.is_err());
+    }
+
     #[test]
     fn descriptors_ride_with_the_header_and_t_settles_the_client() {
         let c = config("");
@@ -1341,7 +1429,7 @@ mod tests {
         assert_eq!(
             log.events,
             [
-                (3, "F taken=true".into()),
+                (3, "F Taken".into()),
                 (3, "Z SIGTSTP".into()),
                 (3, "X 139 SIGSEGV core".into())
             ],
@@ -1419,7 +1507,7 @@ mod tests {
         assert_eq!(
             log.events,
             [
-                (3, "F taken=false".into()),
+                (3, "F Declined".into()),
                 (3, "1 hi".into()),
                 (3, "X 139".into())
             ],
@@ -1438,7 +1526,7 @@ mod tests {
         );
         let mut log = Log::default();
         chunk(&mut m, &mut log, TAKEN, b"relay");
-        assert_eq!(log.events, [(4, "F taken=false".into())]);
+        assert_eq!(log.events, [(4, "F Declined".into())]);
         let err = m
             .on_chunk(TAKEN, &Bytes::new(), &c, &mut log, t0)
             .unwrap_err();

@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 
 /// The ngw extensions this host supports, announced to every worker in
 /// `NGW_HOST_FEATURES` (`docs/ngw.md` §15).
-pub const HOST_FEATURES: &[&str] = &["mux", "notices", "fds", "signals", "stdin-window"];
+pub const HOST_FEATURES: &[&str] = &["mux", "notices", "fds", "ctty", "signals", "stdin-window"];
 
 /// A plugin session waiting for a worker, as its connection holds it.
 #[derive(Debug)]
@@ -85,8 +85,9 @@ pub trait Clients {
     /// The session ended as the worker's `X` says.
     fn exit(&mut self, conn: ConnKey, report: &ng_proto::ext::ExitReport);
     /// The worker answered the client's descriptors (or the session goes on without them):
-    /// the client's extensions are settled now (`F`), with `fds` only if `taken`.
-    fn settle(&mut self, conn: ConnKey, taken: bool);
+    /// the client's extensions are settled now (`F`), with `fds` only if they were taken
+    /// and `ctty` only if the pseudo-terminal became the controlling terminal.
+    fn settle(&mut self, conn: ConnKey, answer: session::FdOffer);
     /// The command stopped itself with `signal`; the client should stop too (`Z`).
     fn stopped(&mut self, conn: ConnKey, signal: &ng_proto::ext::SignalName);
     /// The session ends with an `ngd: ` message line on stderr and this exit code.

@@ -92,6 +92,13 @@ enum Credit {
     Bytes(u64),
 }
 
+impl FdOffer {
+    /// The command runs on the client's descriptors.
+    pub fn taken(self) -> bool {
+        matches!(self, Self::Taken | Self::TakenWithCtty)
+    }
+}
+
 /// Whether the client's descriptors were offered to the worker with the header, and what
 /// it answered (`docs/ngw.md` §15.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +109,9 @@ pub enum FdOffer {
     Offered,
     /// The command runs on them (`t`).
     Taken,
+    /// The command runs on them with the client's pseudo-terminal as its controlling
+    /// terminal (`t ctty`).
+    TakenWithCtty,
     /// The worker declined (`t relay`, or another chunk first).
     Declined,
 }
@@ -121,6 +131,8 @@ pub struct SessionRelay {
     pub hangup_deadline: Option<Instant>,
     /// The client's descriptors.
     pub fds: FdOffer,
+    /// The client's pseudo-terminal was offered with its descriptors (`NGW_CLIENT_PTY`).
+    pub pty_offered: bool,
     /// The client forwarded a stop (`SIGTSTP`) and has not been continued: the worker's
     /// `z` for it is not passed on (the client stopped itself already).
     pub client_stopped: bool,
@@ -149,6 +161,7 @@ impl SessionRelay {
             started: now,
             hangup_deadline: None,
             fds: FdOffer::None,
+            pty_offered: false,
             client_stopped: false,
             stdin,
             credit: Credit::None,

@@ -296,7 +296,7 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 }
 
 /// The most descriptors one [`recv_with_fds`] accepts; more means a truncated message.
-pub const MAX_PASSED_FDS: usize = 3;
+pub const MAX_PASSED_FDS: usize = ng_proto::MAX_PASSED_FDS;
 
 /// What one [`recv_with_fds`] read.
 #[derive(Debug, Default)]

@@ -28,7 +28,7 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 _READ_SIZE = 256 << 10
 _FD_SIZE = array.array("i").itemsize
-_CMSG_SPACE = socket.CMSG_SPACE(4 * _FD_SIZE)  # ngd sends at most 3; one more shows excess
+_CMSG_SPACE = socket.CMSG_SPACE(5 * _FD_SIZE)  # ngd sends at most 4; one more shows excess
 _MAX_PENDING = 16  # reads with descriptors not yet matched to a chunk; more are closed
 _CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 _HEADER = (_wire.ARG, _wire.ENV, _wire.DIR, _wire.CMD)
@@ -114,7 +114,7 @@ class Channel:
         except OSError:
             data, anc, flags = b"", [], 0
         fds = _received_fds(anc)
-        if fds and (flags & socket.MSG_CTRUNC or not data or len(fds) > 3
+        if fds and (flags & socket.MSG_CTRUNC or not data or len(fds) > 4
                     or len(self.pending_fds) >= _MAX_PENDING):
             close_fds(fds)
             fds = []

@@ -21,7 +21,7 @@ class SessionInfo:
     """Everything the header says about one invocation."""
 
     __slots__ = ("command", "args", "env", "cwd", "umask", "tty", "session", "client_pid",
-                 "meta", "nailgun", "cold", "fds")
+                 "meta", "nailgun", "cold", "fds", "pty")
 
     def __repr__(self):
         return "<SessionInfo %s %r session=%s>" % (self.command, self.args, self.session)
@@ -48,7 +48,24 @@ class SessionInfo:
         info.command, info.args, info.env, info.cwd = "", [], env, None
         info.umask, info.tty, info.session, info.client_pid = 0o022, (False,) * 3, "", None
         info.meta, info.nailgun, info.cold, info.fds = {}, {}, None, None
+        info.pty = None
         return info
+
+    def pty_map(self, fd_map):
+        """Which of fds 0-2 the client's pseudo-terminal stands for (`NGW_CLIENT_PTY`,
+        docs/ngw.md 15.7), as a tuple: a non-empty strictly increasing subset of `fd_map`;
+        None when the entry is missing or malformed."""
+        raw = self.meta.get("NGW_CLIENT_PTY")
+        if not raw:
+            return None
+        try:
+            numbers = tuple(int(p) for p in raw.split(","))
+        except ValueError:
+            return None
+        if (any(n not in fd_map for n in numbers)
+                or list(numbers) != sorted(set(numbers))):
+            return None
+        return numbers
 
     def fd_map(self, count):
         """Which of fds 0-2 the `count` descriptors that came with the header become
@@ -135,6 +152,7 @@ class HeaderBuilder:
         info.session = self.meta.get("NGW_SESSION", "")
         info.cold = None  # set by the worker: why this session runs the cold way
         info.fds = None  # set by the worker: the fd map when the command takes the client's
+        info.pty = None  # set by the worker: the fds its pseudo-terminal replaces (ctty)
         try:
             info.client_pid = int(self.meta["NGW_CLIENT_PID"])
         except (KeyError, ValueError):

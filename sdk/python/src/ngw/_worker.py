@@ -205,10 +205,12 @@ class Worker:
             gc.collect()
             if hasattr(gc, "freeze"):
                 gc.freeze()
-        # Exact-session extensions (docs/ngw.md 15.4-15.6): descriptors only where a
+        # Exact-session extensions (docs/ngw.md 15.4-15.7): descriptors only where a
         # command can take them (fork mode); signals and windowed stdin for every session.
         self._fds = "fds" in offered and self._fork is not None
         signals = "signals" in offered
+        # A controlling terminal (15.7) needs the child's own process group (`signals`).
+        self._ctty = self._fds and signals and "ctty" in offered
         window = "stdin-window" in offered
         for runner in (self._fork, self._inline):
             if runner is not None:
@@ -216,6 +218,7 @@ class Worker:
                 runner.stdin_window = window
         features = ["interrupt"] + (["fork"] if self._fork else []) + (
             ["notices"] if self.notices.enabled else []) + (["fds"] if self._fds else []) + (
+            ["ctty"] if self._ctty else []) + (
             ["signals"] if signals else []) + (["stdin-window"] if window else [])
         hello = {
             "protocol": PROTOCOL,
@@ -582,11 +585,30 @@ class Worker:
             fds[:] = []
             return
         fd_map = info.fd_map(len(fds))
+        pty = None
+        if fd_map is None and "NGW_CLIENT_PTY" in info.meta:
+            # The client's pseudo-terminal rides last (15.7).
+            fd_map = info.fd_map(len(fds) - 1)
+            pty = info.pty_map(fd_map) if fd_map is not None else None
+            fd_map = fd_map if pty is not None else None
         takes = (fd_map is not None and cmd is not None and cmd.fork
                  and (cmd.cold is not None or self._retiring is None))
         if takes:
             info.fds = fd_map
-            chan.send(_wire.TAKEN)
+            answer = b""
+            if pty is not None:
+                slave = fds.pop()
+                if self._ctty:
+                    # The pseudo-terminal in place of the client's terminal; the child
+                    # makes it its controlling terminal.
+                    for i, n in enumerate(fd_map):
+                        if n in pty:
+                            os.close(fds[i])
+                            fds[i] = os.dup(slave)
+                    info.pty = pty
+                    answer = b"ctty"
+                os.close(slave)
+            chan.send(_wire.TAKEN, answer)
             chan.flush_some()  # ngd holds the client's F until it has this
         else:
             if fd_map is None:

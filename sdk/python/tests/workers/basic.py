@@ -284,6 +284,23 @@ def _stdio_state(f):
             "name": f.buffer.raw.name, "fileno": ask(f.fileno)}
 
 
+def _foreground(fd):
+    """Whether the terminal on `fd` has this process's group in the foreground (None: it
+    is not a controlling terminal of ours, or no terminal)."""
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return None
+
+
+def _dev_tty():
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR))
+        return True
+    except OSError:
+        return False
+
+
 @ngw.command("fprobe", fork=True)
 def fprobe(ctx):
     """Writes what it runs on to the file args[0] (its fds may be anything), then writes
@@ -301,6 +318,7 @@ def fprobe(ctx):
         "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
         "nailgun_tty": {k: v for k, v in ctx.nailgun_env.items() if "TTY" in k},
         "stdio": [_stdio_state(f) for f in (sys.stdin, sys.stdout, sys.stderr)],
+        "foreground": [_foreground(i) for i in range(3)], "dev_tty": _dev_tty(),
     }
     with open(ctx.args[0], "w") as f:
         json.dump(report, f)

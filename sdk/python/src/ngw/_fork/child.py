@@ -19,8 +19,8 @@ from .. import _adaptive, _argv, _exact, _pages, _pyexit
 from .._context import Context
 from .._session import SessionInfo
 from . import stdio
-from .common import (CMSG_SPACE, FD, LEN, PR_SET_PDEATHSIG, REPORT, getsignal, setsignal,
-                     sigmask)
+from .common import (CMSG_SPACE, FD, LEN, PR_SET_PDEATHSIG, REPORT, STOP_REPORT, getsignal,
+                     setsignal, sigmask)
 from .stdio import close_fd, make_streams
 
 _DFL, _IGN = int(signal.SIG_DFL), int(signal.SIG_IGN)  # _signal's functions take ints
@@ -92,6 +92,9 @@ class Child:
         self._worker_pgrp = runner.pgrp
         self._rbuf = bytearray()  # what a spare read from its socket past one message
         self._rfds = []  # descriptors that came with it
+        # The pid the exit report names: the session leader's in the command's process of
+        # a session with a controlling terminal (15.7), so that the worker takes it.
+        self._report_pid = None
 
     def run(self, ctl, session, streams):
         status = 126
@@ -253,8 +256,11 @@ class Child:
                         os.close(n)
                     except OSError:
                         pass
+        if info.pty is not None:
+            # Returns in the command's process only (docs/ngw.md 15.7).
+            self._controlling_terminal(info.pty[0])
         emulated_ctty = info.tty[0] and not taken
-        if self._job_control:
+        if self._job_control and info.pty is None:
             if emulated_ctty:
                 os.setsid()
             else:
@@ -280,6 +286,37 @@ class Child:
         elif fds or taken:
             self._session_stdio(info.env)
         sigmask(signal.SIG_SETMASK, ())
+
+    def _controlling_terminal(self, fd):
+        """The client's pseudo-terminal (on `fd`) as the controlling terminal, with
+        job control as under a shell (docs/ngw.md 15.7). This process becomes the session
+        leader and forks the command's process, which returns from here in a process
+        group of its own that is the terminal's foreground group. A group whose members'
+        parents are all outside its session is orphaned, and the kernel discards the
+        terminal's SIGTSTP for it; the leader, its parent in the session, stays to prevent
+        that: it forwards the worker's signals and reports the command's stops and its
+        end (`_lead`), and never returns."""
+        os.setsid()
+        fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
+        leader = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            # Signals are blocked until the command runs: no SIGTTOU for tcsetpgrp.
+            os.setpgid(0, 0)
+            os.tcsetpgrp(fd, os.getpgrp())
+            if self._prctl is not None:
+                self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                if os.getppid() != leader:
+                    os._exit(128 + signal.SIGKILL)
+            # The exit report in the leader's name: the worker has the status as soon as
+            # the command reports it, not after the leader saw it exit.
+            self._report_pid = leader
+            return
+        try:
+            os.setpgid(pid, pid)  # as the child does: whichever runs first
+        except OSError:
+            pass
+        _lead(pid, self._report_path)
 
     def _session_stdio(self, env):
         """A spare's sys.stdin/stdout/stderr for descriptors other than its pipes: its
@@ -469,19 +506,7 @@ class Child:
         the worker the exit status; then reports what the session loaded that the zygote
         lacks (adaptive preloading, docs/ngw.md 12.5)."""
         try:
-            if self._report_path is None:
-                return
-            try:
-                fd = os.open(self._report_path, os.O_WRONLY | os.O_CLOEXEC)
-            except OSError:
-                return  # waitpid() will tell
-            try:
-                os.closerange(0, 3)
-                os.write(fd, REPORT.pack(os.getpid(), status))
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+            _write_report(self._report_path, status, close_stdio=True, pid=self._report_pid)
         finally:
             # What the session loaded that the zygote lacks (adaptive preloading), after
             # the exit report: off the path to the session's X.
@@ -574,3 +599,95 @@ def _reset_signals(signals):
         except (OSError, ValueError, RuntimeError):
             pass
 
+
+
+#: Signals the session leader forwards to the command's process group (what a terminal
+#: or ngd sends to a whole job) or, for the others, to the command's process.
+_TO_GROUP = frozenset((signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTSTP,
+                       signal.SIGCONT, signal.SIGWINCH))
+_FORWARDED = _TO_GROUP | {signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM}
+_SI_KERNEL = 0x80  # si_code of a signal the kernel sent (a terminal's hangup)
+
+
+def _lead(pid, report_path):
+    """The session leader of a session with a controlling terminal, once it forked the
+    command's process `pid`: with every signal still blocked, it waits for the forwarded
+    ones (but the terminal's own hangup) and SIGCHLD. A stop of the command is reported to the worker (a `STOP_REPORT`
+    exit report, which the worker turns into `z`), and the command's end becomes the
+    leader's own: the same exit code, reported, or a death by the same signal."""
+    os.closerange(0, 3)
+    wanted = _FORWARDED | {signal.SIGCHLD}
+
+    def report(code):
+        _write_report(report_path, code)
+
+    try:
+        while True:
+            info = signal.sigwaitinfo(wanted)
+            sig = info.si_signo
+            if sig == signal.SIGHUP and info.si_code == _SI_KERNEL:
+                # The terminal's own hangup: its master closed, which the client does after
+                # the command's exit report (or the client is gone, and the worker sends
+                # the hangup itself). The command may still be finishing up.
+                continue
+            if sig != signal.SIGCHLD:
+                try:
+                    if sig in _TO_GROUP:
+                        os.killpg(pid, sig)
+                    else:
+                        os.kill(pid, sig)
+                except OSError:
+                    pass
+                continue
+            while True:
+                try:
+                    got, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+                except ChildProcessError:
+                    os._exit(255)
+                if not got:
+                    break
+                if os.WIFSTOPPED(status):
+                    report(STOP_REPORT | os.WSTOPSIG(status))
+                    continue
+                if os.WIFSIGNALED(status):
+                    _die_by(os.WTERMSIG(status))
+                code = os.WEXITSTATUS(status)
+                report(code)
+                os._exit(code)
+    finally:
+        os._exit(255)
+
+
+def _write_report(path, status, close_stdio=False, pid=None):
+    """Writes the exit report (`status`) of `pid` (this process by default) to the
+    worker's pipe at `path`, in one atomic write, closing fds 0-2 first when
+    `close_stdio`. Without a path, or when the pipe cannot be opened, nothing: waitpid()
+    will tell."""
+    if path is None:
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if close_stdio:
+            os.closerange(0, 3)
+        os.write(fd, REPORT.pack(os.getpid() if pid is None else pid, status))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _die_by(sig):
+    """Dies of `sig` as the command did (no core of the leader's own)."""
+    import resource
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (OSError, ValueError):
+        pass
+    if sig != signal.SIGKILL:
+        setsignal(sig, _DFL)
+    os.kill(os.getpid(), sig)
+    sigmask(signal.SIG_UNBLOCK, (sig,))
+    os._exit(128 + sig)

@@ -18,6 +18,9 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 LEN = struct.Struct("=Q")  # the length of a spare's session record, before the record
 REPORT = struct.Struct("=iI")  # a child's exit report: pid, exit status
+#: In an exit report's status: the command stopped with the signal in the low byte (sent
+#: by the session leader of a session with a controlling terminal, docs/ngw.md 15.7).
+STOP_REPORT = 1 << 16
 FD = struct.Struct("=i")
 CMSG_SPACE = socket.CMSG_SPACE(3 * FD.size)  # room for three descriptors
 

@@ -201,7 +201,7 @@ class ForkRunner:
                 return self._fail(chan, "ngw: cannot fork: %s\n" % e)
         close_fds(client_fds)  # the child has them now
         client_fds[:] = []
-        if self.signals_on and not (info.tty[0] and not taken):
+        if self.signals_on and not (info.tty[0] and not taken) and info.pty is None:
             # A process group of its own in the worker's session (the child does the same:
             # whichever runs first), so that signals to the group reach everything it
             # starts from the first instruction on.

@@ -15,6 +15,7 @@ import time
 
 from .. import _dispatch, _wire
 from .._signals import Interrupt, signal_name
+from .common import STOP_REPORT
 from .stdio import Stream, close_fd
 
 _HIGH_WATER = 1 << 20  # outbound channel bytes before the child's output is left unread
@@ -126,7 +127,9 @@ class Relay:
                     self.runner.drain_wakeups()
                 elif fd == self.runner.report_r:
                     code = self.runner.read_reports(self.pid)
-                    if code is not None and self.status is None:
+                    if code is not None and code & STOP_REPORT:
+                        self._stopped(code & 0xFF)
+                    elif code is not None and self.status is None:
                         self.status = (code & 0xFF) << 8
                 elif fd == self.stdin.fd:
                     self._write_stdin()
@@ -153,18 +156,21 @@ class Relay:
             if not pid:
                 return
             if os.WIFSTOPPED(st):
-                # The command stopped itself: ngd stops the client and continues the
-                # command with `i SIGCONT` (docs/ngw.md 15.5). A stop that answers the
-                # client's own is not reported: by the time ngd read it, the client could
-                # have been continued, and it would stop again.
-                self.stopped = True
-                if not self.client_stopped:
-                    name = signal_name(os.WSTOPSIG(st)) or "SIGSTOP"
-                    self.chan.send(_wire.STOPPED, name.encode())
+                self._stopped(os.WSTOPSIG(st))
                 continue
             self.status = st
             self.reaped = True
             return
+
+    def _stopped(self, sig):
+        """The command stopped: ngd stops the client and continues the command with
+        `i SIGCONT` (docs/ngw.md 15.5). A stop that answers the client's own is not
+        reported: by the time ngd read it, the client could have been continued, and it
+        would stop again."""
+        self.stopped = True
+        if not self.client_stopped:
+            name = signal_name(sig) or "SIGSTOP"
+            self.chan.send(_wire.STOPPED, name.encode())
 
     def _signal(self, sig):
         try:

@@ -1,0 +1,571 @@
+//! A controlling terminal for the command (`ctty`, docs/protocol.md): a pseudo-terminal
+//! that `ng` allocates and relays to the user's terminal.
+//!
+//! The user's terminal is the controlling terminal of the user's shell session, and a
+//! terminal belongs to one session, so a warm command running in the worker's session can
+//! never have it as its own. When one of fds 0–2 is that terminal (`ng`'s controlling
+//! terminal, with `ng` in its foreground process group), `ng` opens a pseudo-terminal with
+//! the terminal's modes and window size ([`Terminal::open_pty`]) and passes its slave
+//! after fds 0, 1, 2. If the server answers `ctty`, the command put the slave in place of
+//! the terminal and made it its controlling terminal; `ng` then puts the user's terminal
+//! in raw mode and copies bytes both ways ([`Relay`]): the keys reach the pseudo-terminal,
+//! whose line discipline echoes them and turns `^C`, `^\` and `^Z` into signals for the
+//! command's foreground process group, as the user's terminal does for a cold command.
+//! Without `ctty` in the answer, the pseudo-terminal is closed unused and the command runs
+//! on the user's terminal itself: nothing is relayed.
+//!
+//! Every way out of the session that can be caught restores the user's terminal modes
+//! ([`Relay`]'s `Drop`, and [`Relay::suspend`] before `ng` stops); the relay holds at most
+//! one read of each direction ([`INPUT_LEN`], [`OUTPUT_LEN`]).
+//!
+//! Every raw system call of the relay is in this module.
+
+use crate::exit::ClientError;
+use ng_proto::FdMap;
+use std::io;
+use std::mem;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// The most keyboard input read at once (and held while the pseudo-terminal is full).
+pub const INPUT_LEN: usize = 4096;
+
+/// The most output read from the pseudo-terminal at once.
+pub const OUTPUT_LEN: usize = 64 * 1024;
+
+/// After the command's exit: how long the pseudo-terminal may stay silent before `ng`
+/// stops relaying it (a process the command left running holds it open).
+pub const DRAIN_IDLE: Duration = Duration::from_millis(100);
+
+/// The user's terminal, as fds 0–2 have it.
+#[derive(Debug)]
+pub struct Terminal {
+    /// A descriptor of it that can be read and written: one of fds 0–2, or `_owned`.
+    fd: RawFd,
+    /// The terminal reopened for reading and writing, when no fd 0–2 of it is both.
+    _owned: Option<OwnedFd>,
+    /// Which of fds 0–2 are this terminal.
+    map: FdMap,
+}
+
+fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// An open descriptor's file type (`S_IFMT` bits) and device.
+fn kind(fd: RawFd) -> Option<(libc::mode_t, libc::dev_t)> {
+    // SAFETY: an all-zero stat is valid storage for fstat.
+    let mut st: libc::stat = unsafe { mem::zeroed() };
+    // SAFETY: fstat writes a stat.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_mode & libc::S_IFMT, st.st_rdev))
+}
+
+impl Terminal {
+    /// The terminal among fds 0–2 (`ttys`: which are terminals) when the command should
+    /// get a controlling terminal: they are all the same terminal, it is `ng`'s
+    /// controlling terminal and `ng` is in its foreground process group (a command run
+    /// cold in the background would not own the keyboard either), and stdout is not a
+    /// pipe or socket (`cmd | less`: the pager reads the keyboard, and a relay would take
+    /// its keys). `None` otherwise.
+    pub fn detect(ttys: [bool; 3]) -> Option<Terminal> {
+        let first = (0..3).find(|&fd| ttys[fd])? as RawFd;
+        let (_, dev) = kind(first)?;
+        if (0..3).any(|fd| ttys[fd] && kind(fd as RawFd).map(|k| k.1) != Some(dev)) {
+            return None;
+        }
+        if !ttys[1] && matches!(kind(1), Some((libc::S_IFIFO | libc::S_IFSOCK, _)) | None) {
+            return None;
+        }
+        // SAFETY: plain queries; tcgetpgrp fails unless it is our controlling terminal.
+        if unsafe { libc::tcgetpgrp(first) != libc::getpgrp() } {
+            return None;
+        }
+        // SAFETY: F_GETFL only reads the descriptor's flags.
+        let readable = |fd: RawFd| unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_ACCMODE;
+        let rdwr = (0..3).find(|&fd| ttys[fd as usize] && readable(fd) == libc::O_RDWR);
+        let (fd, owned) = match rdwr {
+            Some(fd) => (fd, None),
+            None => {
+                let path = format!("/proc/self/fd/{first}\0");
+                // SAFETY: a NUL-terminated path.
+                let fd = unsafe {
+                    libc::open(
+                        path.as_ptr().cast(),
+                        libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+                    )
+                };
+                if fd < 0 {
+                    return None;
+                }
+                // SAFETY: we just opened it.
+                (fd, Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+            }
+        };
+        Some(Terminal {
+            fd,
+            _owned: owned,
+            map: FdMap::new(ttys),
+        })
+    }
+
+    /// Which of fds 0–2 are the terminal (`NGD_CLIENT_PTY`).
+    pub fn map(&self) -> FdMap {
+        self.map
+    }
+
+    /// A new pseudo-terminal with this terminal's modes and window size: the master, kept
+    /// for the relay, and the slave, to pass to the server.
+    pub fn open_pty(self) -> io::Result<(Relay, OwnedFd)> {
+        // SAFETY: plain system calls; every descriptor is owned as soon as it exists.
+        let master = unsafe {
+            OwnedFd::from_raw_fd(check(libc::posix_openpt(
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            ))?)
+        };
+        // SAFETY: as above, on the master we own. TIOCGPTPEER opens the slave of this very
+        // master without looking its name up.
+        let slave = unsafe {
+            check(libc::unlockpt(master.as_raw_fd()))?;
+            OwnedFd::from_raw_fd(check(libc::ioctl(
+                master.as_raw_fd(),
+                libc::TIOCGPTPEER,
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            ))?)
+        };
+        // SAFETY: an all-zero termios is valid storage for tcgetattr.
+        let mut saved: libc::termios = unsafe { mem::zeroed() };
+        // SAFETY: tcgetattr writes a termios; tcsetattr reads the one it wrote.
+        unsafe {
+            check(libc::tcgetattr(self.fd, &mut saved))?;
+            check(libc::tcsetattr(slave.as_raw_fd(), libc::TCSANOW, &saved))?;
+        }
+        copy_size(self.fd, master.as_raw_fd());
+        Ok((
+            Relay {
+                terminal: self,
+                saved,
+                master,
+                state: RelayState::Offered,
+                input: Vec::new(),
+                input_at: 0,
+                output: vec![0; OUTPUT_LEN].into_boxed_slice(),
+            },
+            slave,
+        ))
+    }
+}
+
+/// Sets `to`'s window size (a pseudo-terminal master) to `from`'s (a terminal).
+fn copy_size(from: RawFd, to: RawFd) {
+    // SAFETY: an all-zero winsize is valid storage for TIOCGWINSZ.
+    let mut ws: libc::winsize = unsafe { mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes a winsize; TIOCSWINSZ reads it. Setting the size signals
+    // the pseudo-terminal's foreground group when it changes.
+    unsafe {
+        if libc::ioctl(from, libc::TIOCGWINSZ, &mut ws) == 0 {
+            libc::ioctl(to, libc::TIOCSWINSZ, &ws);
+        }
+    }
+}
+
+/// Where the relay is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RelayState {
+    /// The pseudo-terminal was offered; the server has not answered.
+    Offered,
+    /// Relaying, with the user's terminal raw.
+    Raw,
+    /// Relaying output only: `ng` is not in its terminal's foreground (continued with
+    /// `bg`), so the terminal keeps its modes and the keyboard is not read.
+    Background,
+    /// Every holder of the slave closed it: nothing more comes.
+    Ended,
+}
+
+/// The relay between the user's terminal and the command's pseudo-terminal.
+#[derive(Debug)]
+pub struct Relay {
+    terminal: Terminal,
+    /// The terminal's modes when `ng` started, restored whenever `ng` leaves raw mode.
+    saved: libc::termios,
+    master: OwnedFd,
+    state: RelayState,
+    /// Keyboard input read and not yet written to the pseudo-terminal, from `input_at`.
+    input: Vec<u8>,
+    input_at: usize,
+    output: Box<[u8]>,
+}
+
+impl Relay {
+    /// The server made the pseudo-terminal the command's controlling terminal: the master
+    /// is made non-blocking and the user's terminal raw (when `ng` is in its foreground).
+    pub fn start(&mut self) -> io::Result<()> {
+        // SAFETY: setting flags on our own master.
+        unsafe {
+            let flags = check(libc::fcntl(self.master.as_raw_fd(), libc::F_GETFL))?;
+            check(libc::fcntl(
+                self.master.as_raw_fd(),
+                libc::F_SETFL,
+                flags | libc::O_NONBLOCK,
+            ))?;
+        }
+        self.state = RelayState::Background;
+        self.resume();
+        Ok(())
+    }
+
+    /// Whether it relays (the server answered `ctty` and the pseudo-terminal is open).
+    pub fn relaying(&self) -> bool {
+        matches!(self.state, RelayState::Raw | RelayState::Background)
+    }
+
+    /// The descriptors to wait for, with their events: the master (readable; writable while
+    /// input waits), the terminal (readable, in raw mode and while no input waits).
+    pub fn poll_fds(&self, out: &mut Vec<libc::pollfd>) {
+        if !self.relaying() {
+            return;
+        }
+        let waiting = self.input_at < self.input.len();
+        out.push(libc::pollfd {
+            fd: self.master.as_raw_fd(),
+            events: libc::POLLIN | if waiting { libc::POLLOUT } else { 0 },
+            revents: 0,
+        });
+        if self.state == RelayState::Raw && !waiting {
+            out.push(libc::pollfd {
+                fd: self.terminal.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+    }
+
+    /// Acts on what [`Relay::poll_fds`]'s descriptors reported.
+    pub fn service(&mut self, ready: &[libc::pollfd]) -> Result<(), ClientError> {
+        for p in ready.iter().filter(|p| p.revents != 0) {
+            if p.fd == self.master.as_raw_fd() {
+                if p.revents & libc::POLLOUT != 0 {
+                    self.write_input();
+                }
+                if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                    self.read_output()?;
+                }
+            } else if p.fd == self.terminal.fd && self.state == RelayState::Raw {
+                self.read_input();
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what the master has, up to [`OUTPUT_LEN`] (a pseudo-terminal gives at most a
+    /// few KiB per read), and writes it to the terminal in one piece. At end (`EIO`: no
+    /// process holds the slave any more) the relay has [`RelayState::Ended`].
+    fn read_output(&mut self) -> Result<usize, ClientError> {
+        let mut filled = 0;
+        let mut ended = false;
+        while filled < self.output.len() {
+            let rest = &mut self.output[filled..];
+            // SAFETY: reading into our own buffer.
+            let n = unsafe {
+                libc::read(
+                    self.master.as_raw_fd(),
+                    rest.as_mut_ptr().cast(),
+                    rest.len(),
+                )
+            };
+            if n > 0 {
+                filled += n as usize;
+                continue;
+            }
+            match io::Error::last_os_error().kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => {}
+                _ => ended = true,
+            }
+            break;
+        }
+        if filled > 0 {
+            crate::session::write_out(self.terminal.fd, &self.output[..filled])?;
+        }
+        if ended {
+            self.end();
+        }
+        Ok(filled)
+    }
+
+    /// Reads what the keyboard has (the terminal is raw: bytes as typed).
+    fn read_input(&mut self) {
+        self.input.resize(INPUT_LEN, 0);
+        // SAFETY: reading into our own buffer.
+        let n = unsafe {
+            libc::read(
+                self.terminal.fd,
+                self.input.as_mut_ptr().cast(),
+                self.input.len(),
+            )
+        };
+        self.input.truncate(n.max(0) as usize);
+        self.input_at = 0;
+        self.write_input();
+    }
+
+    /// Writes the waiting input to the master as far as it takes it.
+    fn write_input(&mut self) {
+        while self.input_at < self.input.len() {
+            let rest = &self.input[self.input_at..];
+            // SAFETY: writing from our own buffer.
+            let n =
+                unsafe { libc::write(self.master.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
+            if n > 0 {
+                self.input_at += n as usize;
+                continue;
+            }
+            match io::Error::last_os_error().kind() {
+                _ if n == 0 => {}
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return,
+                _ => {}
+            }
+            // The pseudo-terminal is gone: the keys go nowhere, as after a cold exit.
+            self.input.clear();
+            self.input_at = 0;
+            return;
+        }
+        self.input.clear();
+        self.input_at = 0;
+    }
+
+    /// Relays whatever output is waiting now, without blocking.
+    pub fn flush_output(&mut self) -> Result<(), ClientError> {
+        while self.relaying() && self.read_output()? > 0 {}
+        Ok(())
+    }
+
+    /// After the command's exit: relays its last output, until every holder of the slave
+    /// closed it or it stayed silent for [`DRAIN_IDLE`]; then restores the terminal.
+    pub fn drain(&mut self) -> Result<(), ClientError> {
+        let mut quiet_since = Instant::now();
+        while self.relaying() {
+            let left = DRAIN_IDLE.saturating_sub(quiet_since.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            let mut p = libc::pollfd {
+                fd: self.master.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut p, 1, left.as_millis().max(1) as libc::c_int) };
+            if p.revents != 0 && self.read_output()? > 0 {
+                quiet_since = Instant::now();
+            }
+        }
+        self.end();
+        Ok(())
+    }
+
+    /// Before `ng` stops: the output so far is shown and the terminal gets its modes back.
+    pub fn suspend(&mut self) -> Result<(), ClientError> {
+        self.flush_output()?;
+        if self.state == RelayState::Raw {
+            self.restore();
+            self.state = RelayState::Background;
+        }
+        Ok(())
+    }
+
+    /// Once `ng` runs again (or the relay starts): raw mode if `ng` is in its terminal's
+    /// foreground, the window size copied to the pseudo-terminal.
+    pub fn resume(&mut self) {
+        if self.state != RelayState::Background {
+            return;
+        }
+        copy_size(self.terminal.fd, self.master.as_raw_fd());
+        // SAFETY: plain queries.
+        if unsafe { libc::tcgetpgrp(self.terminal.fd) != libc::getpgrp() } {
+            return;
+        }
+        let mut raw = self.saved;
+        // SAFETY: cfmakeraw edits the copy; tcsetattr applies it to the user's terminal.
+        let set = unsafe {
+            libc::cfmakeraw(&mut raw);
+            libc::tcsetattr(self.terminal.fd, libc::TCSANOW, &raw)
+        };
+        if set == 0 {
+            self.state = RelayState::Raw;
+        }
+    }
+
+    /// The user's terminal changed size: the pseudo-terminal takes it (the kernel sends
+    /// SIGWINCH to its foreground process group).
+    pub fn resize(&self) {
+        if self.relaying() {
+            copy_size(self.terminal.fd, self.master.as_raw_fd());
+        }
+    }
+
+    /// The relay is over: the terminal gets its modes back.
+    fn end(&mut self) {
+        if self.state == RelayState::Raw {
+            self.restore();
+        }
+        self.state = RelayState::Ended;
+    }
+
+    fn restore(&self) {
+        // SAFETY: putting back the modes read at start. TCSADRAIN: the output written in
+        // raw mode is shown before the terminal processes output again.
+        unsafe { libc::tcsetattr(self.terminal.fd, libc::TCSADRAIN, &self.saved) };
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_terminal_means_no_relay() {
+        assert!(Terminal::detect([false; 3]).is_none());
+    }
+
+    /// A pseudo-terminal pair standing for the user's terminal: (its master, the
+    /// [`Terminal`] on its slave).
+    fn user_terminal() -> (OwnedFd, Terminal) {
+        // SAFETY: plain system calls on descriptors owned at once.
+        unsafe {
+            let master = OwnedFd::from_raw_fd(
+                check(libc::posix_openpt(
+                    libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+                ))
+                .unwrap(),
+            );
+            check(libc::unlockpt(master.as_raw_fd())).unwrap();
+            let slave = OwnedFd::from_raw_fd(
+                check(libc::ioctl(
+                    master.as_raw_fd(),
+                    libc::TIOCGPTPEER,
+                    libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+                ))
+                .unwrap(),
+            );
+            let ws = libc::winsize {
+                ws_row: 33,
+                ws_col: 111,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            };
+            libc::ioctl(slave.as_raw_fd(), libc::TIOCSWINSZ, &ws);
+            let terminal = Terminal {
+                fd: slave.as_raw_fd(),
+                _owned: Some(slave),
+                map: FdMap::new([true; 3]),
+            };
+            (master, terminal)
+        }
+    }
+
+    fn modes(fd: RawFd) -> libc::termios {
+        // SAFETY: tcgetattr fills a termios.
+        unsafe {
+            let mut t: libc::termios = mem::zeroed();
+            check(libc::tcgetattr(fd, &mut t)).unwrap();
+            t
+        }
+    }
+
+    fn read_some(fd: RawFd) -> Vec<u8> {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: one pollfd; reading into a live buffer.
+        unsafe {
+            libc::poll(&mut p, 1, 2000);
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            buf.truncate(n.max(0) as usize);
+        }
+        buf
+    }
+
+    #[test]
+    fn the_pseudo_terminal_starts_with_the_terminals_modes_and_size() {
+        let (_user, terminal) = user_terminal();
+        let user_fd = terminal.fd;
+        let (relay, slave) = terminal.open_pty().unwrap();
+        let (want, got) = (modes(user_fd), modes(slave.as_raw_fd()));
+        assert_eq!(
+            (got.c_lflag, got.c_iflag, got.c_oflag),
+            (want.c_lflag, want.c_iflag, want.c_oflag)
+        );
+        // SAFETY: TIOCGWINSZ fills a winsize.
+        let ws = unsafe {
+            let mut ws: libc::winsize = mem::zeroed();
+            libc::ioctl(slave.as_raw_fd(), libc::TIOCGWINSZ, &mut ws);
+            ws
+        };
+        assert_eq!((ws.ws_col, ws.ws_row), (111, 33));
+        assert_eq!(relay.state, RelayState::Offered);
+        assert!(!relay.relaying());
+    }
+
+    #[test]
+    fn output_is_relayed_and_the_end_restores_nothing_it_did_not_change() {
+        let (user, terminal) = user_terminal();
+        let user_fd = terminal.fd;
+        let before = modes(user_fd);
+        let (mut relay, slave) = terminal.open_pty().unwrap();
+        relay.start().unwrap();
+        // Not our controlling terminal: output only, the terminal's modes untouched.
+        assert_eq!(relay.state, RelayState::Background);
+        let text = b"hello\n";
+        // SAFETY: writing from a live slice.
+        unsafe { libc::write(slave.as_raw_fd(), text.as_ptr().cast(), text.len()) };
+        drop(slave);
+        relay.drain().unwrap();
+        assert_eq!(relay.state, RelayState::Ended);
+        // The pseudo-terminal turned \n into \r\n (its modes are the terminal's); the
+        // user's terminal did it once more.
+        assert_eq!(read_some(user.as_raw_fd()), b"hello\r\r\n");
+        assert_eq!(modes(user_fd).c_lflag, before.c_lflag);
+    }
+
+    #[test]
+    fn raw_mode_is_left_on_suspend_and_on_drop() {
+        let (_user, terminal) = user_terminal();
+        // A copy to look at the modes with once the relay (and its descriptor) is gone.
+        let user = terminal._owned.as_ref().unwrap().try_clone().unwrap();
+        let user_fd = user.as_raw_fd();
+        let before = modes(user_fd);
+        let (mut relay, _slave) = terminal.open_pty().unwrap();
+        relay.start().unwrap();
+        // As `resume` does in the foreground (here the terminal is no process's).
+        let mut raw = before;
+        // SAFETY: cfmakeraw edits a copy; tcsetattr applies it.
+        unsafe {
+            libc::cfmakeraw(&mut raw);
+            libc::tcsetattr(user_fd, libc::TCSANOW, &raw);
+        }
+        relay.state = RelayState::Raw;
+        relay.suspend().unwrap();
+        assert_eq!(relay.state, RelayState::Background);
+        assert_eq!(modes(user_fd).c_lflag, before.c_lflag);
+        // SAFETY: as above.
+        unsafe { libc::tcsetattr(user_fd, libc::TCSANOW, &raw) };
+        relay.state = RelayState::Raw;
+        drop(relay);
+        assert_eq!(modes(user_fd).c_lflag, before.c_lflag);
+    }
+}

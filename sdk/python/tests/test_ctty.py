@@ -1,0 +1,123 @@
+"""A controlling terminal for fork-mode commands (`ctty`, docs/ngw.md 15.7): the driver
+plays ngd and passes a pseudo-terminal after the client's descriptors, with
+`NGW_CLIENT_PTY`; the worker answers `t ctty`, and the command runs with it as its
+controlling terminal, in the foreground process group, under a session leader that
+stands for it (signals, stops, exit)."""
+
+import json
+import os
+import random
+import sys
+import time
+import unittest
+
+import driver
+from support import BASIC, client_env
+from test_exact import WorkerCase, read_all
+
+FEATURES = "notices,fds,ctty,signals,stdin-window"
+
+
+class ControllingTerminal(WorkerCase):
+    features = FEATURES
+
+    def setUp(self):
+        self.master, self.slave = os.openpty()
+        self.r, self.wr = os.pipe()
+
+    def tearDown(self):
+        for fd in (self.master, self.slave, self.r, self.wr):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def run_on_pty(self, command, args=(), pty_map="1,2", **kw):
+        """`command` with a pipe on fd 0, the "client's terminal" (a pipe here too: the
+        worker must replace it) on fds 1 and 2, and the pseudo-terminal."""
+        return self.w.run(command, list(args), env=client_env(),
+                          fds=[self.r, self.wr, self.wr, self.slave], fd_map="0,1,2",
+                          extra=[("NGW_CLIENT_PTY", pty_map)], **kw)
+
+    def probe(self, **kw):
+        path = os.path.join(self.tmp, "probe-%d.json" % random.getrandbits(32))
+        r = self.run_on_pty("fprobe", [path, "hello"], **kw)
+        self.assertEqual(r.code, 0, r)
+        with open(path) as f:
+            return r, json.load(f)
+
+    def test_hello_lists_ctty(self):
+        self.assertIn("ctty", self.hello["features"])
+
+    def test_no_ctty_without_signals(self):
+        w = driver.Worker([sys.executable, BASIC], host_features="fds,ctty")
+        try:
+            self.assertNotIn("ctty", w.hello()["features"])
+            w.quit()
+        finally:
+            w.close()
+
+    def test_the_pseudo_terminal_is_the_controlling_terminal(self):
+        r, got = self.probe()
+        self.assertEqual(r.taken, b"ctty")
+        self.assertEqual(r.sends, 0)
+        self.assertEqual(got["isatty"], [False, True, True])
+        self.assertEqual(got["foreground"], [None, True, True])
+        self.assertTrue(got["dev_tty"])
+        # A process group of its own, in a session whose leader is not the command.
+        self.assertEqual(got["pgid"], got["pid"])
+        self.assertNotEqual(got["sid"], got["pid"])
+        self.assertEqual(got["std_none"], [False, False, False])
+        self.assertEqual(read_all(self.master, until=b"\n"), b"hello\r\n")
+
+    def test_a_map_that_is_not_passed_is_relayed(self):
+        r = self.w.run("fprobe", ["/dev/null"], env=client_env(),
+                       fds=[self.wr, self.wr, self.slave], fd_map="1,2",
+                       extra=[("NGW_CLIENT_PTY", "0")])
+        self.assertEqual(r.taken, b"relay")
+
+    def test_a_stop_is_reported_and_continued(self):
+        r = self.run_on_pty("fstop", continue_stops=True)
+        self.assertEqual(r.taken, b"ctty")
+        self.assertEqual(r.stops, ["SIGTSTP"])
+        self.assertEqual(r.raw_exit, b"0\n")
+        self.assertEqual(read_all(self.master, until=b"resumed\r\n"),
+                         b"stopping\r\nresumed\r\n")
+
+    def test_exit_codes_and_deaths_pass_through_the_leader(self):
+        for mode, raw in (("osexit", b"9\n"), ("kill", b"137 SIGKILL\n"),
+                          ("kbint", b"130 SIGINT\n")):
+            r = self.run_on_pty("fexit", [mode])
+            self.assertEqual((r.taken, r.raw_exit), (b"ctty", raw), mode)
+
+    def test_group_signals_reach_the_command(self):
+        r = self.run_on_pty("fcatch", interrupt="SIGINT", interrupt_after=1.0)
+        self.assertEqual(r.raw_exit, b"3\n")
+
+    def test_no_descriptor_leaks(self):
+        def kinds():
+            # The spare's socket and pipes may have other numbers: the same kinds, as many
+            # of each (as in test_exact).
+            return sorted(v.split(":")[0] for v in driver.open_fds(self.w.proc.pid).values())
+
+        self.probe()
+        time.sleep(0.3)  # the spare is forked once the last child is reaped
+        before = kinds()
+        for _ in range(5):
+            self.probe()
+        time.sleep(0.3)
+        self.assertEqual(kinds(), before)
+        # Nobody (worker, leader, command) kept the pseudo-terminal: its master sees EIO
+        # once the test's own slave is closed.
+        read_all(self.master, timeout=0.5)
+        os.close(self.slave)
+        self.slave = -1
+        self.assertEqual(read_all(self.master, timeout=2.0), b"")
+
+
+class ControllingTerminalWithoutSpare(ControllingTerminal):
+    prefork = "0"
+
+
+if __name__ == "__main__":
+    unittest.main()
