@@ -83,7 +83,8 @@ both_clients! {
     }
 }
 
-/// On a terminal, the warm program gets the terminal itself: `System.console()` exists.
+/// On a terminal, the warm program gets a terminal of its own as cold: `System.console()`
+/// exists and `/dev/tty` opens (the pseudo-terminal our `ng` relays, `ctty`).
 #[test]
 fn exact_on_a_terminal() {
     let server = probe_server();
@@ -122,6 +123,7 @@ fn exact_on_a_terminal() {
         };
         let (c, w) = (lines(&cold), lines(&warm));
         assert!(c.iter().any(|l| l == "console=true"), "cold: {cold}");
+        assert!(c.iter().any(|l| l == "devtty=opens"), "cold: {cold}");
         assert_eq!(c, w, "cold:\n{cold}\nwarm:\n{warm}");
     }
 }

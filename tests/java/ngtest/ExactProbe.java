@@ -7,7 +7,8 @@ import java.nio.file.Path;
 /**
  * A plain `main` that prints what a JVM run exactly as cold must see: its arguments, the
  * environment entry `PROBE`, `user.dir`, relative paths made absolute (`File` and `Path`),
- * a static counter (always 1 in a fresh JVM), whether `System.console()` exists, and, with
+ * a static counter (always 1 in a fresh JVM), whether `System.console()` exists, whether
+ * `/dev/tty` opens (a controlling terminal), and, with
  * the argument `stdin`, how many bytes stdin held. The argument `exit=N` exits with N.
  */
 public class ExactProbe {
@@ -22,6 +23,13 @@ public class ExactProbe {
         System.out.println("path=" + Path.of("rel").toAbsolutePath());
         System.out.println("runs=" + runs);
         System.out.println("console=" + (System.console() != null));
+        String tty;
+        try (java.io.FileOutputStream t = new java.io.FileOutputStream("/dev/tty")) {
+            tty = "opens";
+        } catch (IOException e) {
+            tty = e.getMessage();
+        }
+        System.out.println("devtty=" + tty);
         for (String a : args) {
             if (a.equals("stdin")) {
                 System.out.println("stdin=" + System.in.readAllBytes().length);
