@@ -26,6 +26,73 @@ public final class Fingerprint {
         return hash(classpath, true);
     }
 
+    /**
+     * Watches what a running JVM holds of a class path: its jars, and the class files of the
+     * classes loaded from its directories (the other files of a directory, a build's outputs
+     * say, do not make the JVM stale). A class file is watched from the first check after
+     * its class was loaded; with no instrumentation, every file under the directories is.
+     */
+    public static final class Watch {
+        private final List<String> classpath;
+        private final java.lang.instrument.Instrumentation inst;
+        private final long jars;
+        private final long all;
+        private final java.util.Map<Path, Long> stamps = new java.util.HashMap<>();
+        private final java.util.Set<Path> dirs = new java.util.HashSet<>();
+
+        public Watch(List<String> classpath, java.lang.instrument.Instrumentation inst) {
+            this.classpath = classpath;
+            this.inst = inst;
+            this.jars = jars(classpath);
+            this.all = inst == null ? of(classpath) : 0;
+            for (String entry : classpath) {
+                Path p = Path.of(entry).toAbsolutePath().normalize();
+                if (Files.isDirectory(p)) {
+                    dirs.add(p);
+                }
+            }
+        }
+
+        /** True when a jar changed (a {@code stat} each: cheap enough for every session). */
+        public boolean jarsChanged() {
+            return jars(classpath) != jars;
+        }
+
+        /** True when a jar or a watched class file changed. */
+        public synchronized boolean changed() {
+            if (jarsChanged()) {
+                return true;
+            }
+            if (inst == null) {
+                return of(classpath) != all;
+            }
+            if (dirs.isEmpty()) {
+                return false;
+            }
+            for (Class<?> c : inst.getAllLoadedClasses()) {
+                try {
+                    java.security.CodeSource cs = c.getProtectionDomain().getCodeSource();
+                    if (cs == null || cs.getLocation() == null || !"file".equals(cs.getLocation().getProtocol())) {
+                        continue;
+                    }
+                    Path dir = Path.of(cs.getLocation().toURI()).toAbsolutePath().normalize();
+                    if (dirs.contains(dir) && !c.isArray() && !c.isHidden()) {
+                        Path f = dir.resolve(c.getName().replace('.', '/') + ".class");
+                        stamps.computeIfAbsent(f, x -> file(0, x));
+                    }
+                } catch (RuntimeException | java.net.URISyntaxException e) {
+                    // A class with no usable location is not from the class path.
+                }
+            }
+            for (java.util.Map.Entry<Path, Long> e : stamps.entrySet()) {
+                if (file(0, e.getKey()) != e.getValue()) {
+                    return true;
+                }
+            }
+            return false;
+        }
+    }
+
     /** The fingerprint of {@code classpath}'s files (jars), directories left out. */
     public static long jars(List<String> classpath) {
         return hash(classpath, false);

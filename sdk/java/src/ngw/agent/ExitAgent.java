@@ -25,10 +25,18 @@ import java.util.jar.JarFile;
 public final class ExitAgent {
     private static final String HOOK = "ngw/boot/ExitHook";
 
+    private static volatile Instrumentation instrumentation;
+
     private ExitAgent() {}
+
+    /** The JVM's instrumentation, once the agent has run (the worker lists loaded classes). */
+    public static Instrumentation instrumentation() {
+        return instrumentation;
+    }
 
     /** The agent's entry point. */
     public static void premain(String args, Instrumentation inst) {
+        instrumentation = inst;
         try {
             install(inst);
         } catch (Exception | LinkageError e) {

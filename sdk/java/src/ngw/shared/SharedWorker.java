@@ -45,8 +45,8 @@ public final class SharedWorker implements NailSession.WorkerView {
     public static final int MAX_CHUNK = 16 * 1024 * 1024;
     /** Sessions at once on one worker, with {@code mux}. */
     public static final int MAX_SESSIONS = 64;
-    /** How often the classpath is checked for changes between sessions. */
-    private static final long STALE_POLL_MS = 250;
+    /** How often the loaded classes' files are checked for changes. */
+    private static final long STALE_POLL_MS = 500;
 
     private final Options options;
     private final ChunkReader reader;
@@ -57,8 +57,7 @@ public final class SharedWorker implements NailSession.WorkerView {
     private final Map<Long, Header> headers = new HashMap<>();
     private final SortedMap<String, String> aliases = new TreeMap<>();
     private final Map<String, long[]> stats = new TreeMap<>();
-    private final long fingerprint;
-    private final long jarFingerprint;
+    private final Fingerprint.Watch code;
     private volatile boolean stale;
     private volatile boolean retiring;
     private volatile boolean quitting;
@@ -80,8 +79,7 @@ public final class SharedWorker implements NailSession.WorkerView {
         this.notices = hostFeatures.contains("notices");
         this.writer = new ChunkWriter(channelOut, mux);
         this.aliases.putAll(options.aliases);
-        this.fingerprint = Fingerprint.of(options.classpath);
-        this.jarFingerprint = Fingerprint.jars(options.classpath);
+        this.code = new Fingerprint.Watch(options.classpath, ngw.agent.ExitAgent.instrumentation());
     }
 
     /** The hello's commands: what ngd configured (NGW_COMMANDS), else the aliases. */
@@ -304,7 +302,7 @@ public final class SharedWorker implements NailSession.WorkerView {
      * #STALE_POLL_MS}).
      */
     private ClassLoader loaderForSession() {
-        if (!stale && Fingerprint.jars(options.classpath) != jarFingerprint) {
+        if (!stale && code.jarsChanged()) {
             markStale();
         }
         if (!stale) {
@@ -359,7 +357,7 @@ public final class SharedWorker implements NailSession.WorkerView {
                 } catch (InterruptedException e) {
                     return;
                 }
-                if (Fingerprint.of(options.classpath) != fingerprint) {
+                if (code.changed()) {
                     markStale();
                 }
             }
@@ -392,6 +390,11 @@ public final class SharedWorker implements NailSession.WorkerView {
         }
     }
 
+    /**
+     * Takes no new session. With {@code notices}, ngd is told and sends {@code q} once this
+     * worker's sessions are over (so a session already on its way is still served); without,
+     * the worker exits once it has none.
+     */
     @Override
     public synchronized void retire(String reason) {
         if (retiring) {
@@ -400,9 +403,9 @@ public final class SharedWorker implements NailSession.WorkerView {
         retiring = true;
         if (notices) {
             notice("retire", reason);
-        } else {
-            quitting = true;
+            return;
         }
+        quitting = true;
         if (sessions.isEmpty()) {
             exitWorker(0);
         }
@@ -412,7 +415,7 @@ public final class SharedWorker implements NailSession.WorkerView {
     void sessionEnded(Session s) {
         sessions.remove(s.id());
         count(s.command(), 0, -1);
-        if ((quitting || retiring) && sessions.isEmpty()) {
+        if (quitting && sessions.isEmpty()) {
             exitWorker(0);
         }
     }
