@@ -26,6 +26,8 @@ import java.util.Map;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 
 import ngw.Options;
 import ngw.wire.Chunk;
@@ -54,6 +56,12 @@ public final class ExactWorker {
     private final Map<Long, Run> runs = new ConcurrentHashMap<>();
     private final Map<Long, Run> headers = new LinkedHashMap<>();
     private final Spares spares;
+    /** Runs each session's launcher and waiter (threads kept for the next session). */
+    private final ExecutorService launchers = Executors.newCachedThreadPool(r -> {
+        Thread t = new Thread(r, "ngw-launch");
+        t.setDaemon(true);
+        return t;
+    });
     private final String java;
     private volatile boolean quitting;
     private long selected;
@@ -303,9 +311,7 @@ public final class ExactWorker {
         if (r.cwd == null) {
             r.cwd = Posix.raw(System.getProperty("user.dir"));
         }
-        Thread t = new Thread(() -> launch(r), "ngw-launch-" + r.id);
-        t.setDaemon(true);
-        t.start();
+        launchers.execute(() -> launch(r));
     }
 
     /** Starts the session's process (a spare, else cold), then waits for it. */

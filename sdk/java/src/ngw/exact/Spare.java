@@ -47,6 +47,7 @@ public final class Spare {
         Class<?> c = Class.forName(mainClass, false, ClassLoader.getSystemClassLoader());
         MethodHandle main = MethodHandles.publicLookup().findStatic(c, "main",
                 MethodType.methodType(void.class, String[].class));
+        rehearse();
         Posix.writeAll(FD, new byte[] {'r'});
         // JNA has read it: a cold JVM has no such property.
         System.clearProperty("jna.encoding");
@@ -75,6 +76,54 @@ public final class Spare {
             ngw.Traces.trim(t, mainClass, "main");
             throw t;
         }
+    }
+
+    /**
+     * Runs, on nothing that matters, the code a session will run first: this spare's own
+     * hand-over (a request parsed, strings decoded, the platform calls) and what nearly every
+     * program does first (printing, string concatenation, formatting). A spare is otherwise
+     * a JVM that has run nothing, and the first run of each path costs milliseconds in the
+     * interpreter, class loading and {@code invokedynamic} bootstraps. No state the program
+     * can see changes: the output goes nowhere, the umask is set back.
+     */
+    private static void rehearse() throws IOException {
+        java.io.ByteArrayOutputStream req = new java.io.ByteArrayOutputStream();
+        for (String[] c : new String[][] {{"M", "0,1,2"}, {"A", "x"}, {"E", "A=b"}, {"U", "22"}, {"I", "SIGHUP"},
+                {"C", ""}}) {
+            byte[] b = c[1].getBytes(StandardCharsets.ISO_8859_1);
+            req.write(b.length >>> 24);
+            req.write(b.length >>> 16);
+            req.write(b.length >>> 8);
+            req.write(b.length);
+            req.write(c[0].charAt(0));
+            req.write(b, 0, b.length);
+        }
+        Request r = parse(req.toByteArray(), new int[0]);
+        Map<String, String> m = new LinkedHashMap<>();
+        if (r != null) {
+            r.env().forEach((k, v) -> m.put(Posix.decoded(k), Posix.decoded(v)));
+            r.args().stream().map(Posix::decoded).toArray(String[]::new);
+        }
+        int old = Posix.umask(0);
+        Posix.umask(old);
+        java.io.PrintStream p = new java.io.PrintStream(java.io.OutputStream.nullOutputStream(), true,
+                java.nio.charset.Charset.defaultCharset());
+        int n = m.size();
+        long l = n + 1L;
+        String s = String.valueOf(l);
+        p.println("run " + n);
+        p.println(s + " " + l + " " + n + " " + s);
+        p.println(s + n);
+        p.print(n);
+        p.print(1.5);
+        p.printf("%s %d%n", s, n);
+        p.println(String.format("%5.2f", 1.5));
+        p.println(String.join(" ", s, s));
+        p.flush();
+        StringBuilder b = new StringBuilder().append(s).append(n).append(l);
+        p.println(b);
+        System.setProperty("ngw.spare.rehearsal", s);
+        System.clearProperty("ngw.spare.rehearsal");
     }
 
     /** Sets the session's state; the reason the session must run cold, or null. */
