@@ -172,15 +172,16 @@ fn disconnect(cmd: ClientCmd, dir: &Path) {
     running.wait_for_stdout("ready", Duration::from_secs(30));
     send_signal(running.pid(), libc::SIGTERM);
     let _ = running.wait();
+    // The listener creates the file, then writes it: wait for its whole line.
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !marker.exists() {
+    while std::fs::read_to_string(&marker).unwrap_or_default() != "disconnected\n" {
         assert!(
             Instant::now() < deadline,
-            "the disconnect listener never ran"
+            "the disconnect listener never wrote its line: {:?}",
+            std::fs::read_to_string(&marker)
         );
         thread::sleep(Duration::from_millis(20));
     }
-    eqnice!("disconnected\n", std::fs::read_to_string(&marker).unwrap());
 }
 
 both_clients! {
