@@ -152,28 +152,19 @@ public final class ExactWorker {
     }
 
     private void hello(List<String> commands, String error) {
-        Map<String, Object> h = new LinkedHashMap<>();
-        h.put("protocol", 1);
-        h.put("pid", ProcessHandle.current().pid());
-        if (error != null) {
-            h.put("error", error);
-        } else {
-            h.put("commands", commands);
+        try {
+            if (error != null) {
+                ngw.wire.Hello.refuse(writer, error);
+                return;
+            }
             List<String> features = new ArrayList<>(List.of("interrupt", "fork"));
             for (String f : List.of("mux", "notices", "fds", "signals", "ctty")) {
                 if (host.contains(f)) {
                     features.add(f);
                 }
             }
-            h.put("features", features);
-            h.put("max_sessions", mux ? MAX_SESSIONS : 1);
-            h.put("max_chunk", MAX_CHUNK);
-            h.put("kill_grace_ms", options.killGraceMs);
-        }
-        h.put("sdk", "ngw-java/0.1.0");
-        h.put("runtime", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));
-        try {
-            writer.control(Chunk.HELLO, Json.object(h).getBytes(StandardCharsets.UTF_8));
+            ngw.wire.Hello.ready(writer, commands, features, mux ? MAX_SESSIONS : 1, MAX_CHUNK, options.killGraceMs,
+                    Map.of());
         } catch (IOException e) {
             exit(2);
         }

@@ -152,13 +152,11 @@ public final class SharedWorker implements NailSession.WorkerView {
     }
 
     private void hello(List<String> commands, String error) {
-        Map<String, Object> h = new LinkedHashMap<>();
-        h.put("protocol", 1);
-        h.put("pid", ProcessHandle.current().pid());
-        if (error != null) {
-            h.put("error", error);
-        } else {
-            h.put("commands", commands);
+        try {
+            if (error != null) {
+                ngw.wire.Hello.refuse(writer, error);
+                return;
+            }
             List<String> features = new ArrayList<>();
             features.add("interrupt");
             if (mux) {
@@ -167,18 +165,8 @@ public final class SharedWorker implements NailSession.WorkerView {
             if (notices) {
                 features.add("notices");
             }
-            h.put("features", features);
-            h.put("max_sessions", mux ? MAX_SESSIONS : 1);
-            h.put("max_chunk", MAX_CHUNK);
-            h.put("kill_grace_ms", options.killGraceMs);
-            if (options.mode == Options.Mode.NAILS) {
-                h.put("class_names", true);
-            }
-        }
-        h.put("sdk", "ngw-java/0.1.0");
-        h.put("runtime", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));
-        try {
-            writer.control(Chunk.HELLO, Json.object(h).getBytes(StandardCharsets.UTF_8));
+            ngw.wire.Hello.ready(writer, commands, features, mux ? MAX_SESSIONS : 1, MAX_CHUNK, options.killGraceMs,
+                    options.mode == Options.Mode.NAILS ? Map.of("class_names", true) : Map.of());
         } catch (IOException e) {
             exitWorker(2);
         }
