@@ -14,6 +14,7 @@ import socket
 import sys
 import termios
 import threading
+import time
 
 from .. import _adaptive, _argv, _exact, _pages, _pyexit
 from .._context import Context
@@ -297,7 +298,18 @@ class Child:
         that: it forwards the worker's signals and reports the command's stops and its
         end (`_lead`), and never returns."""
         os.setsid()
-        fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
+        # A terminal is one session's at a time: the leader of an earlier session on the
+        # same pseudo-terminal may still be exiting (the command's end is reported before
+        # its leader is gone). Wait for it, briefly.
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
+                break
+            except PermissionError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
         leader = os.getpid()
         pid = os.fork()
         if pid == 0:
