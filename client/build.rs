@@ -28,7 +28,7 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn main() {
+pub fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CC");
     println!("cargo:rerun-if-env-changed=NG_LINK_DYNAMIC");
