@@ -543,5 +543,36 @@ class EnvironmentReaders(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+
+class Verdicts(unittest.TestCase):
+    """A learned import's verdict: its reason for people, whether only a start preloads
+    it, and its form on a probe's pipe (one line's field, whatever the detail holds)."""
+
+    def test_reasons_and_at_start(self):
+        kind = _adaptive.Misbehaviour
+        cases = [
+            (_adaptive.Verdict(kind.IMPORT_FAILED, "boom"), "its import failed (boom)", False),
+            (_adaptive.Verdict(kind.CHECK_FAILED, "x"), "its check failed (x)", False),
+            (_adaptive.Verdict(kind.WARNED, "careful"), "it printed a warning (careful)",
+             False),
+            (_adaptive.Verdict(kind.CHANGED_ENV), "it changed the environment", False),
+            (_adaptive.Verdict(kind.STARTED_THREAD), "it started a thread", False),
+            (_adaptive.Verdict(kind.READ_ENV, "HOME, LANG"), "it read HOME, LANG", True),
+            (_adaptive.Verdict(kind.ASKED_TTY), "it asked whether a stream is a terminal",
+             True),
+        ]
+        for verdict, reason, at_start in cases:
+            self.assertEqual((verdict.reason, verdict.at_start), (reason, at_start))
+
+    def test_the_pipe_form_is_one_field_and_reads_back(self):
+        self.assertIsNone(_adaptive.Verdict.decode(""))
+        for detail in ("", "50%s done", "two\nlines\tand a tab \\ \udcff"):
+            verdict = _adaptive.Verdict(_adaptive.Misbehaviour.IMPORT_FAILED, detail)
+            field = verdict.encode()
+            self.assertNotIn("\n", field)
+            self.assertNotIn("\t", field)
+            self.assertEqual(_adaptive.Verdict.decode(field), verdict)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -51,6 +51,8 @@ a slice of at most about `PATTERN_SLICE` seconds at a time and only while nothin
 waits, until it says it is done; then the worker freezes the heap and forks a new spare.
 """
 
+import dataclasses
+import enum
 import fcntl
 import hashlib
 import json
@@ -78,6 +80,84 @@ _SETTLE = 8  # known entries in a row that end a child's look for new ones
 
 
 _metadata_warmed = []  # the sys.path of the last warm_metadata lookup
+
+
+@dataclasses.dataclass(frozen=True)
+class Learned:
+    """What a fork-mode child's report is measured against (`child_report`): the modules
+    the zygote has, the installation's roots, the report pipe's path, and the keys of the
+    patterns in the zygote's `re` cache."""
+
+    modules: frozenset
+    roots: tuple
+    report_path: str
+    patterns: object
+
+    @classmethod
+    def now(cls, roots, report_path):
+        """What the zygote has now."""
+        return cls(frozenset(sys.modules), roots, report_path, cached_patterns())
+
+    def with_modules(self):
+        """After the zygote imported modules (and compiled their patterns)."""
+        return dataclasses.replace(self, modules=frozenset(sys.modules),
+                                   patterns=cached_patterns())
+
+    def with_patterns(self):
+        """After the zygote compiled patterns."""
+        return dataclasses.replace(self, patterns=cached_patterns())
+
+    def report(self):
+        """In a child before it exits: what it imported and compiled that the zygote
+        lacks, to the worker."""
+        child_report(self.modules, self.roots, self.report_path, self.patterns)
+
+
+class Misbehaviour(enum.Enum):
+    """What a module's import did that a preload must not (the reason's text, `%s` where
+    the verdict's detail goes)."""
+
+    IMPORT_FAILED = "its import failed (%s)"
+    CHECK_FAILED = "its check failed (%s)"
+    WARNED = "it printed a warning (%s)"
+    CHANGED_ENV = "it changed the environment"
+    STARTED_THREAD = "it started a thread"
+    #: Only a start can preload it: what the import read joins the zygote's key there.
+    READ_ENV = "it read %s"
+    #: Likewise.
+    ASKED_TTY = "it asked whether a stream is a terminal"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Why a module is not preloaded between sessions: what its import did, and the
+    detail (the error, the warning, the variables read)."""
+
+    kind: Misbehaviour
+    detail: str = ""
+
+    @property
+    def at_start(self):
+        """Whether the module is preloaded at the next start instead (docs/ngw.md 12.5)."""
+        return self.kind in (Misbehaviour.READ_ENV, Misbehaviour.ASKED_TTY)
+
+    @property
+    def reason(self):
+        """The verdict for people: "it read HOME, LANG"."""
+        text = self.kind.value
+        return text % (self.detail,) if "%s" in text else text
+
+    def encode(self):
+        """The verdict as one line's field, for a probe's pipe (`decode` reads it)."""
+        return "%s %s" % (self.kind.name, json.dumps(self.detail))
+
+    @staticmethod
+    def decode(field):
+        """The verdict `encode` wrote, or None for an empty field (the module behaved)."""
+        if not field:
+            return None
+        name, _, detail = field.partition(" ")
+        return Verdict(Misbehaviour[name], json.loads(detail))
 
 
 def warm_metadata():

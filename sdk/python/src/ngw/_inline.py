@@ -287,14 +287,14 @@ class _InRaw(io.RawIOBase):
 class InlineRunner:
     """Runs non-fork commands. One per worker; must be used from the main thread."""
 
-    def __init__(self, log):
+    def __init__(self, log, signals=False, stdin_window=False):
         self.log = log
         self._pending = None  # (signum, reason) waiting to be raised in the main thread
         self._armed = False
         self._pump = None  # the running session's
         self._main = threading.main_thread().ident
-        self.signals_on = False  # `signals` negotiated: X stays a code in-process
-        self.stdin_window = False  # `stdin-window` negotiated (docs/ngw.md 15.6)
+        self.signals_on = signals  # `signals` negotiated: X stays a code in-process
+        self.stdin_window = stdin_window  # `stdin-window` negotiated (docs/ngw.md 15.6)
         # One wakeup pipe for all sessions' I/O threads (no per-session descriptors).
         self._wake = os.pipe()
         for fd in self._wake:

@@ -60,7 +60,25 @@ class Worker:
     """A set of commands and the loop that serves them over the ngw channel."""
 
     def __init__(self):
-        self.commands = {}
+        self.commands = {}  # name -> Command
+        # Set by serve(), before the hello:
+        self.notices = None  # _exact.Notices
+        self._chan = None  # the channel to ngd
+        self._conditions = None  # _exact.Conditions: the zygote's key, when sessions run cold
+        self._learner = None  # _adaptive.Learner, with adaptive preloading
+        self._code = None  # _stale.CodeWatch over the loaded code's files
+        self._umask = 0
+        self._inline = None  # _inline.InlineRunner, with in-process commands
+        self._fork = None  # _fork.ForkRunner, with fork-mode commands
+        self._fds = False  # sessions may bring the client's descriptors (docs/ngw.md 15.4)
+        self._ctty = False  # ... and a pseudo-terminal to make the controlling terminal (15.7)
+        self._zygotes = None  # _zygotes.Zygotes: the sub-zygotes for other keys
+        # Between sessions:
+        self._header = HeaderBuilder()  # the session header being read (_loop)
+        self._idle_since = time.monotonic()
+        self._retiring = None  # why this worker retires (ngd replaces it), or None
+        self._restart_due = False  # modules to preload from the next start were learned
+        self._after_due = False  # after_imports functions have work since the last import
 
     def command(self, name, *, fork=False, argv0=None, cold=None, check=None):
         """Decorator registering `fn(ctx)` as command `name`.
@@ -99,10 +117,45 @@ class Worker:
         key = _zygotes.as_sub_zygote()  # another worker's zygote for that key, or None
         if key is not None:
             _LOG_PREFIX[0] = "ngw (zygote for %s): " % key
-        chan = _open_channel(max_chunk)
+        chan = self._chan = _open_channel(max_chunk)
         env_before = dict(os.environ)
-        conditions = _exact.Conditions(env_before)
-        self._learner = None
+        self._conditions = _exact.Conditions(env_before)
+        self._preload(preload, learn, env_before)
+        if not self.commands:
+            _refuse(chan, "no commands registered")
+        for line in _argv.scan():
+            log("ngw: a preloaded module copied argv; re-pointed in each session: %s" % line)
+        offered = _exact.host_features()
+        self.notices = _exact.Notices(chan, log, offered)
+        self._idle_since = time.monotonic()
+        self._code = _stale.CodeWatch(log)
+        self._code.record()
+        self._umask = _current_umask()
+        self._start_runners(kill_grace, prefork, offered, _env_delta(env_before, os.environ))
+        hello = self._hello(key, kill_grace, offered)
+        # Sessions with another key than this zygote's go to a zygote for theirs.
+        self._zygotes = _zygotes.Zygotes(log, self._conditions, self.notices, env_before,
+                                         offered & set(hello["features"]),
+                                         enabled=self._fork is not None and key is None,
+                                         private_fds=getattr(self._fork, "private_fds", None))
+        chan.send(_wire.HELLO, json.dumps(hello, separators=(",", ":")).encode())
+        try:
+            status = self._loop(chan)
+        except _wire.ProtocolError as e:
+            log("ngw: protocol error: %s; exiting" % e)
+            status = EXIT_PROTOCOL
+        finally:
+            self._zygotes.shutdown()
+            if self._fork is not None:
+                self._fork.shutdown()
+        chan.flush_all(timeout=5)
+        chan.close()
+        sys.exit(status)
+
+    def _preload(self, preload, learn, env_before):
+        """Imports the configured preloads, then what earlier sessions taught the learner,
+        while the recorder notes what the imports read: that becomes the zygote's key."""
+        conditions = self._conditions
         if learn and any(c.fork for c in self.commands.values()):
             self._learner = _adaptive.Learner(log, _adaptive.cache_path(sys.argv))
             if self._learner.report_path is None:
@@ -121,37 +174,10 @@ class Worker:
                 log(traceback.format_exc())
                 what = "cannot import %r" % item if not callable(item) else getattr(
                     item, "description", repr(item))
-                _refuse(chan, "preload failed: %s: %s" % (what, detail))
+                _refuse(self._chan, "preload failed: %s: %s" % (what, detail))
         warnings.showwarning = shown
         if self._learner is not None:
-            modules = self._learner.load()
-            # Then the modules that read the environment (or asked isatty) at import: here,
-            # while the recorder runs, what they read becomes part of the zygote's key
-            # exactly as for the configured preloads (docs/ngw.md 12.4, 12.5).
-            at_start, self._learner.at_start = self._learner.at_start, []
-            for name, later in [(n, False) for n in modules] + [(n, True) for n in at_start]:
-                if name in self._learner.excluded:
-                    continue
-                try:
-                    importlib.import_module(name)
-                    (self._learner.at_start if later else self._learner.learned).append(name)
-                except BaseException as e:
-                    log("ngw: learned preload %s failed (%s); left to the children"
-                        % (name, e))
-                    self._learner.excluded.add(name)
-            if self._learner.learned or self._learner.at_start:
-                log("ngw: imported %d modules that earlier sessions imported, %d of them "
-                    "read the environment or asked isatty at import (%s)"
-                    % (len(self._learner.learned) + len(self._learner.at_start),
-                       len(self._learner.at_start), self._learner.path))
-            if self._learner.compile_patterns():
-                if self._learner.patterns:
-                    log("ngw: compiled %d patterns that earlier sessions compiled"
-                        % len(self._learner.patterns))
-                if self._learner.memo_keys:
-                    log("ngw: filled %d memo keys that earlier sessions computed"
-                        % len(self._learner.memo_keys))
-            self._learner.patterns_done, self._learner.patterns_dirty = 0, False
+            self._preload_learned()
         _adaptive.warm_metadata()
         _adaptive.run_after_imports(log)
         recorder.stop()
@@ -161,71 +187,87 @@ class Worker:
                 "values differ runs the cold way" % (
                     ", ".join(sorted(conditions.env_read)) or "no variable",
                     sorted(conditions.tty_asked) or "no descriptor"))
-        if not self.commands:
-            _refuse(chan, "no commands registered")
-        for line in _argv.scan():
-            log("ngw: a preloaded module copied argv; re-pointed in each session: %s" % line)
-        offered = _exact.host_features()
-        self.notices = _exact.Notices(chan, log, offered)
-        self._conditions = conditions
-        self._retiring = None
-        self._restart_due = False  # modules to preload from the next start were learned
-        self._after_due = False  # after_imports functions have work since the last import
-        self._idle_since = time.monotonic()
-        self._code = _stale.CodeWatch(log)
-        self._code.record()
-        self._chan = chan
-        self._header = HeaderBuilder()  # the session header being read (_loop)
-        self._umask = _current_umask()
-        self._inline = None
-        self._fork = None
+
+    def _preload_learned(self):
+        """The modules, patterns and memo keys earlier sessions taught the learner. The
+        modules that read the environment (or asked isatty) at import come last: here,
+        while the recorder runs, what they read becomes part of the zygote's key exactly
+        as for the configured preloads (docs/ngw.md 12.4, 12.5)."""
+        learner = self._learner
+        modules = learner.load()
+        at_start, learner.at_start = learner.at_start, []
+        for name, later in [(n, False) for n in modules] + [(n, True) for n in at_start]:
+            if name in learner.excluded:
+                continue
+            try:
+                importlib.import_module(name)
+                (learner.at_start if later else learner.learned).append(name)
+            except BaseException as e:
+                log("ngw: learned preload %s failed (%s); left to the children" % (name, e))
+                learner.excluded.add(name)
+        if learner.learned or learner.at_start:
+            log("ngw: imported %d modules that earlier sessions imported, %d of them "
+                "read the environment or asked isatty at import (%s)"
+                % (len(learner.learned) + len(learner.at_start), len(learner.at_start),
+                   learner.path))
+        if learner.compile_patterns():
+            if learner.patterns:
+                log("ngw: compiled %d patterns that earlier sessions compiled"
+                    % len(learner.patterns))
+            if learner.memo_keys:
+                log("ngw: filled %d memo keys that earlier sessions computed"
+                    % len(learner.memo_keys))
+        learner.patterns_done, learner.patterns_dirty = 0, False
+
+    def _start_runners(self, kill_grace, prefork, offered, env_delta):
+        """The in-process runner and the fork runner, for the commands that need them; the
+        session extensions (docs/ngw.md 15.4-15.7) they take."""
+        signals = "signals" in offered
+        window = "stdin-window" in offered
         if any(not c.fork for c in self.commands.values()):
             from ._inline import InlineRunner
 
-            self._inline = InlineRunner(log)
+            self._inline = InlineRunner(log, signals=signals, stdin_window=window)
         if any(c.fork for c in self.commands.values()):
-            from ._fork import ForkRunner
+            from ._fork import ForkConfig, ForkRunner
 
-            self._fork = ForkRunner(log, kill_grace, _env_delta(env_before, os.environ),
-                                    prefork=prefork, conditions=conditions,
-                                    notices=self.notices)
-            self._fork.commands = {n: c for n, c in self.commands.items() if c.fork}
-            self._fork.private_fds.append(chan.fileno())
-            self._fork.held_fds = self._held_fds
+            private = [self._chan.fileno()]
             if self._code.fileno() >= 0:
-                self._fork.private_fds.append(self._code.fileno())
+                private.append(self._code.fileno())
+            learning = None
             if self._learner is not None:
-                self._fork.private_fds.extend([self._learner.r, self._learner.w])
-                self._fork.learn = (frozenset(sys.modules), self._learner.roots,
-                                    self._learner.report_path,
-                                    _adaptive.cached_patterns())
-            # Preloaded objects stay out of the collector: fewer copy-on-write faults.
+                private.extend([self._learner.r, self._learner.w])
+                learning = (self._learner.roots, self._learner.report_path)
             if self._inline is not None:
-                self._fork.private_fds.extend(self._inline.private_fds())
+                private.extend(self._inline.private_fds())
+            config = ForkConfig(env_delta=env_delta, prefork=prefork,
+                                conditions=self._conditions, notices=self.notices,
+                                commands={n: c for n, c in self.commands.items() if c.fork},
+                                private_fds=tuple(private), held_fds=self._held_fds,
+                                learning=learning, signals=signals, stdin_window=window)
+            self._fork = ForkRunner(log, kill_grace, config)
+            # Preloaded objects stay out of the collector: fewer copy-on-write faults.
             gc.collect()
             if hasattr(gc, "freeze"):
                 gc.freeze()
-        # Exact-session extensions (docs/ngw.md 15.4-15.7): descriptors only where a
-        # command can take them (fork mode); signals and windowed stdin for every session.
+        # Descriptors only where a command can take them (fork mode); a controlling
+        # terminal (15.7) needs the child's own process group (`signals`).
         self._fds = "fds" in offered and self._fork is not None
-        signals = "signals" in offered
-        # A controlling terminal (15.7) needs the child's own process group (`signals`).
         self._ctty = self._fds and signals and "ctty" in offered
-        window = "stdin-window" in offered
-        for runner in (self._fork, self._inline):
-            if runner is not None:
-                runner.signals_on = signals
-                runner.stdin_window = window
+
+    def _hello(self, key, kill_grace, offered):
+        """The hello (docs/ngw.md 6): what this worker serves and the features it takes."""
         features = ["interrupt"] + (["fork"] if self._fork else []) + (
             ["notices"] if self.notices.enabled else []) + (["fds"] if self._fds else []) + (
             ["ctty"] if self._ctty else []) + (
-            ["signals"] if signals else []) + (["stdin-window"] if window else [])
+            ["signals"] if "signals" in offered else []) + (
+            ["stdin-window"] if "stdin-window" in offered else [])
         hello = {
             "protocol": PROTOCOL,
             "pid": os.getpid(),
             "commands": sorted(self.commands),
             "features": features,
-            "max_chunk": chan.decoder.max_chunk,
+            "max_chunk": self._chan.decoder.max_chunk,
             "kill_grace_ms": int(kill_grace * 1000),
             "sdk": "ngw-python/" + VERSION,
             "runtime": "%s %s" % (platform.python_implementation(), platform.python_version()),
@@ -233,25 +275,8 @@ class Worker:
         if key is not None:
             # For the root only (it reads this hello; ngd never sees it): the key this
             # zygote ended up with, which the interpreter's start-up may have changed.
-            hello[_zygotes.KEY_FIELD] = conditions.key()
-        # Sessions with another key than this zygote's go to a zygote for theirs.
-        self._zygotes = _zygotes.Zygotes(log, conditions, self.notices, env_before,
-                                         offered & set(features),
-                                         enabled=self._fork is not None and key is None,
-                                         private_fds=getattr(self._fork, "private_fds", None))
-        chan.send(_wire.HELLO, json.dumps(hello, separators=(",", ":")).encode())
-        try:
-            status = self._loop(chan)
-        except _wire.ProtocolError as e:
-            log("ngw: protocol error: %s; exiting" % e)
-            status = EXIT_PROTOCOL
-        finally:
-            self._zygotes.shutdown()
-            if self._fork is not None:
-                self._fork.shutdown()
-        chan.flush_all(timeout=5)
-        chan.close()
-        sys.exit(status)
+            hello[_zygotes.KEY_FIELD] = self._conditions.key()
+        return hello
 
     def _recv(self, chan):
         """The next chunk between sessions (None at end of stream); meanwhile reaps the
@@ -325,12 +350,12 @@ class Worker:
                 close_fds(self._held_fds())  # a client's, for the next session
                 for name in batch:
                     try:
-                        bad = self._learn_check(name)
+                        verdict = self._learn_check(name)
                     except BaseException as e:  # noqa: B902
-                        bad = "its check failed (%s)" % e
-                    os.write(w, ("%s\t%s\n" % (name, bad or "")).encode(
-                        "utf-8", "surrogateescape"))
-                    if bad:
+                        verdict = _adaptive.Verdict(_adaptive.Misbehaviour.CHECK_FAILED, str(e))
+                    os.write(w, ("%s\t%s\n" % (name, verdict.encode() if verdict else ""))
+                             .encode("utf-8", "surrogateescape"))
+                    if verdict:
                         # What it loaded is in this probe now: later modules that need it
                         # would look innocent. They wait for the next batch (children
                         # report them again), judged without it.
@@ -363,15 +388,16 @@ class Worker:
         started = time.monotonic()
         done = []
         for line in bytes(buf).decode("utf-8", "surrogateescape").splitlines():
-            name, _, bad = line.partition("\t")
-            if bad.startswith(_AT_START):
+            name, _, field = line.partition("\t")
+            verdict = _adaptive.Verdict.decode(field)
+            if verdict is not None and verdict.at_start:
                 if name not in learner.at_start:
                     learner.at_start.append(name)
                     self._restart_due = True
-                    log("ngw: preloading %s from the next start: %s" % (name, bad))
-            elif bad:
+                    log("ngw: preloading %s from the next start: %s" % (name, verdict.reason))
+            elif verdict is not None:
                 learner.excluded.add(name)
-                log("ngw: not preloading %s: %s" % (name, bad))
+                log("ngw: not preloading %s: %s" % (name, verdict.reason))
             elif name not in sys.modules and self._retiring is None:
                 if self._learn_import(name):
                     done.append(name)
@@ -390,7 +416,8 @@ class Worker:
 
     @staticmethod
     def _learn_check(name):
-        """Imports `name`; None if it behaved as a preload must, else what it did."""
+        """Imports `name`; None if it behaved as a preload must, else the
+        `_adaptive.Verdict` saying what it did."""
         conditions = _exact.Conditions(dict(os.environ))
         env_before = dict(os.environ)
         threads = threading.active_count()
@@ -407,34 +434,34 @@ class Worker:
         finally:
             recorder.stop()
             warnings.showwarning = previous
+        kind = _adaptive.Misbehaviour
         if error is not None:
-            bad = "its import failed (%s)" % error
-        elif shown:
-            bad = "it printed a warning (%s)" % shown[0]
-        elif dict(os.environ) != env_before:
-            bad = "it changed the environment"
-        elif threading.active_count() != threads:
-            bad = "it started a thread"
-        elif set(conditions.env_read) - set(_exact.INTERPRETER_ENV):
-            bad = _AT_START[0] + ", ".join(sorted(conditions.env_read))
-        elif conditions.tty_asked:
-            bad = _AT_START[1]
-        else:
-            bad = None
-        return bad
+            return _adaptive.Verdict(kind.IMPORT_FAILED, str(error))
+        if shown:
+            return _adaptive.Verdict(kind.WARNED, shown[0])
+        if dict(os.environ) != env_before:
+            return _adaptive.Verdict(kind.CHANGED_ENV)
+        if threading.active_count() != threads:
+            return _adaptive.Verdict(kind.STARTED_THREAD)
+        if set(conditions.env_read) - set(_exact.INTERPRETER_ENV):
+            return _adaptive.Verdict(kind.READ_ENV, ", ".join(sorted(conditions.env_read)))
+        if conditions.tty_asked:
+            return _adaptive.Verdict(kind.ASKED_TTY)
+        return None
 
     def _learn_import(self, name):
         learner = self._learner
-        bad = self._learn_check(name)
-        if bad is not None:
+        verdict = self._learn_check(name)
+        if verdict is not None:
             learner.excluded.add(name)
             learner.save()
             if name in sys.modules:
-                self._retiring = "adaptive preload of %s misbehaved: %s" % (name, bad)
+                self._retiring = "adaptive preload of %s misbehaved: %s" % (name,
+                                                                          verdict.reason)
                 self.notices.send("retire", self._retiring + "; the next worker leaves it out")
                 self._conditions.refuse(self._retiring)
             else:
-                log("ngw: not preloading %s: %s" % (name, bad))
+                log("ngw: not preloading %s: %s" % (name, verdict.reason))
             return False
         learner.learned.append(name)
         return True
@@ -451,12 +478,8 @@ class Worker:
         gc.collect()
         if hasattr(gc, "freeze"):
             gc.freeze()
-        runner = self._fork
-        runner.discard_spare()  # a copy of the zygote without the module
-        runner._spare_due = runner.prefork
-        runner.learn = (frozenset(sys.modules),) + runner.learn[1:3] + (
-            _adaptive.cached_patterns(),)
-        runner.reap()  # forks the next spare now
+        # The spare is a copy of the zygote without the modules: the next one is forked now.
+        self._fork.renew_spare(self._fork.learn.with_modules())
         log("ngw: preloaded %d modules that sessions imported (%s; %.1f ms)"
             % (len(done), ", ".join(done[:5]) + (", ..." if len(done) > 5 else ""),
                (time.monotonic() - started) * 1000))
@@ -471,11 +494,8 @@ class Worker:
             return  # only exclusions: nothing new in the zygote
         if hasattr(gc, "freeze"):
             gc.freeze()
-        runner = self._fork
-        runner.discard_spare()  # a copy of the zygote without the patterns
-        runner._spare_due = runner.prefork
-        runner.learn = runner.learn[:3] + (_adaptive.cached_patterns(),)
-        runner.reap()  # forks the next spare now
+        # The spare is a copy of the zygote without the patterns: the next one is forked now.
+        self._fork.renew_spare(self._fork.learn.with_patterns())
         log("ngw: precompiled %d patterns and memo keys that sessions computed (%d "
             "patterns, %d memo keys learned)" % (done, len(learner.patterns),
                                                  len(learner.memo_keys)))
@@ -485,10 +505,9 @@ class Worker:
         self._after_due = False
         if hasattr(gc, "freeze"):
             gc.freeze()
-        runner = self._fork
-        runner.discard_spare()  # a copy of the zygote without what they filled in
-        runner._spare_due = runner.prefork
-        runner.reap()  # forks the next spare now
+        # The spare is a copy of the zygote without what they filled in: the next one is
+        # forked now.
+        self._fork.renew_spare()
         log("ngw: the preloads' after-import work is done")
 
     def _held_fds(self):
@@ -619,11 +638,6 @@ class Worker:
             fds[:] = []
             chan.send(_wire.TAKEN, b"relay")
             chan.flush_some()
-
-
-#: The verdicts of _learn_check that only a start can preload: what the import read
-#: joins the zygote's key there (docs/ngw.md 12.5).
-_AT_START = ("it read ", "it asked whether a stream is a terminal")
 
 
 def _env_delta(before, after):

@@ -7,15 +7,18 @@ descriptors when ngd passes them (docs/ngw.md 11, 11.6).
 Where each part lives:
 
 * `parent`: the worker's side: forking (a spare ahead of time, or at session time),
-  handing a spare its session, reaping, exit reports (`ForkRunner`).
+  handing a spare its session, reaping, exit reports (`ForkRunner`, configured once with
+  a `ForkConfig`).
+* `spares`: the life cycle of the children forked ahead of time, a state machine that
+  does no I/O itself (`Spares`).
 * `child`: everything that runs in the forked child, from the fork to `_exit` (`Child`).
 * `relay`: the worker's loop for one running session (`Relay`).
 * `stdio`: the session's pipes and ptys, and the child's `sys.std*` objects.
 * `common`: record formats and C functions both sides use.
 """
 
-from .parent import ForkRunner, ForkSession
+from .parent import ForkConfig, ForkRunner, ForkSession
 from .relay import exit_code_of_status
 from .stdio import rebuild_stdio as _rebuild_stdio  # noqa: F401  (benches/plugin/fork_probe.py)
 
-__all__ = ["ForkRunner", "ForkSession", "exit_code_of_status"]
+__all__ = ["ForkConfig", "ForkRunner", "ForkSession", "exit_code_of_status"]

@@ -16,7 +16,7 @@ import termios
 import threading
 import time
 
-from .. import _adaptive, _argv, _exact, _pages, _pyexit
+from .. import _argv, _exact, _pages, _pyexit
 from .._context import Context
 from .._session import SessionInfo
 from . import stdio
@@ -82,8 +82,7 @@ class Child:
         self._environ_types = runner.environ_types
         self._report_path = runner.report_path
         self._inherited = runner.child_closes()
-        # (module names the zygote has, roots, report path, re's cache keys it has)
-        self._learn = runner.learn
+        self._learn = runner.learn  # an _adaptive.Learned, with adaptive preloading
         self._pages = runner.pages  # learned pages (docs/ngw.md 11.7)
         self._command = None
         # With `signals`, the process group is chosen with the session (docs/ngw.md 15.5).
@@ -524,7 +523,7 @@ class Child:
             # the exit report: off the path to the session's X.
             if self._learn is not None:
                 try:
-                    _adaptive.child_report(*self._learn)
+                    self._learn.report()
                 except Exception:
                     pass
             # The pages this child wrote, for the spares to pre-fault (docs/ngw.md 11.7).

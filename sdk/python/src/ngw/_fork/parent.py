@@ -1,8 +1,11 @@
 """The worker's side of fork mode: forking children (the spare ahead of time, or one at
 session time), handing a spare its session, relaying the session (relay.py), reaping, exit
-reports (docs/ngw.md 11). The worker is single-threaded: one poll() loop per session."""
+reports (docs/ngw.md 11). The worker is single-threaded: one poll() loop per session.
+Which spares exist and what is asked of them is `spares.Spares`'s; this module does the
+forking and the socket work it asks for (`ForkRunner` is its `SpareIO`)."""
 
 import collections
+import dataclasses
 import marshal
 import os
 import signal
@@ -11,18 +14,18 @@ import sys
 import threading
 import time
 
-from .. import _pages, _rules, _wire
+from .. import _adaptive, _pages, _rules, _wire
 from .._channel import close_fds
 from .._signals import exit_payload
 from . import stdio
 from .child import _SESSION_FIRST, Child
 from .common import FD, LEN, REPORT, Cloner, libc_handle, load_libc, sigmask
 from .relay import Relay, exit_code_of_status
+from .spares import NOT_YET, SpareIO, Spares
 from .stdio import (Stream, close_fd, close_streams, configure_pty, make_streams,
                     winsize_of)
 
 _HAND_OVER_TIMEOUT = 5.0  # seconds a spare may take to read its session
-_ANSWER_TIMEOUT = 2.0  # seconds a spare may take to answer a request for its successor
 # A session this soon after the previous X comes back to back: its spare's successor is
 # asked for at X, or while the session runs if the command's last session was short.
 _BACK_TO_BACK = 0.005
@@ -36,6 +39,34 @@ _ANSWER_SPACE = socket.CMSG_SPACE(4 * FD.size)  # a successor's socket and three
 ForkSession = collections.namedtuple("ForkSession", "info cmd streams fds")
 
 
+@dataclasses.dataclass(frozen=True)
+class ForkConfig:
+    """What the worker tells its fork runner once, before the hello."""
+
+    #: {name: value, or None if removed}: what preloading did to the environment,
+    #: re-applied on top of each session's (docs/ngw.md 11).
+    env_delta: dict = dataclasses.field(default_factory=dict)
+    #: Fork the next session's child ahead of time (the spare, docs/ngw.md 11.5).
+    prefork: bool = True
+    conditions: object = None  # _exact.Conditions: when a session runs cold
+    notices: object = None  # _exact.Notices
+    #: name -> Command: the fork-mode commands (spares learn the name over the socket).
+    commands: dict = dataclasses.field(default_factory=dict)
+    #: The worker's own plumbing (its channel, inotify, the learner's pipe, the in-process
+    #: runner's), closed in every child.
+    private_fds: tuple = ()
+    #: () -> the client descriptors the worker holds for a session that has not started
+    #: (received with a header still being read): a child forked meanwhile closes its
+    #: copies, since that session may run elsewhere (another child, a sub-zygote) and a
+    #: copy left open would keep the client's pipes and terminal open after it.
+    held_fds: object = None
+    #: (installation roots, report pipe's path) with adaptive preloading, else None: the
+    #: children report what they import and compile (_adaptive.Learned).
+    learning: tuple = None
+    signals: bool = False  # `signals` negotiated (docs/ngw.md 15.5)
+    stdin_window: bool = False  # `stdin-window` negotiated (docs/ngw.md 15.6)
+
+
 def _noop(signum, frame):
     pass
 
@@ -44,21 +75,19 @@ class _Forked:
     """A forked child as the parent sees it: `ctl` is the parent's end of the socket a
     spare reads its session from, `streams` the parent's ends of its pipes (both None
     once handed over, and for a child forked with its session already in memory).
-    `asked`: the spare was asked for its successor and its answer is not read yet;
     `stamp`: the learned pages' stamp when the worker forked it or the spare it was
     cloned from."""
 
-    __slots__ = ("pid", "ctl", "streams", "asked", "stamp")
+    __slots__ = ("pid", "ctl", "streams", "stamp")
 
     def __init__(self, pid, ctl, streams, stamp=0):
         self.pid = pid
         self.ctl = ctl
         self.streams = streams
-        self.asked = False
         self.stamp = stamp
 
 
-class ForkRunner:
+class ForkRunner(SpareIO):
     """Runs fork-mode commands. One per worker; the worker must be single-threaded.
 
     With `prefork`, the next session's child (the *spare*) is forked after each fork-mode
@@ -69,39 +98,30 @@ class ForkRunner:
     in-process session discards the spare, since it may change the worker that the spare
     is a copy of. docs/ngw.md section 11.5."""
 
-    def __init__(self, log, kill_grace, env_delta=None, prefork=True, conditions=None,
-                 notices=None):
+    def __init__(self, log, kill_grace, config=None):
+        config = config if config is not None else ForkConfig()
         self.log = log
-        self.conditions = conditions  # _exact.Conditions: when a session runs cold
-        self.notices = notices
+        self.kill_grace = kill_grace  # seconds between SIGHUP and SIGKILL at hang-up
+        self.conditions = config.conditions
+        self.notices = config.notices
         self._warned_warm = set()
-        # adaptive preloading: (known module names, roots, report path, known patterns)
-        self.learn = None
-        self.kill_grace = kill_grace
-        self.env_delta = env_delta or {}
+        self.env_delta = dict(config.env_delta)
         self.env_rules = dict(_rules.RULES)
-        self.prefork = prefork
-        self.commands = {}  # name -> Command, for spares (they learn the name over the socket)
-        self.private_fds = []  # the rest of the worker's plumbing, closed in every child
-        # () -> the client descriptors the worker holds for a session that has not started
-        # (received with a header still being read): a child forked meanwhile closes its
-        # copies, since that session may run elsewhere (another child, a sub-zygote) and
-        # a copy left open would keep the client's pipes and terminal open after it.
-        self.held_fds = None
-        self.spare = None  # a _Forked waiting for its session
-        # The spare's successor, cloned by it (docs/ngw.md 11.5): a _Forked that becomes
-        # the spare when the spare is handed its session.
-        self.standby = None
-        self.pending = None  # a spare handed its session before its answer was read
-        self.cloner = Cloner.probe(log) if prefork else None
+        self.prefork = config.prefork
+        self.commands = dict(config.commands)
+        # The worker's plumbing, closed in every child; the sub-zygotes' channels and
+        # terminals join it while they live (_zygotes.Zygotes).
+        self.private_fds = list(config.private_fds)
+        self.held_fds = config.held_fds  # ForkConfig.held_fds
+        self.cloner = Cloner.probe(log) if config.prefork else None
+        self.spares = Spares(self, can_clone=self.cloner is not None)
         self.forked = self.cloned = 0  # spares the worker forked, and spares cloned
         self._took = {}  # command name -> its last session's hand-over to X, in seconds
         self._warned_clone = set()
-        self._spare_due = False  # fork a spare once the previous session's child is reaped
         self._last_x = None  # when the last fork-mode session ended (time.monotonic())
-        self.rehearse_spare = True
-        self.signals_on = False  # `signals` negotiated (docs/ngw.md 15.5)
-        self.stdin_window = False  # `stdin-window` negotiated (docs/ngw.md 15.6)
+        self.rehearse_spare = True  # the next spare forked rehearses the session's set-up
+        self.signals_on = config.signals
+        self.stdin_window = config.stdin_window
         # How spares build their stdio ahead of time: as the last session had it.
         self.stdio_key = (False, "")
         self.worker_stdio = None  # stdio.worker_stdio(), read right before each fork
@@ -111,7 +131,7 @@ class ForkRunner:
         self.libc = load_libc()
         # The pages children write: learned from their reports, pre-faulted by spares
         # (copy-on-write pre-faulting, docs/ngw.md 11.7); nothing to do without spares.
-        self.pages = _pages.Pages(log, cap=None if prefork else 0, libc=libc_handle())
+        self.pages = _pages.Pages(log, cap=None if config.prefork else 0, libc=libc_handle())
         # ctypes array types for the C environment, by capacity (creating one costs ~25 us)
         self.environ_types = {}
         if self.libc[2] is not None:
@@ -136,6 +156,9 @@ class ForkRunner:
         signal.signal(signal.SIGCHLD, _noop)
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
         self._warned_threads = False
+        # What the children's reports are measured against (adaptive preloading), taken
+        # last: what this constructor imported is the zygote's too.
+        self.learn = _adaptive.Learned.now(*config.learning) if config.learning else None
 
     # -- session --------------------------------------------------------------------------
 
@@ -152,14 +175,10 @@ class ForkRunner:
     def _run(self, chan, info, cmd, client_fds):
         started = time.monotonic()
         back_to_back = self._last_x is not None and started - self._last_x < _BACK_TO_BACK
-        self._spare_due = False  # too late for one: this session forks its own child
+        self.spares.not_due()  # too late for one: this session forks its own child
         self.reap()
         self.read_reports()
-        child, self.spare = self.spare, None
-        if child is not None and child.asked:
-            self._read_answer(child, 0.0)
-        if self.standby is not None:
-            self.spare, self.standby = self.standby, None
+        child = self.spares.take()
         taken = info.fds is not None
         if taken:
             # The child's terminals are the client's own: what it sees is what it gets.
@@ -183,7 +202,7 @@ class ForkRunner:
                 close_streams(streams)
                 send = None
             if send is None:
-                self._discard(child)
+                self.spares.discard_taken(child)
                 child = streams = None
         if child is None:
             streams = []
@@ -218,7 +237,7 @@ class ForkRunner:
             # has nothing to do meanwhile, and after X it would compete with the client
             # receiving X and with the next client's start. Only for a short command: a
             # longer one would share the CPUs with the clone.
-            self._ask(self.spare)
+            self.spares.ask()
         relay = Relay(self, chan, child.pid, streams)
         try:
             status = relay.loop()
@@ -228,13 +247,7 @@ class ForkRunner:
         chan.flush_some()
         self._last_x = time.monotonic()
         self._took[cmd.name] = self._last_x - handed
-        if self.pending is not None:  # the successor the session's child made as a spare
-            child = self.pending
-            self._read_answer(child, _ANSWER_TIMEOUT)
-            child.ctl.close()
-            child.ctl = None
-            if self.spare is None and self.standby is not None:
-                self.spare, self.standby = self.standby, None
+        self.spares.session_ended()  # the successor the session's child made as a spare
         if relay.error is not None:
             raise relay.error
         gone = chan.eof or chan.dead
@@ -243,11 +256,15 @@ class ForkRunner:
         # client still receiving this X; right away when sessions come back to back, so
         # that it is ready sooner, and then the spare is asked for its successor at once,
         # so that the session after it finds one ready too (docs/ngw.md 11.5).
-        self._spare_due = self.prefork and not relay.quit and not gone and self.spare is None
-        if self.prefork and not relay.quit and not gone and back_to_back:
-            if self.spare is None:
+        resume = self.prefork and not relay.quit and not gone
+        if resume and self.spares.spare is None:
+            self.spares.make_due()
+        else:
+            self.spares.not_due()
+        if resume and back_to_back:
+            if self.spares.spare is None:
                 self._fork_spare(rehearse=False)  # the session would interrupt it anyway
-            self._ask(self.spare)
+            self.spares.ask()
         self.reap()
         return relay.quit, gone
 
@@ -272,44 +289,59 @@ class ForkRunner:
         return reason
 
     def _fork_spare(self, rehearse=True):
-        self._spare_due = False
+        """Forks the spare now."""
+        self.spares.fork_spare(rehearse)
+
+    def renew_spare(self, learn=None):
+        """The worker changed (it imported or compiled what sessions did, or filled memos):
+        the spare and its standby, copies of the worker without that, go, and the next
+        spare is forked now. `learn`: the children's `_adaptive.Learned` from now on, if
+        it changed."""
+        self.spares.discard()
+        if self.prefork:
+            self.spares.make_due()
+        if learn is not None:
+            self.learn = learn
+        self.reap()
+
+    # -- SpareIO: the spares' forks and sockets (docs/ngw.md 11.5) ---------------------------
+
+    def fork(self, rehearse):
         self.rehearse_spare = rehearse
         try:
-            self.spare = self._fork(None)
-            self.forked += 1
+            child = self._fork(None)
         except OSError as e:
             self.log("ngw: cannot fork the next session's child ahead of time: %s" % e)
+            return None
+        self.forked += 1
+        return child
 
-    # -- the spare's successor (docs/ngw.md 11.5) ------------------------------------------
-
-    def _ask(self, spare):
-        """Asks `spare` to clone its successor, the standby, if it can and there is none.
-        Not while the learned pages are still being learned (fewer than _pages.FIRST
-        reports when the spare's lineage was forked) and changed since: the copies would
-        carry an empty or early set; the worker forks the next spare instead. Later the
-        set changes little, and a copy's set is renewed whenever the worker forks."""
-        if spare is None or spare.asked or spare.ctl is None or self.standby is not None \
-                or self.cloner is None:
-            return
+    def ask(self, child):
+        """Asks a spare to clone its successor. Not while the learned pages are still
+        being learned (fewer than _pages.FIRST reports when the spare's lineage was forked)
+        and changed since: the copies would carry an empty or early set; the worker forks
+        the next spare instead. Later the set changes little, and a copy's set is renewed
+        whenever the worker forks."""
+        if child.ctl is None:
+            return False
         self.pages.absorb()
-        if self.pages.stamp != spare.stamp and spare.stamp < _pages.FIRST:
-            return
+        if self.pages.stamp != child.stamp and child.stamp < _pages.FIRST:
+            return False
         self.pages.note_fork()
         payload = marshal.dumps({"clone": True, "sample": self.pages.sample})
         try:
-            spare.ctl.setblocking(False)
-            spare.ctl.send(LEN.pack(len(payload)) + payload)  # small: it fits at once
-            spare.asked = True
+            child.ctl.setblocking(False)
+            child.ctl.send(LEN.pack(len(payload)) + payload)  # small: it fits at once
+            return True
         except OSError:
-            pass  # gone: reap() notices
+            return False  # gone: reap() notices
 
-    def _read_answer(self, spare, timeout):
-        """Reads `spare`'s answer to _ask: its successor becomes the standby. With no
-        answer yet (timeout 0) the spare is kept as `pending`, to be read after its X."""
+    def answer(self, spare, timeout):
+        """Reads `spare`'s answer to `ask`: its successor, None, or NOT_YET (timeout 0 and
+        no answer so far: it is still cloning)."""
         ctl = spare.ctl
-        self.pending = None
         if ctl is None:
-            return
+            return None
         buf, fds = bytearray(), []
         try:
             ctl.settimeout(timeout)
@@ -324,11 +356,9 @@ class ForkRunner:
                 buf += data
         except (BlockingIOError, socket.timeout):
             if not buf and not fds and timeout == 0:
-                self.pending = spare  # it is still cloning: after its X
-                return
+                return NOT_YET
         except OSError:
             pass
-        spare.asked = False
         end = LEN.size + (LEN.unpack_from(buf)[0] if len(buf) >= LEN.size else 0)
         try:
             answer = marshal.loads(memoryview(buf)[LEN.size:end]) if len(buf) >= end \
@@ -345,15 +375,37 @@ class ForkRunner:
             close_fds(fds)
             if pid:
                 self._kill(pid)
-            return
+            return None
         streams = [Stream(fds[1], -1, False), Stream(fds[2], -1, False, _wire.STDOUT),
                    Stream(fds[3], -1, False, _wire.STDERR)]
-        successor = _Forked(pid, socket.socket(fileno=fds[0]), streams, spare.stamp)
         self.cloned += 1
-        if self.standby is None:
-            self.standby = successor
-        else:  # cannot happen: one request per spare, one standby
-            self._discard(successor)
+        return _Forked(pid, socket.socket(fileno=fds[0]), streams, spare.stamp)
+
+    def exited(self, child):
+        try:
+            done, st = os.waitpid(child.pid, os.WNOHANG)
+        except ChildProcessError:
+            done, st = child.pid, 0
+        if done:
+            self.log("ngw: the session child forked ahead of time exited (status %d)"
+                     % exit_code_of_status(st))
+        return bool(done)
+
+    def release(self, child):
+        if child.ctl is not None:
+            child.ctl.close()
+            child.ctl = None
+        if child.streams:
+            close_streams(child.streams)
+            child.streams = None
+
+    def kill(self, child):
+        self.release(child)
+        try:
+            os.kill(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.zombies.append(child.pid)
 
     def _kill(self, pid):
         try:
@@ -455,7 +507,8 @@ class ForkRunner:
                                  "fds": [n for n, _ in replaced]})
         data = LEN.pack(len(payload)) + payload
         ctl = child.ctl
-        if child is not self.pending:  # else kept for the answer it owes
+        owes = child is self.spares.pending  # its ctl is kept for the answer it owes
+        if not owes:
             child.ctl = None
         try:
             ctl.settimeout(_HAND_OVER_TIMEOUT)
@@ -471,41 +524,17 @@ class ForkRunner:
                      "forking another" % e)
             return False
         finally:
-            if child is not self.pending:
+            if not owes:
                 ctl.close()
-
-    def _discard(self, child):
-        if child.asked:  # its successor, if it made one, goes too
-            self._read_answer(child, _ANSWER_TIMEOUT)
-            if self.standby is not None:
-                standby, self.standby = self.standby, None
-                self._discard(standby)
-        if child is self.pending:
-            self.pending = None
-        if child.ctl is not None:
-            child.ctl.close()
-            child.ctl = None
-        if child.streams:
-            close_streams(child.streams)
-            child.streams = None
-        try:
-            os.kill(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.zombies.append(child.pid)
 
     def discard_spare(self):
         """Before an in-process session: it may change the worker, and a child forked
         before that change would not see what a child forked at session time sees."""
-        self._spare_due = False
-        for spare in (self.standby, self.spare):
-            if spare is not None:
-                self._discard(spare)
-        self.spare = self.standby = None
+        self.spares.discard()
 
     def watching(self):
         """Whether the idle loop should watch wake_r (SIGCHLD) and call reap()."""
-        return self.spare is not None or self.standby is not None or bool(self.zombies)
+        return self.spares.spare is not None or bool(self.zombies)
 
     def reap(self):
         """Reaps what has exited, without blocking; notices a spare that died."""
@@ -517,33 +546,13 @@ class ForkRunner:
                 done = pid
             if done:
                 self.zombies.remove(pid)
-        for which in ("standby", "spare"):
-            spare = getattr(self, which)
-            if spare is None:
-                continue
-            try:
-                done, st = os.waitpid(spare.pid, os.WNOHANG)
-            except ChildProcessError:
-                done, st = spare.pid, 0
-            if done:
-                self.log("ngw: the session child forked ahead of time exited (status %d)"
-                         % exit_code_of_status(st))
-                setattr(self, which, None)
-                if spare.asked:  # it may have cloned a successor before it went
-                    self._read_answer(spare, 0.0)
-                    self.pending = None
-                if spare.ctl is not None:
-                    spare.ctl.close()
-                close_streams(spare.streams)
-        if self.spare is None and self.standby is not None:
-            self.spare, self.standby = self.standby, None
-        if self._spare_due and not self.zombies and self.spare is None:
-            self._fork_spare()
+        self.spares.reap()
+        if not self.zombies:
+            self.spares.fork_if_due()
 
     def shutdown(self):
         """The worker is exiting: ends the spare and reaps every child (bounded wait)."""
         self.discard_spare()
-        self._spare_due = False
         if self.cloned:
             self.log("ngw: fork mode: %d spares forked by the worker, %d cloned by spares"
                      % (self.forked, self.cloned))
@@ -586,10 +595,9 @@ class ForkRunner:
         the client descriptors it holds for sessions not yet started."""
         held = self.held_fds() if self.held_fds is not None else []
         spares = []
-        for spare in (self.spare, self.standby, self.pending):
-            if spare is not None:
-                if spare.ctl is not None:
-                    spares.append(spare.ctl.fileno())
-                spares.extend(st.fd for st in spare.streams or ())
+        for spare in self.spares.children():
+            if spare.ctl is not None:
+                spares.append(spare.ctl.fileno())
+            spares.extend(st.fd for st in spare.streams or ())
         return [self.wake_r.fileno(), self.wake_w.fileno(), self.report_r,
                 self.report_w] + self.pages.fds() + self.private_fds + held + spares
