@@ -266,17 +266,18 @@ impl<'a> Run<'a> {
     }
 }
 
-/// Carries out the host's effects.
+/// Carries out the host's effects. Fields drop in order: requests in flight and the
+/// asking thread go before the progress display is cleared.
 struct Performer {
+    work: Work,
+    asker: Asker,
+    abort_ui: Arc<dyn Fn() + Send + Sync>,
+    progress: ProgressView,
     stdin: PluginStdin,
     group: ProcessGroup,
     plugin_err: Option<Arc<PluginStderr>>,
     out: Sink,
     err: Sink,
-    progress: ProgressView,
-    asker: Asker,
-    abort_ui: Arc<dyn Fn() + Send + Sync>,
-    work: Work,
     plugin_name: String,
     colour: bool,
 }
@@ -409,6 +410,15 @@ mod tests {
     use super::*;
     use ngw::Interrupt;
 
+    fn host() -> Host {
+        Host::new(Settings {
+            plugin_name: "p".into(),
+            capabilities: Default::default(),
+            colour: false,
+            prompt_timeout: Duration::from_secs(1),
+        })
+    }
+
     fn signal(name: &str) -> Result<Interrupt, RecvError> {
         Ok(Interrupt::Signal(name.into()))
     }
@@ -456,15 +466,27 @@ mod tests {
             done,
             exit,
         };
-        let host = Host::new(Settings {
-            plugin_name: "p".into(),
-            capabilities: Default::default(),
-            colour: false,
-            prompt_timeout: Duration::from_secs(1),
-        });
+        let host = host();
         tx.send(Event::Eof).unwrap();
         assert_eq!(inbox.wait(&host, &interrupts), Wake::Event(Event::Eof));
         drop(tx);
         assert_eq!(inbox.wait(&host, &interrupts), Wake::Nothing);
+    }
+
+    #[test]
+    fn with_lines_dropped_the_exit_still_wakes_the_run() {
+        let (tx, done) = unbounded();
+        let (_exit_tx, exit) = bounded(1);
+        let (_int_tx, interrupts) = unbounded();
+        let inbox = Inbox {
+            lines: Lines::Dropped,
+            done,
+            exit,
+        };
+        tx.send(Event::Exited(0)).unwrap();
+        assert_eq!(
+            inbox.wait(&host(), &interrupts),
+            Wake::Event(Event::Exited(0))
+        );
     }
 }
