@@ -6,6 +6,7 @@
 //! pipe's worth does not stall until its timeout; each stream keeps fledge's 10 MiB cap.
 
 use crate::protocol::ExecResult;
+use crate::sys;
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -85,7 +86,7 @@ pub fn run(
             }
         }
     };
-    let pgid = child.id() as libc::pid_t;
+    let pgid = child.id() as sys::Pid;
     let out = reader(child.stdout.take());
     let err = reader(child.stderr.take());
     let start = Instant::now();
@@ -97,8 +98,8 @@ pub fn run(
             Err(_) => break None,
         }
         if start.elapsed() >= timeout || stop() {
-            // SAFETY: signalling the group we created.
-            unsafe { libc::killpg(pgid, libc::SIGKILL) };
+            // The group is the one the command leads; it is reaped just below.
+            let _ = sys::signal_group(pgid, libc::SIGKILL);
             let _ = child.wait();
             let _ = (out.join(), err.join());
             return ExecResult {

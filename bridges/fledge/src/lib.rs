@@ -6,7 +6,8 @@
 //! as fledge does: [`protocol`] is the host's state machine, [`host`] the I/O around it,
 //! [`discover`] finds plugins and grants, [`context`] computes `init` and `metadata`,
 //! [`store`] and [`exec`] serve those requests, [`ui`] asks the user, [`streams`] says
-//! whether a session runs on the client's own descriptors or on relayed streams.
+//! whether a session runs on the client's own descriptors or on relayed streams, and
+//! `sys` holds every raw `libc` call of the crate behind safe functions.
 
 pub mod context;
 pub mod discover;
@@ -15,6 +16,7 @@ pub mod host;
 pub mod protocol;
 pub mod store;
 pub mod streams;
+mod sys;
 pub mod ui;
 
 use serde_json::{Map, Value};
@@ -64,8 +66,7 @@ pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
         return ui::helper_main(q.as_deref().unwrap_or(""));
     }
     // Writes to a plugin that has gone must fail with EPIPE, not kill the bridge.
-    // SAFETY: setting a signal disposition at start-up.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    sys::ignore_sigpipe();
     let channel = match ngw::Channel::from_env() {
         Ok(c) => c,
         Err(e) => ngw::exit_spawn_error(&e),

@@ -3,9 +3,9 @@
 //! `state.json.tmp` and renamed over, so both hosts see each other's values and a reader
 //! never sees half a file. fledge's limits apply. Values are kept exactly (JSON strings).
 
+use crate::sys::{self, LockMode};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 /// The longest key, in bytes.
@@ -55,28 +55,19 @@ impl Lock {
             .truncate(false)
             .write(true)
             .open(dir.join("state.json.lock"))?;
-        let op = if exclusive {
-            libc::LOCK_EX
+        let mode = if exclusive {
+            LockMode::Exclusive
         } else {
-            libc::LOCK_SH
+            LockMode::Shared
         };
-        loop {
-            // SAFETY: flock on a descriptor we own.
-            if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
-                return Ok(Self(f));
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
+        sys::lock_file(&f, mode)?;
+        Ok(Self(f))
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        // SAFETY: as above.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+        let _ = sys::unlock_file(&self.0);
     }
 }
 

@@ -7,9 +7,10 @@
 //! descriptor itself. Without them, the session's `1`/`2` chunks carry everything and the
 //! client's `NAILGUN_TTY_n` and `COLUMNS` describe its terminal.
 
+use crate::sys;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 /// One output stream of a run.
@@ -56,14 +57,6 @@ pub struct Streams {
     pub width: u16,
 }
 
-/// The width of the terminal on `fd`, if it is one.
-fn terminal_width(fd: &OwnedFd) -> Option<u16> {
-    // SAFETY: TIOCGWINSZ fills a winsize; the descriptor is open.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) };
-    (rc == 0 && ws.ws_col > 0).then_some(ws.ws_col)
-}
-
 impl Streams {
     /// The session's streams: its client's descriptors when it took them.
     pub fn of(session: &mut ngw::Session) -> Self {
@@ -80,7 +73,7 @@ impl Streams {
                 let width = fds
                     .dup(2)
                     .and_then(Result::ok)
-                    .and_then(|fd| terminal_width(&fd))
+                    .and_then(|fd| sys::terminal_width(fd.as_fd()))
                     .or(columns)
                     .unwrap_or(80);
                 Self {

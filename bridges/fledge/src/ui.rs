@@ -14,11 +14,12 @@
 //!   nothing is drawn otherwise, as indicatif draws nothing on a pipe.
 
 use crate::protocol::{Progress, Question, Validator};
+use crate::sys;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -391,9 +392,9 @@ impl Ui for TermUi {
         let running = self.running.clone();
         Arc::new(move || {
             if let Some(pid) = *running.lock().unwrap_or_else(|p| p.into_inner()) {
-                // SAFETY: signalling the helper, our child; its slot is cleared once it is
-                // reaped, so the pid cannot have been reused.
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+                // The helper is our child; its slot is cleared once it is reaped, so the
+                // pid cannot have been reused.
+                let _ = sys::signal_process(pid as sys::Pid, libc::SIGTERM);
             }
         })
     }
@@ -402,14 +403,7 @@ impl Ui for TermUi {
 impl TermUi {
     fn ask_helper(&mut self, question: &Question) -> Result<Value, UiError> {
         let failed = |e: String| UiError::Failed(e);
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: pipe2 fills two descriptors we then own.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(failed(format!("pipe: {}", std::io::Error::last_os_error())));
-        }
-        // SAFETY: fresh descriptors from pipe2.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let answer_fd = write.as_raw_fd();
+        let (read, write) = sys::pipe().map_err(|e| failed(format!("pipe: {e}")))?;
         let mut cmd = Command::new(&self.helper.program);
         if let Some(env) = &self.terminal_env {
             for v in TERMINAL_VARS {
@@ -424,26 +418,16 @@ impl TermUi {
             .stdin(Self::stdio(&self.tty).map_err(failed)?)
             .stdout(Self::stdio(self.output()).map_err(failed)?)
             .stderr(Self::stdio(self.output()).map_err(failed)?);
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                if libc::dup2(answer_fd, 3) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // The helper writes its answer to fd 3: the pipe's write end, which `cmd` holds
+        // until it is dropped after the spawn.
+        sys::give_fd_at_exec(&mut cmd, write, 3);
         // The terminal's modes before the question: a helper killed while it reads a key
         // (the question abandoned) leaves the terminal in raw mode, which is put back.
-        // SAFETY: tcgetattr fills a termios for a descriptor we hold.
-        let saved = unsafe {
-            let mut t: libc::termios = std::mem::zeroed();
-            (libc::tcgetattr(self.tty.as_raw_fd(), &mut t) == 0).then_some(t)
-        };
+        let saved = sys::TermModes::read(self.tty.as_fd());
         let mut child = cmd
             .spawn()
             .map_err(|e| failed(format!("prompt helper: {e}")))?;
-        drop(write);
+        drop(cmd);
         *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(child.id());
         let mut text = String::new();
         let _ = std::io::Read::read_to_string(&mut std::fs::File::from(read), &mut text);
@@ -457,8 +441,7 @@ impl TermUi {
         }
         let status = status.map_err(|e| failed(e.to_string()))?;
         if let (Some(t), Some(_)) = (saved, status.signal()) {
-            // SAFETY: restoring the modes read above on the same descriptor.
-            unsafe { libc::tcsetattr(self.tty.as_raw_fd(), libc::TCSANOW, &t) };
+            let _ = t.restore(self.tty.as_fd());
         }
         match serde_json::from_str::<Value>(&text) {
             Ok(v) if status.success() => Ok(v),
@@ -545,9 +528,10 @@ pub fn helper_main(arg: &str) -> i32 {
     };
     match answer {
         Ok(v) => {
-            // SAFETY: fd 3 is the answer pipe the bridge set up.
-            let mut out = unsafe { std::fs::File::from_raw_fd(3) };
-            let _ = out.write_all(v.to_string().as_bytes());
+            // fd 3 is the answer pipe the bridge set up.
+            if let Some(mut out) = sys::take_inherited_fd(3) {
+                let _ = out.write_all(v.to_string().as_bytes());
+            }
             0
         }
         Err(_) => 130,

@@ -1,7 +1,7 @@
 //! Spare processes around the end of runs and of the bridge: runs right after one another,
 //! and no spare outlives the bridge (each is killed; none is left to read end of file on
 //! its stdin). That a run waits for the spare still being started is tested in
-//! `src/host.rs`.
+//! `src/host/spares.rs`.
 //!
 //! This test binary makes itself a child subreaper, so the bridge's orphans become its
 //! children and their ends can be waited for; that is why these tests live in a binary of
