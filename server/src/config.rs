@@ -307,8 +307,8 @@ pub struct ServerConfig {
     /// never. Unset: a server started by `ng`'s auto-start stops after
     /// [`ServerConfig::DEFAULT_AUTOSTART_IDLE_EXIT_MS`], one started by hand never does.
     pub idle_exit_ms: Option<u64>,
-    /// `memory_budget_mb` (default 1024): the most resident memory all plugins' workers may
-    /// hold together; above it, the least recently used idle plugins stop their workers
+    /// `memory_budget_mb` (default 1024): the most memory all plugins' workers may hold
+    /// together, each with its descendants (their summed PSS: `plugin::footprint`); above it, the least recently used idle plugins stop their workers
     /// until their next session. 0: no budget. Changing it needs a restart.
     pub memory_budget_mb: u64,
     /// `[aliases]`: alias name → command name, as `ng-alias` would add. An alias must name

@@ -17,6 +17,7 @@
 //!   taken first by the fewest sessions (`bind`).
 
 use super::config::PluginConfig;
+use super::footprint::Footprints;
 use super::machine::{Due, Event, Machine, Phase, WorkerEnd, WorkerKey};
 use super::pool::{evictions, Census, Notice, Pool, PoolStatus, Refusal, Residency, Usage};
 use super::worker;
@@ -70,6 +71,8 @@ pub enum HostTimer {
     Pool(usize),
     /// A dying worker's reap deadline (by serial).
     Dying(u64),
+    /// Time to use the workers' new footprints (the memory budget).
+    Footprint,
 }
 
 /// One worker process and its channel.
@@ -83,7 +86,8 @@ struct Worker {
     readable: bool,
     writable: bool,
     timer_at: Option<Instant>,
-    /// Its resident memory, as last measured (when ready, after each session).
+    /// Its own resident memory, as last measured (when ready, after each session): what
+    /// `max_memory_mb` caps, and its footprint until [`Footprints`] has one.
     rss: u64,
 }
 
@@ -132,6 +136,10 @@ pub struct PluginHost {
     /// The most bytes the workers of all pools may hold (`memory_budget_mb`); `None`: no
     /// budget.
     memory_budget: Option<u64>,
+    /// Each worker's memory with its descendants, read off the event loop.
+    footprints: Footprints,
+    /// When the readings asked for are looked at ([`HostTimer::Footprint`]).
+    footprint_check: Option<Instant>,
 }
 
 /// What [`PluginHost::new`] takes.
@@ -176,6 +184,8 @@ impl PluginHost {
             changed: true,
             scratch: vec![0; 64 << 10],
             memory_budget: init.memory_budget,
+            footprints: Footprints::default(),
+            footprint_check: None,
         };
         for config in init.plugins {
             host.add_pool(Pool::new(config));
@@ -259,7 +269,7 @@ impl PluginHost {
                     let m = &w.machine;
                     r.running += m.sessions.len();
                     if !m.is_quitting() {
-                        r.memory_bytes += w.rss;
+                        r.memory_bytes += self.footprint(w);
                     }
                     match m.phase {
                         Phase::Starting { .. } => r.starting += 1,
@@ -332,6 +342,7 @@ impl PluginHost {
                 .dying
                 .iter()
                 .any(|d| d.worker.serial == serial && d.deadline == at),
+            HostTimer::Footprint => self.footprint_check == Some(at),
         }
     }
 
@@ -493,6 +504,13 @@ impl PluginHost {
             }
             HostTimer::Pool(pool) => self.dirty_pools.push(pool),
             HostTimer::Dying(_) => self.reap_dying(clients, now),
+            HostTimer::Footprint => {
+                self.footprint_check = None;
+                self.enforce_budget(now);
+                if self.footprints.pending() {
+                    self.check_footprints(now);
+                }
+            }
         }
         self.changed = true;
     }
@@ -555,6 +573,20 @@ impl PluginHost {
         self.changed = true;
     }
 
+    /// Looks at the footprints asked for a little later: the budget is kept with them.
+    fn check_footprints(&mut self, now: Instant) {
+        if self.footprint_check.is_none() {
+            let at = now + super::footprint::SETTLE;
+            self.footprint_check = Some(at);
+            self.timers.push((at, HostTimer::Footprint));
+        }
+    }
+
+    /// What a worker holds with its descendants: the latest footprint, else its own RSS.
+    fn footprint(&self, w: &Worker) -> u64 {
+        self.footprints.latest(w.pid()).unwrap_or(w.rss)
+    }
+
     /// Keeps the workers' memory within the budget: the least recently used pools that are
     /// awake and idle give way ([`super::pool::evictions`]).
     fn enforce_budget(&mut self, now: Instant) {
@@ -571,7 +603,7 @@ impl PluginHost {
                 let mut busy = false;
                 for (_, w) in self.workers.iter().filter(|(_, w)| w.machine.pool == i) {
                     if !w.machine.is_quitting() {
-                        bytes += w.rss;
+                        bytes += self.footprint(w);
                         busy |= !w.machine.sessions.is_empty();
                     }
                 }
@@ -998,8 +1030,10 @@ impl PluginHost {
             "worker ready in {:.0} ms",
             now.saturating_duration_since(w.machine.spawned_at).as_secs_f64() * 1000.0
         );
-        let rss = worker::rss_bytes(w.pid()).unwrap_or(0);
+        let (pid, rss) = (w.pid(), worker::rss_bytes(w.pid()).unwrap_or(0));
         self.workers[slot].rss = rss;
+        self.footprints.request(pid, now);
+        self.check_footprints(now);
         self.dirty_pools.push(pool);
         self.enforce_budget(now);
         Ok(())
@@ -1014,6 +1048,7 @@ impl PluginHost {
         let config = &p.config;
         let recycle = config.recycle_after > 0 && w.machine.completed >= config.recycle_after;
         w.rss = worker::rss_bytes(w.pid()).unwrap_or(w.rss);
+        self.footprints.request(w.pid(), now);
         let too_big = config.max_memory_mb > 0 && w.rss > config.max_memory_mb << 20;
         let why = if recycle {
             Some("recycled after its session limit")
@@ -1041,6 +1076,7 @@ impl PluginHost {
             None => w.machine.idle_again(config, now),
         }
         self.schedule(slot);
+        self.check_footprints(now);
         self.enforce_budget(now);
     }
 
@@ -1051,6 +1087,7 @@ impl PluginHost {
             return;
         }
         let mut w = self.workers.remove(slot);
+        self.footprints.forget(w.pid());
         let _ = self.registry.deregister(&mut w.channel);
         let pool = w.machine.pool;
         self.dirty_pools.push(pool);

@@ -22,6 +22,7 @@
 //! (`PR_SET_PDEATHSIG`).
 
 pub mod config;
+pub mod footprint;
 pub mod host;
 pub mod machine;
 pub mod pool;

@@ -8,6 +8,7 @@
 //! Platform differences end here: Linux-only facilities (`prctl`, `sock_diag`, `/proc`)
 //! have a stated fallback elsewhere.
 
+pub mod procfs;
 #[cfg(target_os = "linux")]
 pub mod sock_diag;
 
