@@ -74,7 +74,7 @@ impl Terminal {
         if !term::in_foreground(first) {
             return None;
         }
-        let readable = |fd: RawFd| ng_sys::fd::access_mode(fd);
+        let readable = ng_sys::fd::access_mode;
         let rdwr = (0..3).find(|&fd| ttys[fd as usize] && readable(fd) == Some(libc::O_RDWR));
         let (fd, owned) = match rdwr {
             Some(fd) => (fd, None),
