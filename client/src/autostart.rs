@@ -35,7 +35,6 @@ use std::io::{self, Read as _, Seek as _, SeekFrom};
 use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::os::unix::net::UnixDatagram;
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -118,17 +117,14 @@ pub fn start(socket: &Path) -> Result<(), ClientError> {
         Ok(out) => command.stdout(out).stderr(log_file),
         Err(_) => command.stdout(Stdio::null()).stderr(Stdio::null()),
     };
-    // SAFETY: the closure runs in the child between fork and exec and calls only
-    // async-signal-safe functions (setsid, signal).
-    unsafe {
-        command.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            Ok(())
-        });
-    }
+    ng_sys::process::on_spawn(
+        &mut command,
+        ng_sys::process::ChildSetup {
+            new_session: true,
+            default_sigpipe: true,
+            ..Default::default()
+        },
+    );
     let mut child = command
         .spawn()
         .map_err(|e| unavailable(format!("cannot run {}: {e}", ngd.display())))?;
@@ -183,8 +179,7 @@ fn private_dir(dir: &Path) -> io::Result<()> {
         Err(e) => return Err(e),
     }
     let meta = fs::symlink_metadata(dir)?;
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
+    let uid = ng_sys::process::effective_uid();
     if !meta.is_dir() || meta.uid() != uid {
         return Err(io::Error::other("not a directory of ours"));
     }
@@ -208,11 +203,9 @@ impl Lock {
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(path)?;
         loop {
-            // SAFETY: a valid descriptor owned by `file`.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            let Err(err) = ng_sys::fd::try_lock_exclusive(file.as_raw_fd()) else {
                 return Ok(Self { _file: file });
-            }
-            let err = io::Error::last_os_error();
+            };
             let busy = matches!(
                 err.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
@@ -309,14 +302,12 @@ fn notify_socket() -> io::Result<(UnixDatagram, OsString)> {
 
 /// Waits up to `timeout` for a datagram containing the line `READY=1`.
 fn wait_ready(socket: &UnixDatagram, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
+    let mut pfd = [libc::pollfd {
         fd: socket.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
-    if n <= 0 {
+    }];
+    if !ng_sys::fd::poll(&mut pfd, timeout.as_millis() as libc::c_int).is_ok_and(|n| n > 0) {
         return false;
     }
     let mut buf = [0u8; 4096];

@@ -10,7 +10,6 @@
 //! grep them: `connect: <strerror>`, `Unknown host: <host>`, `recv: <reason>`,
 //! `Unexpected chunk type <n> ('<c>')`, `Socket path [<path>] too long (<n>)`.
 
-use std::ffi::CStr;
 use std::io::{self, Write as _};
 
 /// Bad command line (missing option value, no command): usage on stderr.
@@ -108,17 +107,7 @@ pub fn strerror(err: &io::Error) -> String {
     let Some(code) = err.raw_os_error() else {
         return err.to_string();
     };
-    let mut buf = [0 as libc::c_char; 256];
-    // SAFETY: the buffer is valid for its length; the XSI strerror_r NUL-terminates on
-    // success.
-    let rc = unsafe { libc::strerror_r(code, buf.as_mut_ptr(), buf.len()) };
-    if rc != 0 {
-        return err.to_string();
-    }
-    // SAFETY: on success the buffer holds a NUL-terminated string.
-    unsafe { CStr::from_ptr(buf.as_ptr()) }
-        .to_string_lossy()
-        .into_owned()
+    ng_sys::strerror(code).unwrap_or_else(|| err.to_string())
 }
 
 #[cfg(test)]

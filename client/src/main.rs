@@ -70,6 +70,7 @@ mod pty;
 mod request;
 mod session;
 mod signals;
+mod sys;
 mod transport;
 
 use args::{Invocation, Parsed};
@@ -114,22 +115,21 @@ fn init() {
         events: 0,
         revents: 0,
     });
-    // SAFETY: three valid pollfds; a zero timeout only reports descriptors that are closed.
+    // A zero timeout only reports descriptors that are closed.
     let mut startup = 0;
-    if unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } > 0 {
+    if ng_sys::fd::poll(&mut fds, 0).is_ok_and(|n| n > 0) {
         for pfd in fds.iter().filter(|p| p.revents & libc::POLLNVAL != 0) {
             startup |= 1 << pfd.fd;
-            // SAFETY: open returns the lowest free descriptor, which is the closed one:
-            // the lower ones are open or were reopened by earlier iterations.
-            let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+            // The lowest free descriptor is the closed one: the lower ones are open or were
+            // reopened by earlier iterations.
+            let fd = ng_sys::fd::open_dev_null_at_lowest();
             if fd != pfd.fd {
                 // Cannot even reopen it: better to stop than to talk over a socket at fd 1.
                 std::process::abort();
             }
         }
     }
-    // SAFETY: setting a signal's disposition to "ignore" has no preconditions.
-    if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) } == libc::SIG_IGN {
+    if ng_sys::signal::ignore(libc::SIGPIPE) {
         startup |= 8;
     }
     STARTUP.store(startup, Ordering::Relaxed);

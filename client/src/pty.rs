@@ -18,13 +18,15 @@
 //! ([`Relay`]'s `Drop`, and [`Relay::suspend`] before `ng` stops); the relay holds at most
 //! one read of each direction ([`INPUT_LEN`], [`OUTPUT_LEN`]).
 //!
-//! Every raw system call of the relay is in this module.
+//! The relay's raw system calls are in the platform layer (`ng_sys::term`, `ng_sys::fd`).
 
 use crate::exit::ClientError;
 use ng_proto::FdMap;
+use ng_sys::fd::file_type;
+use ng_sys::term::{self, When};
 use std::io;
-use std::mem;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
 
 /// The most keyboard input read at once (and held while the pseudo-terminal is full).
@@ -48,22 +50,6 @@ pub struct Terminal {
     map: FdMap,
 }
 
-fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(rc)
-    }
-}
-
-/// An open descriptor's file type (`S_IFMT` bits) and device.
-fn kind(fd: RawFd) -> Option<(libc::mode_t, libc::dev_t)> {
-    // SAFETY: an all-zero stat is valid storage for fstat.
-    let mut st: libc::stat = unsafe { mem::zeroed() };
-    // SAFETY: fstat writes a stat.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_mode & libc::S_IFMT, st.st_rdev))
-}
-
 impl Terminal {
     /// The terminal among fds 0–2 (`ttys`: which are terminals) when the command should
     /// get a controlling terminal: they are all the same terminal, it is `ng`'s
@@ -73,36 +59,34 @@ impl Terminal {
     /// its keys). `None` otherwise.
     pub fn detect(ttys: [bool; 3]) -> Option<Terminal> {
         let first = (0..3).find(|&fd| ttys[fd])? as RawFd;
-        let (_, dev) = kind(first)?;
-        if (0..3).any(|fd| ttys[fd] && kind(fd as RawFd).map(|k| k.1) != Some(dev)) {
+        let (_, dev) = file_type(first)?;
+        if (0..3).any(|fd| ttys[fd] && file_type(fd as RawFd).map(|k| k.1) != Some(dev)) {
             return None;
         }
-        if !ttys[1] && matches!(kind(1), Some((libc::S_IFIFO | libc::S_IFSOCK, _)) | None) {
+        if !ttys[1]
+            && matches!(
+                file_type(1),
+                Some((libc::S_IFIFO | libc::S_IFSOCK, _)) | None
+            )
+        {
             return None;
         }
-        // SAFETY: plain queries; tcgetpgrp fails unless it is our controlling terminal.
-        if unsafe { libc::tcgetpgrp(first) != libc::getpgrp() } {
+        if !term::in_foreground(first) {
             return None;
         }
-        // SAFETY: F_GETFL only reads the descriptor's flags.
-        let readable = |fd: RawFd| unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_ACCMODE;
-        let rdwr = (0..3).find(|&fd| ttys[fd as usize] && readable(fd) == libc::O_RDWR);
+        let readable = ng_sys::fd::access_mode;
+        let rdwr = (0..3).find(|&fd| ttys[fd as usize] && readable(fd) == Some(libc::O_RDWR));
         let (fd, owned) = match rdwr {
             Some(fd) => (fd, None),
             None => {
-                let path = format!("/proc/self/fd/{first}\0");
-                // SAFETY: a NUL-terminated path.
-                let fd = unsafe {
-                    libc::open(
-                        path.as_ptr().cast(),
-                        libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-                    )
-                };
-                if fd < 0 {
-                    return None;
-                }
-                // SAFETY: we just opened it.
-                (fd, Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+                let owned: OwnedFd = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_NOCTTY)
+                    .open(format!("/proc/self/fd/{first}"))
+                    .ok()?
+                    .into();
+                (owned.as_raw_fd(), Some(owned))
             }
         };
         Some(Terminal {
@@ -120,29 +104,9 @@ impl Terminal {
     /// A new pseudo-terminal with this terminal's modes and window size: the master, kept
     /// for the relay, and the slave, to pass to the server.
     pub fn open_pty(self) -> io::Result<(Relay, OwnedFd)> {
-        // SAFETY: plain system calls; every descriptor is owned as soon as it exists.
-        let master = unsafe {
-            OwnedFd::from_raw_fd(check(libc::posix_openpt(
-                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-            ))?)
-        };
-        // SAFETY: as above, on the master we own. TIOCGPTPEER opens the slave of this very
-        // master without looking its name up.
-        let slave = unsafe {
-            check(libc::unlockpt(master.as_raw_fd()))?;
-            OwnedFd::from_raw_fd(check(libc::ioctl(
-                master.as_raw_fd(),
-                libc::TIOCGPTPEER,
-                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-            ))?)
-        };
-        // SAFETY: an all-zero termios is valid storage for tcgetattr.
-        let mut saved: libc::termios = unsafe { mem::zeroed() };
-        // SAFETY: tcgetattr writes a termios; tcsetattr reads the one it wrote.
-        unsafe {
-            check(libc::tcgetattr(self.fd, &mut saved))?;
-            check(libc::tcsetattr(slave.as_raw_fd(), libc::TCSANOW, &saved))?;
-        }
+        let (master, slave) = term::open_pty()?;
+        let saved = term::modes(self.fd)?;
+        term::set_modes(slave.as_raw_fd(), &saved, When::Now)?;
         copy_size(self.fd, master.as_raw_fd());
         Ok((
             Relay {
@@ -161,14 +125,8 @@ impl Terminal {
 
 /// Sets `to`'s window size (a pseudo-terminal master) to `from`'s (a terminal).
 fn copy_size(from: RawFd, to: RawFd) {
-    // SAFETY: an all-zero winsize is valid storage for TIOCGWINSZ.
-    let mut ws: libc::winsize = unsafe { mem::zeroed() };
-    // SAFETY: TIOCGWINSZ writes a winsize; TIOCSWINSZ reads it. Setting the size signals
-    // the pseudo-terminal's foreground group when it changes.
-    unsafe {
-        if libc::ioctl(from, libc::TIOCGWINSZ, &mut ws) == 0 {
-            libc::ioctl(to, libc::TIOCSWINSZ, &ws);
-        }
+    if let Some(ws) = term::window_size(from) {
+        let _ = term::set_window_size(to, &ws);
     }
 }
 
@@ -204,15 +162,7 @@ impl Relay {
     /// The server made the pseudo-terminal the command's controlling terminal: the master
     /// is made non-blocking and the user's terminal raw (when `ng` is in its foreground).
     pub fn start(&mut self) -> io::Result<()> {
-        // SAFETY: setting flags on our own master.
-        unsafe {
-            let flags = check(libc::fcntl(self.master.as_raw_fd(), libc::F_GETFL))?;
-            check(libc::fcntl(
-                self.master.as_raw_fd(),
-                libc::F_SETFL,
-                flags | libc::O_NONBLOCK,
-            ))?;
-        }
+        ng_sys::fd::set_nonblocking(self.master.as_raw_fd())?;
         self.state = RelayState::Background;
         self.resume();
         Ok(())
@@ -269,21 +219,13 @@ impl Relay {
         let mut ended = false;
         while filled < self.output.len() {
             let rest = &mut self.output[filled..];
-            // SAFETY: reading into our own buffer.
-            let n = unsafe {
-                libc::read(
-                    self.master.as_raw_fd(),
-                    rest.as_mut_ptr().cast(),
-                    rest.len(),
-                )
-            };
-            if n > 0 {
-                filled += n as usize;
-                continue;
-            }
-            match io::Error::last_os_error().kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => {}
+            match ng_sys::fd::read(self.master.as_raw_fd(), rest) {
+                Ok(n) if n > 0 => {
+                    filled += n;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 _ => ended = true,
             }
             break;
@@ -300,15 +242,8 @@ impl Relay {
     /// Reads what the keyboard has (the terminal is raw: bytes as typed).
     fn read_input(&mut self) {
         self.input.resize(INPUT_LEN, 0);
-        // SAFETY: reading into our own buffer.
-        let n = unsafe {
-            libc::read(
-                self.terminal.fd,
-                self.input.as_mut_ptr().cast(),
-                self.input.len(),
-            )
-        };
-        self.input.truncate(n.max(0) as usize);
+        let n = ng_sys::fd::read(self.terminal.fd, &mut self.input).unwrap_or(0);
+        self.input.truncate(n);
         self.input_at = 0;
         self.write_input();
     }
@@ -317,18 +252,15 @@ impl Relay {
     fn write_input(&mut self) {
         while self.input_at < self.input.len() {
             let rest = &self.input[self.input_at..];
-            // SAFETY: writing from our own buffer.
-            let n =
-                unsafe { libc::write(self.master.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
-            if n > 0 {
-                self.input_at += n as usize;
-                continue;
-            }
-            match io::Error::last_os_error().kind() {
-                _ if n == 0 => {}
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return,
-                _ => {}
+            match ng_sys::fd::write(self.master.as_raw_fd(), rest) {
+                Ok(n) if n > 0 => {
+                    self.input_at += n;
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {}
             }
             // The pseudo-terminal is gone: the keys go nowhere, as after a cold exit.
             self.input.clear();
@@ -354,14 +286,13 @@ impl Relay {
             if left.is_zero() {
                 break;
             }
-            let mut p = libc::pollfd {
+            let mut p = [libc::pollfd {
                 fd: self.master.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut p, 1, left.as_millis().max(1) as libc::c_int) };
-            if p.revents != 0 && self.read_output()? > 0 {
+            }];
+            let _ = ng_sys::fd::poll(&mut p, left.as_millis().max(1) as libc::c_int);
+            if p[0].revents != 0 && self.read_output()? > 0 {
                 quiet_since = Instant::now();
             }
         }
@@ -386,17 +317,12 @@ impl Relay {
             return;
         }
         copy_size(self.terminal.fd, self.master.as_raw_fd());
-        // SAFETY: plain queries.
-        if unsafe { libc::tcgetpgrp(self.terminal.fd) != libc::getpgrp() } {
+        if !term::in_foreground(self.terminal.fd) {
             return;
         }
         let mut raw = self.saved;
-        // SAFETY: cfmakeraw edits the copy; tcsetattr applies it to the user's terminal.
-        let set = unsafe {
-            libc::cfmakeraw(&mut raw);
-            libc::tcsetattr(self.terminal.fd, libc::TCSANOW, &raw)
-        };
-        if set == 0 {
+        term::make_raw(&mut raw);
+        if term::set_modes(self.terminal.fd, &raw, When::Now).is_ok() {
             self.state = RelayState::Raw;
         }
     }
@@ -418,9 +344,9 @@ impl Relay {
     }
 
     fn restore(&self) {
-        // SAFETY: putting back the modes read at start. TCSADRAIN: the output written in
-        // raw mode is shown before the terminal processes output again.
-        unsafe { libc::tcsetattr(self.terminal.fd, libc::TCSADRAIN, &self.saved) };
+        // Drain: the output written in raw mode is shown before the terminal processes
+        // output again.
+        let _ = term::set_modes(self.terminal.fd, &self.saved, When::Drain);
     }
 }
 
@@ -442,61 +368,36 @@ mod tests {
     /// A pseudo-terminal pair standing for the user's terminal: (its master, the
     /// [`Terminal`] on its slave).
     fn user_terminal() -> (OwnedFd, Terminal) {
-        // SAFETY: plain system calls on descriptors owned at once.
-        unsafe {
-            let master = OwnedFd::from_raw_fd(
-                check(libc::posix_openpt(
-                    libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-                ))
-                .unwrap(),
-            );
-            check(libc::unlockpt(master.as_raw_fd())).unwrap();
-            let slave = OwnedFd::from_raw_fd(
-                check(libc::ioctl(
-                    master.as_raw_fd(),
-                    libc::TIOCGPTPEER,
-                    libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-                ))
-                .unwrap(),
-            );
-            let ws = libc::winsize {
-                ws_row: 33,
-                ws_col: 111,
-                ws_xpixel: 0,
-                ws_ypixel: 0,
-            };
-            libc::ioctl(slave.as_raw_fd(), libc::TIOCSWINSZ, &ws);
-            let terminal = Terminal {
-                fd: slave.as_raw_fd(),
-                _owned: Some(slave),
-                map: FdMap::new([true; 3]),
-            };
-            (master, terminal)
-        }
+        let (master, slave) = term::open_pty().unwrap();
+        let ws = libc::winsize {
+            ws_row: 33,
+            ws_col: 111,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        term::set_window_size(slave.as_raw_fd(), &ws).unwrap();
+        let terminal = Terminal {
+            fd: slave.as_raw_fd(),
+            _owned: Some(slave),
+            map: FdMap::new([true; 3]),
+        };
+        (master, terminal)
     }
 
     fn modes(fd: RawFd) -> libc::termios {
-        // SAFETY: tcgetattr fills a termios.
-        unsafe {
-            let mut t: libc::termios = mem::zeroed();
-            check(libc::tcgetattr(fd, &mut t)).unwrap();
-            t
-        }
+        term::modes(fd).unwrap()
     }
 
     fn read_some(fd: RawFd) -> Vec<u8> {
-        let mut p = libc::pollfd {
+        let mut p = [libc::pollfd {
             fd,
             events: libc::POLLIN,
             revents: 0,
-        };
+        }];
         let mut buf = vec![0u8; 4096];
-        // SAFETY: one pollfd; reading into a live buffer.
-        unsafe {
-            libc::poll(&mut p, 1, 2000);
-            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-            buf.truncate(n.max(0) as usize);
-        }
+        let _ = ng_sys::fd::poll(&mut p, 2000);
+        let n = ng_sys::fd::read(fd, &mut buf).unwrap_or(0);
+        buf.truncate(n);
         buf
     }
 
@@ -510,12 +411,7 @@ mod tests {
             (got.c_lflag, got.c_iflag, got.c_oflag),
             (want.c_lflag, want.c_iflag, want.c_oflag)
         );
-        // SAFETY: TIOCGWINSZ fills a winsize.
-        let ws = unsafe {
-            let mut ws: libc::winsize = mem::zeroed();
-            libc::ioctl(slave.as_raw_fd(), libc::TIOCGWINSZ, &mut ws);
-            ws
-        };
+        let ws = term::window_size(slave.as_raw_fd()).unwrap();
         assert_eq!((ws.ws_col, ws.ws_row), (111, 33));
         assert_eq!(relay.state, RelayState::Offered);
         assert!(!relay.relaying());
@@ -531,8 +427,7 @@ mod tests {
         // Not our controlling terminal: output only, the terminal's modes untouched.
         assert_eq!(relay.state, RelayState::Background);
         let text = b"hello\n";
-        // SAFETY: writing from a live slice.
-        unsafe { libc::write(slave.as_raw_fd(), text.as_ptr().cast(), text.len()) };
+        ng_sys::fd::write(slave.as_raw_fd(), text).unwrap();
         drop(slave);
         relay.drain().unwrap();
         assert_eq!(relay.state, RelayState::Ended);
@@ -553,17 +448,13 @@ mod tests {
         relay.start().unwrap();
         // As `resume` does in the foreground (here the terminal is no process's).
         let mut raw = before;
-        // SAFETY: cfmakeraw edits a copy; tcsetattr applies it.
-        unsafe {
-            libc::cfmakeraw(&mut raw);
-            libc::tcsetattr(user_fd, libc::TCSANOW, &raw);
-        }
+        term::make_raw(&mut raw);
+        term::set_modes(user_fd, &raw, When::Now).unwrap();
         relay.state = RelayState::Raw;
         relay.suspend().unwrap();
         assert_eq!(relay.state, RelayState::Background);
         assert_eq!(modes(user_fd).c_lflag, before.c_lflag);
-        // SAFETY: as above.
-        unsafe { libc::tcsetattr(user_fd, libc::TCSANOW, &raw) };
+        term::set_modes(user_fd, &raw, When::Now).unwrap();
         relay.state = RelayState::Raw;
         drop(relay);
         assert_eq!(modes(user_fd).c_lflag, before.c_lflag);

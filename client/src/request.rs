@@ -63,20 +63,14 @@ pub struct Context {
 impl Context {
     /// The current process's terminals, environment and working directory.
     pub fn current() -> Context {
-        // SAFETY: isatty only inspects the descriptor.
-        let tty = |fd| unsafe { libc::isatty(fd) == 1 };
+        let tty = ng_sys::fd::is_tty;
         Context {
             ttys: [tty(0), tty(1), tty(2)],
             env: std::env::vars_os().collect(),
             cwd: std::env::current_dir()
                 .map(|d| d.into_os_string().into_vec())
                 .unwrap_or_default(),
-            // SAFETY: umask(2) cannot fail; the old mask is put back at once.
-            umask: unsafe {
-                let old = libc::umask(0o022);
-                libc::umask(old);
-                old as u32
-            },
+            umask: ng_sys::process::umask(),
         }
     }
 }

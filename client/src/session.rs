@@ -314,26 +314,13 @@ impl MainLoop {
     /// whether the socket is ready and whether a signal is waiting.
     fn wait(&mut self, deadline: Option<Instant>) -> Result<(bool, bool), ClientError> {
         let pending = || self.catcher.as_ref().is_some_and(Catcher::pending);
-        let mut timeout = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        let timeout_ptr = match deadline {
+        let timeout = match deadline {
             // A signal that is already waiting makes this only a look at the socket.
-            _ if pending() => &timeout as *const libc::timespec,
-            None => std::ptr::null(),
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                timeout.tv_sec = left.as_secs().min(i32::MAX as u64) as libc::time_t;
-                timeout.tv_nsec = left.subsec_nanos() as libc::c_long;
-                &timeout as *const libc::timespec
-            }
+            _ if pending() => Some(Duration::ZERO),
+            None => None,
+            Some(d) => Some(d.saturating_duration_since(Instant::now())),
         };
-        let mask = self
-            .catcher
-            .as_ref()
-            .and_then(Catcher::wait_mask)
-            .map_or(std::ptr::null(), |m| m as *const libc::sigset_t);
+        let mask = self.catcher.as_ref().and_then(Catcher::wait_mask);
         let fds = &mut self.pollfds;
         fds.clear();
         fds.push(libc::pollfd {
@@ -344,11 +331,8 @@ impl MainLoop {
         if let Some(relay) = &self.relay {
             relay.poll_fds(fds);
         }
-        // SAFETY: valid pollfds; the timeout and mask are null or point at live values.
         // The caught signals are unblocked for the wait only, so their handler runs here.
-        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as _, timeout_ptr, mask) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
+        if let Err(err) = ng_sys::fd::ppoll(fds, timeout, mask) {
             fds.iter_mut().for_each(|p| p.revents = 0);
             if err.kind() == io::ErrorKind::Interrupted {
                 return Ok((false, pending()));
@@ -618,12 +602,10 @@ fn stdin_loop(shared: &Shared) {
 /// stdin inherited from the parent).
 fn read_stdin(buf: &mut [u8]) -> io::Result<usize> {
     loop {
-        // SAFETY: `buf` is writable for its length.
-        let n = unsafe { libc::read(libc::STDIN_FILENO, buf.as_mut_ptr().cast(), buf.len()) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let err = io::Error::last_os_error();
+        let err = match ng_sys::fd::read(libc::STDIN_FILENO, buf) {
+            Ok(n) => return Ok(n),
+            Err(e) => e,
+        };
         match err.kind() {
             io::ErrorKind::Interrupted => {}
             io::ErrorKind::WouldBlock => wait_for(libc::STDIN_FILENO, libc::POLLIN),
@@ -635,13 +617,13 @@ fn read_stdin(buf: &mut [u8]) -> io::Result<usize> {
 /// Writes all of `data` to `fd` (1 or 2, or the user's terminal), unbuffered.
 pub fn write_out(fd: libc::c_int, mut data: &[u8]) -> Result<(), ClientError> {
     while !data.is_empty() {
-        // SAFETY: `data` is valid for its length.
-        let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
-        if n >= 0 {
-            data = &data[n as usize..];
-            continue;
-        }
-        let err = io::Error::last_os_error();
+        let err = match ng_sys::fd::write(fd, data) {
+            Ok(n) => {
+                data = &data[n..];
+                continue;
+            }
+            Err(e) => e,
+        };
         match err.kind() {
             io::ErrorKind::Interrupted => {}
             io::ErrorKind::WouldBlock => wait_for(fd, libc::POLLOUT),
@@ -654,11 +636,11 @@ pub fn write_out(fd: libc::c_int, mut data: &[u8]) -> Result<(), ClientError> {
 
 /// Blocks until `fd` is ready for `events`.
 fn wait_for(fd: libc::c_int, events: libc::c_short) {
-    let mut pfd = libc::pollfd {
+    let mut pfd = [libc::pollfd {
         fd,
         events,
         revents: 0,
-    };
-    // SAFETY: one valid pollfd. Errors (EINTR) just make the caller retry.
-    unsafe { libc::poll(&mut pfd, 1, -1) };
+    }];
+    // Errors (EINTR) just make the caller retry.
+    let _ = ng_sys::fd::poll(&mut pfd, -1);
 }

@@ -43,8 +43,8 @@
 //! [`stop_by`] make only async-signal-safe calls, so the unarmed handler uses them too.
 
 use ng_proto::SignalName;
+use ng_sys::signal::{self, SigSet};
 use std::io;
-use std::mem;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The signals `ng` catches and forwards: the terminal's (`SIGINT`, `SIGQUIT`, `SIGTSTP`,
@@ -127,19 +127,6 @@ pub fn number_of(name: &SignalName) -> Option<libc::c_int> {
         .map(|(_, signo)| *signo)
 }
 
-fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
-    // SAFETY: an all-zero sigset_t is valid storage; sigemptyset initialises it.
-    let mut set: libc::sigset_t = unsafe { mem::zeroed() };
-    // SAFETY: `set` is valid; the numbers are valid signals.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        for &s in signals {
-            libc::sigaddset(&mut set, s);
-        }
-    }
-    set
-}
-
 /// The forwarded signals that arrived and were not taken yet, one bit per signal number.
 static CAUGHT: AtomicU64 = AtomicU64::new(0);
 
@@ -162,8 +149,7 @@ extern "C" fn on_signal(signo: libc::c_int) {
         libc::SIGTSTP => stop_by(signo),
         _ => {
             die_by(signo, true);
-            // SAFETY: ending the process; _exit is async-signal-safe.
-            unsafe { libc::_exit(128 + signo) };
+            ng_sys::process::exit_now(128 + signo);
         }
     }
 }
@@ -171,10 +157,10 @@ extern "C" fn on_signal(signo: libc::c_int) {
 /// The forwarded signals, caught by [`on_signal`].
 pub struct Catcher {
     /// The signals caught (the forwarded ones the parent did not leave ignored).
-    caught: libc::sigset_t,
+    caught: SigSet,
     /// Once armed, the signal mask to wait with: the one `ng` started with, minus the
     /// caught signals.
-    wait_mask: Option<libc::sigset_t>,
+    wait_mask: Option<SigSet>,
     /// The signals the parent left ignored (neither caught nor forwarded), in
     /// [`INHERITED_IGNORE`] order.
     ignored: Vec<libc::c_int>,
@@ -194,28 +180,20 @@ impl Catcher {
     /// their default action until [`Catcher::arm`]. `pipe_ignored` says whether `SIGPIPE`
     /// was ignored when `ng` started (`ng` ignores it itself from then on).
     pub fn install(pipe_ignored: bool) -> io::Result<Catcher> {
-        // SAFETY: an all-zero sigaction is valid storage; the fields that matter are set.
-        let mut act: libc::sigaction = unsafe { mem::zeroed() };
-        act.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
         // Armed, the handler runs only inside `ppoll`; before that (and in the moment
-        // between arming and blocking) interrupted calls are restarted.
-        act.sa_flags = libc::SA_RESTART;
-        // SAFETY: `act.sa_mask` is valid storage.
-        unsafe { libc::sigemptyset(&mut act.sa_mask) };
+        // between arming and blocking) interrupted calls are restarted (`SA_RESTART`).
         let mut ignored_bits = 0u64;
         let mut caught = Vec::with_capacity(FORWARDED.len());
         for &signo in &FORWARDED {
-            // SAFETY: an all-zero sigaction is valid storage for the old disposition.
-            let mut old: libc::sigaction = unsafe { mem::zeroed() };
-            // SAFETY: a valid handler for a catchable signal; `old` is writable.
-            if unsafe { libc::sigaction(signo, &act, &mut old) } != 0 {
-                let err = io::Error::last_os_error();
-                restore_default(&caught);
-                return Err(err);
-            }
-            if old.sa_sigaction == libc::SIG_IGN && INHERITED_IGNORE.contains(&signo) {
-                // SAFETY: putting back the disposition just read.
-                unsafe { libc::sigaction(signo, &old, std::ptr::null_mut()) };
+            let old = match signal::catch(signo, on_signal) {
+                Ok(old) => old,
+                Err(err) => {
+                    restore_default(&caught);
+                    return Err(err);
+                }
+            };
+            if old.is_ignored() && INHERITED_IGNORE.contains(&signo) {
+                signal::restore(signo, &old);
                 ignored_bits |= 1 << signo;
             } else {
                 caught.push(signo);
@@ -225,12 +203,7 @@ impl Catcher {
             let is_ignored = if signo == libc::SIGPIPE {
                 pipe_ignored
             } else {
-                // SAFETY: querying a disposition writes only `old`.
-                unsafe {
-                    let mut old: libc::sigaction = mem::zeroed();
-                    libc::sigaction(signo, std::ptr::null(), &mut old) == 0
-                        && old.sa_sigaction == libc::SIG_IGN
-                }
+                signal::disposition(signo).is_some_and(|d| d.is_ignored())
             };
             if is_ignored {
                 ignored_bits |= 1 << signo;
@@ -242,7 +215,7 @@ impl Catcher {
             .filter(|&s| ignored_bits & (1 << s) != 0)
             .collect();
         Ok(Catcher {
-            caught: sigset(&caught),
+            caught: SigSet::of(&caught),
             wait_mask: None,
             ignored,
         })
@@ -252,20 +225,17 @@ impl Catcher {
     /// outside its waits. On failure nothing changes: they keep their default action.
     pub fn arm(&mut self) -> io::Result<()> {
         ARMED.store(true, Ordering::SeqCst);
-        // SAFETY: an all-zero sigset_t is valid storage for the old mask.
-        let mut wait_mask: libc::sigset_t = unsafe { mem::zeroed() };
-        // SAFETY: `caught` is initialised; `wait_mask` receives the old mask.
-        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &self.caught, &mut wait_mask) };
-        if rc != 0 {
-            ARMED.store(false, Ordering::SeqCst);
-            return Err(io::Error::from_raw_os_error(rc));
-        }
+        let mut wait_mask = match signal::block(&self.caught) {
+            Ok(old) => old,
+            Err(err) => {
+                ARMED.store(false, Ordering::SeqCst);
+                return Err(err);
+            }
+        };
         // A signal the parent left blocked is caught all the same.
         for signo in FORWARDED {
-            // SAFETY: both sets are initialised.
-            if unsafe { libc::sigismember(&self.caught, signo) } == 1 {
-                // SAFETY: as above.
-                unsafe { libc::sigdelset(&mut wait_mask, signo) };
+            if self.caught.contains(signo) {
+                wait_mask.remove(signo);
             }
         }
         self.wait_mask = Some(wait_mask);
@@ -273,7 +243,7 @@ impl Catcher {
     }
 
     /// Once armed, the mask to wait with (`ppoll`): the caught signals unblocked.
-    pub fn wait_mask(&self) -> Option<&libc::sigset_t> {
+    pub fn wait_mask(&self) -> Option<&SigSet> {
         self.wait_mask.as_ref()
     }
 
@@ -303,14 +273,7 @@ impl Catcher {
     pub fn take_cont(&self) -> bool {
         let bit = 1 << libc::SIGCONT;
         let caught = CAUGHT.fetch_and(!bit, Ordering::Relaxed) & bit != 0;
-        let set = sigset(&[libc::SIGCONT]);
-        let zero = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: an initialised set and a zero timeout; no siginfo wanted.
-        let pending =
-            unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) == libc::SIGCONT };
+        let pending = signal::take_pending(libc::SIGCONT);
         caught || pending
     }
 }
@@ -318,8 +281,7 @@ impl Catcher {
 /// Puts the default disposition back on `signals` (after a failed install).
 fn restore_default(signals: &[libc::c_int]) {
     for &signo in signals {
-        // SAFETY: restoring the default disposition has no preconditions.
-        unsafe { libc::signal(signo, libc::SIG_DFL) };
+        signal::set_default(signo);
     }
 }
 
@@ -328,26 +290,18 @@ fn restore_default(signals: &[libc::c_int]) {
 /// to 0 first so that no core of `ng` is written.
 pub fn die_by(signo: libc::c_int, core: bool) {
     if !core {
-        let zero = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: lowering our own limit; a failure only means a possible core file.
-        unsafe { libc::setrlimit(libc::RLIMIT_CORE, &zero) };
+        // A failure only means a possible core file.
+        ng_sys::process::forbid_core_dump();
     }
     if signo == libc::SIGKILL {
-        // SAFETY: killing ourselves.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        signal::kill_self(libc::SIGKILL);
         return;
     }
-    let set = sigset(&[signo]);
-    // SAFETY: restoring the default disposition, then raising and unblocking the signal
-    // on this thread; the default action happens at the unblock.
-    unsafe {
-        libc::signal(signo, libc::SIG_DFL);
-        libc::raise(signo);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-    }
+    // Restoring the default disposition, then raising and unblocking the signal on this
+    // thread; the default action happens at the unblock.
+    signal::set_default(signo);
+    signal::raise(signo);
+    signal::unblock(&SigSet::of(&[signo]));
 }
 
 /// Stops the client with `signo` (`SIGTSTP`, `SIGTTIN`, `SIGTTOU`, `SIGSTOP`) as its
@@ -356,32 +310,23 @@ pub fn die_by(signo: libc::c_int, core: bool) {
 /// at once.
 pub fn stop_by(signo: libc::c_int) {
     if signo == libc::SIGSTOP {
-        // SAFETY: stopping ourselves.
-        unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+        signal::kill_self(libc::SIGSTOP);
         return;
     }
-    let set = sigset(&[signo]);
-    // SAFETY: as in `die_by`; the stop happens at the unblock, and the signal is blocked
-    // again once continued.
-    unsafe {
-        let mut old: libc::sigaction = mem::zeroed();
-        let mut dfl: libc::sigaction = mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(signo, &dfl, &mut old);
-        libc::raise(signo);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        libc::sigaction(signo, &old, std::ptr::null_mut());
-    }
+    // As in `die_by`; the stop happens at the unblock, and the signal is blocked again
+    // once continued.
+    let set = SigSet::of(&[signo]);
+    let old = signal::swap_default(signo);
+    signal::raise(signo);
+    signal::unblock(&set);
+    let _ = signal::block(&set);
+    signal::restore(signo, &old);
 }
 
 /// The size of the first terminal among fds 1, 2 and 0.
 pub fn window_size() -> Option<ng_proto::WinSize> {
     for fd in [1, 2, 0] {
-        // SAFETY: an all-zero winsize is valid storage for TIOCGWINSZ.
-        let mut ws: libc::winsize = unsafe { mem::zeroed() };
-        // SAFETY: TIOCGWINSZ writes a winsize.
-        if unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0 {
+        if let Some(ws) = ng_sys::term::window_size(fd) {
             return Some(ng_proto::WinSize {
                 cols: ws.ws_col,
                 rows: ws.ws_row,

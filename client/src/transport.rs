@@ -23,9 +23,8 @@ use ng_proto::bytes::BytesMut;
 use ng_proto::paths;
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::mem;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -92,9 +91,7 @@ impl Target {
 /// ngd's default socket for the current user.
 pub fn default_socket_path() -> PathBuf {
     let xdg = std::env::var_os("XDG_RUNTIME_DIR");
-    // SAFETY: getuid cannot fail and has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    paths::default_socket_path(xdg.as_deref(), uid)
+    paths::default_socket_path(xdg.as_deref(), ng_sys::process::real_uid())
 }
 
 /// A port number: decimal digits, surrounding blanks allowed.
@@ -176,28 +173,15 @@ pub fn connect(target: &Target) -> Result<Socket, ClientError> {
 }
 
 fn connect_unix(path: &Path) -> Result<Socket, Failure> {
-    // SAFETY: an all-zero sockaddr_un is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { mem::zeroed() };
     let bytes = path.as_os_str().as_bytes();
-    if bytes.len() >= addr.sun_path.len() {
+    if bytes.len() >= ng_sys::socket::unix_path_room() {
         return Err(Failure::PathTooLong(
             path.as_os_str().to_owned(),
             bytes.len(),
         ));
     }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (dst, &src) in addr.sun_path.iter_mut().zip(bytes) {
-        *dst = src as libc::c_char;
-    }
-    let len = mem::offset_of!(libc::sockaddr_un, sun_path) + bytes.len() + 1;
     let socket = Socket::new(libc::AF_UNIX).map_err(Failure::Socket)?;
-    // SAFETY: `addr` is a valid sockaddr_un and `len` does not exceed its size.
-    socket
-        .connect(
-            (&addr as *const libc::sockaddr_un).cast(),
-            len as libc::socklen_t,
-        )
-        .map_err(Failure::Connect)?;
+    ng_sys::socket::connect_unix(socket.raw(), bytes).map_err(Failure::Connect)?;
     Ok(socket)
 }
 
@@ -207,16 +191,20 @@ fn connect_tcp(host: &str, port: u16) -> Result<Socket, Failure> {
         .map_err(|_| Failure::UnknownHost(host.to_owned()))?;
     let mut last = None;
     for addr in addrs {
-        let (storage, len) = sockaddr(&addr);
         let family = match addr {
             SocketAddr::V4(_) => libc::AF_INET,
             SocketAddr::V6(_) => libc::AF_INET6,
         };
         let socket = Socket::new(family).map_err(Failure::Socket)?;
-        match socket.connect((&storage as *const libc::sockaddr_storage).cast(), len) {
+        match ng_sys::socket::connect_inet(socket.raw(), &addr) {
             Ok(()) => {
                 // Cannot fail on a connected TCP socket; a failure would only cost latency.
-                let _ = socket.set_int_option(libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+                let _ = ng_sys::socket::set_int_option(
+                    socket.raw(),
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NODELAY,
+                    1,
+                );
                 return Ok(socket);
             }
             Err(e) => last = Some(e),
@@ -226,33 +214,6 @@ fn connect_tcp(host: &str, port: u16) -> Result<Socket, Failure> {
         Some(e) => Failure::Connect(e),
         None => Failure::UnknownHost(host.to_owned()),
     })
-}
-
-/// A `SocketAddr` as the C library's socket address.
-fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: an all-zero sockaddr_storage is a valid value.
-    let mut storage: libc::sockaddr_storage = unsafe { mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is large enough and aligned for every address type.
-            let sin = unsafe { &mut *(&mut storage as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
-            mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: as above.
-            let sin6 = unsafe { &mut *(&mut storage as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_flowinfo = a.flowinfo();
-            sin6.sin6_addr.s6_addr = a.ip().octets();
-            sin6.sin6_scope_id = a.scope_id();
-            mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (storage, len as libc::socklen_t)
 }
 
 /// A connected stream socket, TCP or Unix.
@@ -269,48 +230,10 @@ pub struct Socket {
 
 impl Socket {
     fn new(family: libc::c_int) -> io::Result<Socket> {
-        // SAFETY: plain system call; the result is checked.
-        let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a new descriptor that nothing else owns.
         Ok(Socket {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: ng_sys::socket::stream_socket(family)?,
             tcp: family != libc::AF_UNIX,
         })
-    }
-
-    /// Connects; `addr` must point to a socket address of `len` bytes.
-    fn connect(&self, addr: *const libc::sockaddr, len: libc::socklen_t) -> io::Result<()> {
-        // SAFETY: the callers pass a valid address of `len` bytes.
-        let rc = unsafe { libc::connect(self.raw(), addr, len) };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    fn set_int_option(
-        &self,
-        level: libc::c_int,
-        name: libc::c_int,
-        value: libc::c_int,
-    ) -> io::Result<()> {
-        // SAFETY: the option value is a c_int of the given size.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.raw(),
-                level,
-                name,
-                (&value as *const libc::c_int).cast(),
-                mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
     }
 
     fn raw(&self) -> RawFd {
@@ -322,61 +245,23 @@ impl Socket {
     /// uses it; a session waits with `poll`.
     pub fn set_read_timeout(&self, timeout: std::time::Duration) -> io::Result<()> {
         debug_assert!(!timeout.is_zero());
-        let tv = libc::timeval {
-            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_usec: timeout.subsec_micros().max(1) as libc::suseconds_t,
-        };
-        // SAFETY: the option value is a timeval of the given size.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.as_raw(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        ng_sys::socket::set_read_timeout(self.raw(), timeout)
     }
 
     /// One `read(2)` into the spare capacity of `buf` (reserve first). `Ok(0)` is end of
     /// stream.
     pub fn read_into(&self, buf: &mut BytesMut) -> io::Result<usize> {
-        let spare = buf.spare_capacity_mut();
-        // SAFETY: `spare` is writable memory of `spare.len()` bytes.
-        let n = unsafe { libc::read(self.raw(), spare.as_mut_ptr().cast(), spare.len()) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let n = n as usize;
-        // SAFETY: the kernel initialised the first `n` spare bytes.
-        unsafe { buf.set_len(buf.len() + n) };
-        Ok(n)
+        crate::sys::read_into(self.raw(), buf)
     }
 
     /// Writes all of `data`. `MSG_NOSIGNAL`: a closed peer is `EPIPE`, never a signal.
     pub fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
         while !data.is_empty() {
-            // SAFETY: `data` is valid for its length.
-            let n = unsafe {
-                libc::send(
-                    self.raw(),
-                    data.as_ptr().cast(),
-                    data.len(),
-                    libc::MSG_NOSIGNAL,
-                )
-            };
-            if n < 0 {
-                let err = io::Error::last_os_error();
-                if err.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(err);
+            match ng_sys::socket::send_nosignal(self.raw(), data) {
+                Ok(n) => data = &data[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
-            data = &data[n as usize..];
         }
         Ok(())
     }
@@ -389,10 +274,8 @@ impl Socket {
     /// the first piece arrives; with a delayed ACK that costs 40 ms per chunk, which makes
     /// stdin (one `S` round trip per 2 KiB) crawl. Acknowledging at once ends the stall.
     pub fn ack_now(&self) {
-        #[cfg(target_os = "linux")]
         if self.tcp {
-            // Only a latency hint: nothing to do if it fails.
-            let _ = self.set_int_option(libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1);
+            ng_sys::socket::tcp_quickack(self.raw());
         }
     }
 
@@ -415,52 +298,13 @@ impl Socket {
             return self.write_all(data);
         }
         let fds = &fds[..fds.len().min(ng_proto::MAX_PASSED_FDS)];
-        // Room for one control message of up to four descriptors, aligned for cmsghdr.
-        let mut control = [0u64; 8];
-        // SAFETY: CMSG_SPACE is a pure size computation.
-        let space = unsafe { libc::CMSG_SPACE(mem::size_of_val(fds) as u32) } as usize;
-        debug_assert!(space <= mem::size_of_val(&control));
-        let mut iov = libc::iovec {
-            iov_base: data.as_ptr() as *mut libc::c_void,
-            iov_len: data.len(),
-        };
-        // SAFETY: an all-zero msghdr is a valid value.
-        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        // SAFETY: the control buffer holds `space` bytes, enough for one header and the
-        // descriptors (CMSG_FIRSTHDR is non-null for a buffer that large).
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(mem::size_of_val(fds) as u32) as _;
-            std::ptr::copy_nonoverlapping(
-                fds.as_ptr(),
-                libc::CMSG_DATA(cmsg).cast::<RawFd>(),
-                fds.len(),
-            );
-        }
-        let sent = loop {
-            // SAFETY: `msg` points at live buffers for the duration of the call.
-            let n = unsafe { libc::sendmsg(self.raw(), &msg, libc::MSG_NOSIGNAL) };
-            if n >= 0 {
-                break n as usize;
-            }
-            let err = io::Error::last_os_error();
-            if err.kind() != io::ErrorKind::Interrupted {
-                return Err(err);
-            }
-        };
+        let sent = ng_sys::scm::send_with_fds(self.raw(), data, fds)?;
         self.write_all(&data[sent..])
     }
 
     /// Shuts both directions down, which wakes a thread blocked reading the socket.
     pub fn shutdown(&self) {
-        // SAFETY: plain system call on a descriptor we own; failure leaves nothing to undo.
-        unsafe { libc::shutdown(self.raw(), libc::SHUT_RDWR) };
+        ng_sys::socket::shutdown(self.raw());
     }
 }
 

@@ -16,7 +16,7 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
@@ -143,25 +143,7 @@ fn adopt(passed: PassedFd) -> Result<Activated, ActivationError> {
         name: passed.name.clone(),
         reason,
     };
-    let int_opt = |level, name| -> io::Result<libc::c_int> {
-        let mut value: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: a pointer to a live c_int and its size; an invalid fd is an error return.
-        let rc = unsafe {
-            libc::getsockopt(
-                fd,
-                level,
-                name,
-                (&mut value as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        if rc == 0 {
-            Ok(value)
-        } else {
-            Err(io::Error::last_os_error())
-        }
-    };
+    let int_opt = |level, name| ng_sys::socket::int_option(fd, level, name);
     let sock_type = int_opt(libc::SOL_SOCKET, libc::SO_TYPE).map_err(|e| fail(e.to_string()))?;
     if sock_type != libc::SOCK_STREAM {
         return Err(fail(format!("socket type {sock_type}, not a stream")));
@@ -172,18 +154,13 @@ fn adopt(passed: PassedFd) -> Result<Activated, ActivationError> {
         return Err(fail("not listening".to_owned()));
     }
     let domain = int_opt(libc::SOL_SOCKET, libc::SO_DOMAIN).map_err(|e| fail(e.to_string()))?;
-    // SAFETY: fcntl on a descriptor just checked to be a socket.
-    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // A listening socket passed to us alone: from here on the listener owns it.
+    let _ = ng_sys::fd::set_cloexec(fd);
+    let claim = || ng_sys::fd::claim_inherited(fd).map_err(|e| fail(e.to_string()));
     match domain {
-        libc::AF_INET | libc::AF_INET6 => {
-            // SAFETY: the descriptor is a listening TCP socket passed to us alone; from here
-            // on the listener owns it.
-            let l = unsafe { std::net::TcpListener::from_raw_fd(fd) };
-            Ok(Activated::Tcp(l))
-        }
+        libc::AF_INET | libc::AF_INET6 => Ok(Activated::Tcp(claim()?.into())),
         libc::AF_UNIX => {
-            // SAFETY: as above, a listening Unix stream socket.
-            let l = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
+            let l = std::os::unix::net::UnixListener::from(claim()?);
             let path = l
                 .local_addr()
                 .ok()

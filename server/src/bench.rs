@@ -413,8 +413,8 @@ impl AdHocServer {
 
 impl Drop for AdHocServer {
     fn drop(&mut self) {
-        // SAFETY: signalling our own child, which we have not reaped yet.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        // Our own child, which we have not reaped yet.
+        ng_sys::signal::kill(self.child.id(), libc::SIGTERM);
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }

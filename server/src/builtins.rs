@@ -330,20 +330,17 @@ fn cat_fds(ctx: &mut Context, fds: crate::ClientFds) -> i32 {
         }
         let n = match wait_fd(input.as_raw_fd(), libc::POLLIN) {
             Ok(false) => continue,
-            // SAFETY: reading into a buffer we own from a descriptor we own.
-            Ok(true) => unsafe {
-                libc::read(input.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len())
-            },
+            Ok(true) => ng_sys::fd::read(input.as_raw_fd(), &mut buf),
             Err(_) => return 1,
         };
         match n {
-            0 => return 0,
-            n if n < 0 => match std::io::Error::last_os_error().kind() {
+            Ok(0) => return 0,
+            Err(e) => match e.kind() {
                 std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock => continue,
                 _ => return 1,
             },
-            n => {
-                let mut data = &buf[..n as usize];
+            Ok(n) => {
+                let mut data = &buf[..n];
                 while !data.is_empty() {
                     if ctx.cancelled().is_some() {
                         return 130;
@@ -353,19 +350,14 @@ fn cat_fds(ctx: &mut Context, fds: crate::ClientFds) -> i32 {
                         Ok(true) => {}
                         Err(_) => return 1,
                     }
-                    // SAFETY: writing from a buffer we own to a descriptor we own. ngd runs
-                    // with SIGPIPE ignored, so a closed pipe reports EPIPE.
-                    let w = unsafe {
-                        libc::write(output.as_raw_fd(), data.as_ptr().cast(), data.len())
-                    };
-                    if w < 0 {
-                        match std::io::Error::last_os_error().kind() {
+                    // ngd runs with SIGPIPE ignored, so a closed pipe reports EPIPE.
+                    match ng_sys::fd::write(output.as_raw_fd(), data) {
+                        Ok(w) => data = &data[w..],
+                        Err(e) => match e.kind() {
                             std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock => {}
                             std::io::ErrorKind::BrokenPipe => return 141,
                             _ => return 1,
-                        }
-                    } else {
-                        data = &data[w as usize..];
+                        },
                     }
                 }
             }
@@ -375,24 +367,15 @@ fn cat_fds(ctx: &mut Context, fds: crate::ClientFds) -> i32 {
 
 /// Waits up to 100 ms for `events` on `fd`; true when it is ready (or has hung up).
 fn wait_fd(fd: std::os::fd::RawFd, events: libc::c_short) -> std::io::Result<bool> {
-    let mut pfd = libc::pollfd {
+    let mut pfd = [libc::pollfd {
         fd,
         events,
         revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    let n = unsafe { libc::poll(&mut pfd, 1, 100) };
-    match n {
-        n if n > 0 => Ok(true),
-        0 => Ok(false),
-        _ => {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            }
-        }
+    }];
+    match ng_sys::fd::poll(&mut pfd, 100) {
+        Ok(n) => Ok(n > 0),
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

@@ -200,43 +200,17 @@ impl Peer {
     /// The first read of a Unix connection, with `recvmsg`: the header's first bytes and
     /// the descriptors that ride with them (`SCM_RIGHTS`). Call before anything else.
     pub fn recv_fds(&mut self) -> Vec<std::os::fd::OwnedFd> {
-        use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+        use std::os::fd::AsRawFd as _;
         let Stream::Unix(s) = &self.stream else {
             panic!("descriptors need a Unix socket");
         };
         s.set_read_timeout(Some(STEP)).unwrap();
         let mut data = vec![0u8; 64 * 1024];
-        let mut control = [0u64; 16];
-        let mut iov = libc::iovec {
-            iov_base: data.as_mut_ptr().cast(),
-            iov_len: data.len(),
-        };
-        // SAFETY: an all-zero msghdr is valid; the buffers outlive the call.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&control) as _;
-        // SAFETY: as above.
-        let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        assert!(n > 0, "recvmsg: {}", io::Error::last_os_error());
-        self.buf.extend_from_slice(&data[..n as usize]);
-        let mut fds = Vec::new();
-        // SAFETY: walking the control messages the kernel wrote.
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-            while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                    let len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                    let data = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
-                    for i in 0..len / 4 {
-                        fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                    }
-                }
-                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-            }
-        }
-        fds
+        let got = ng_sys::scm::recv_with_fds(s.as_raw_fd(), &mut data, ng_sys::scm::MAX_FDS)
+            .unwrap_or_else(|e| panic!("recvmsg: {e}"));
+        assert!(got.len > 0, "recvmsg: end of stream");
+        self.buf.extend_from_slice(&data[..got.len]);
+        got.fds
     }
 
     /// The next chunk, which must arrive within [`STEP`].

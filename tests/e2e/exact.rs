@@ -227,34 +227,8 @@ mod raw {
     /// `sendmsg` of `data` with `fds` on its first byte. Not the server's
     /// `sys::send_with_fds`: a hostile client must be able to send more than it allows.
     fn send_with_fds(sock: &UnixStream, data: &[u8], fds: &[RawFd]) {
-        let mut control = [0u64; 16];
-        let mut iov = libc::iovec {
-            iov_base: data.as_ptr() as *mut libc::c_void,
-            iov_len: data.len(),
-        };
-        // SAFETY: the buffers outlive the call; the control message fits `control`.
-        unsafe {
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = libc::CMSG_SPACE((fds.len() * 4) as u32) as _;
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as _;
-            let out = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
-            for (i, fd) in fds.iter().enumerate() {
-                out.add(i).write_unaligned(*fd);
-            }
-            let n = libc::sendmsg(sock.as_raw_fd(), &msg, 0);
-            assert_eq!(
-                n,
-                data.len() as isize,
-                "{}",
-                std::io::Error::last_os_error()
-            );
-        }
+        let n = ng_sys::scm::send_with_fds(sock.as_raw_fd(), data, fds).unwrap();
+        assert_eq!(n, data.len());
     }
 
     /// A pipe: (read end, write end).

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -337,28 +337,18 @@ impl Channel {
             .and_then(|s| s.parse().ok())
             .filter(|fd| *fd >= 0)
             .ok_or(Error::NoChannel)?;
-        // SAFETY: plain fcntl/getsockopt calls on an integer descriptor.
-        unsafe {
-            let mut ty: libc::c_int = 0;
-            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-            let rc = libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_TYPE,
-                (&mut ty as *mut libc::c_int).cast(),
-                &mut len,
-            );
-            if rc != 0 || ty != libc::SOCK_STREAM {
-                return Err(Error::NotASocket(fd));
-            }
-            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        match ng_sys::socket::int_option(fd, libc::SOL_SOCKET, libc::SO_TYPE) {
+            Ok(libc::SOCK_STREAM) => {}
+            _ => return Err(Error::NotASocket(fd)),
         }
+        let _ = ng_sys::fd::set_cloexec(fd);
         let host_features = std::env::var("NGW_HOST_FEATURES").unwrap_or_default();
         std::env::remove_var("NGW_FD");
         std::env::remove_var("NGW_VERSION");
         std::env::remove_var("NGW_HOST_FEATURES");
-        // SAFETY: the descriptor was inherited for us and nothing else owns it.
-        let stream = unsafe { UnixStream::from_raw_fd(fd) };
+        // The descriptor was inherited for us and nothing else owns it.
+        let stream =
+            UnixStream::from(ng_sys::fd::claim_inherited(fd).map_err(|_| Error::NotASocket(fd))?);
         Ok(Self::from_stream(stream).host_features(&host_features))
     }
 

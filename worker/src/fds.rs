@@ -15,72 +15,18 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-/// How many descriptors the control buffer has room for (the three of the client, with
-/// the kernel's alignment slack on top).
+/// The most descriptors one read may bring (the three of the client); more are closed and
+/// the read reported truncated.
 const MAX_FDS: usize = 3;
 
-/// What one `recvmsg` returned.
-#[derive(Debug, Default)]
-pub(crate) struct Received {
-    /// Bytes read; 0 at end of stream.
-    pub(crate) len: usize,
-    /// Descriptors that came with them (already close-on-exec).
-    pub(crate) fds: Vec<OwnedFd>,
-    /// The control message was truncated (`MSG_CTRUNC`): descriptors were lost.
-    pub(crate) truncated: bool,
-}
+pub(crate) use ng_sys::scm::Received;
 
-/// Reads from `fd` into `buf` with `recvmsg`, collecting `SCM_RIGHTS` descriptors
-/// (`MSG_CMSG_CLOEXEC`).
+/// Reads from `fd` into `buf` with `recvmsg`, collecting the descriptors passed with the
+/// bytes (close-on-exec).
 pub(crate) fn recv_with_fds(fd: RawFd, buf: &mut [u8]) -> io::Result<Received> {
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    let space =
-        unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<libc::c_int>()) as u32) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = (control.len() * 8) as _;
-    // SAFETY: the iovec and control buffer outlive the call and their lengths are right.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut out = Received {
-        len: n as usize,
-        fds: Vec::new(),
-        truncated: msg.msg_flags & libc::MSG_CTRUNC != 0,
-    };
-    // SAFETY: walking the control messages the kernel wrote, within msg_controllen.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            let hdr = &*cmsg;
-            if hdr.cmsg_level == libc::SOL_SOCKET && hdr.cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg);
-                let bytes = (hdr.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
-                for i in 0..bytes / std::mem::size_of::<libc::c_int>() {
-                    let raw = std::ptr::read_unaligned(
-                        data.add(i * std::mem::size_of::<libc::c_int>())
-                            .cast::<libc::c_int>(),
-                    );
-                    if raw >= 0 {
-                        out.fds.push(OwnedFd::from_raw_fd(raw));
-                    }
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    Ok(out)
+    ng_sys::scm::recv_with_fds(fd, buf, MAX_FDS)
 }
 
 /// Descriptors that arrived with one read, waiting for the session they belong to.
@@ -196,9 +142,8 @@ impl ClientFds {
 
     /// Whether fd `n` is open and a terminal.
     pub fn is_tty(&self, n: usize) -> bool {
-        // SAFETY: isatty on a descriptor we hold.
         self.get(n)
-            .is_some_and(|fd| unsafe { libc::isatty(fd.as_raw_fd()) } == 1)
+            .is_some_and(|fd| ng_sys::fd::is_tty(fd.as_raw_fd()))
     }
 
     /// The three descriptors, for fds 0, 1, 2.

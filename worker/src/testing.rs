@@ -16,7 +16,6 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus};
 use std::sync::Arc;
@@ -178,18 +177,13 @@ impl Driver {
         cmd.env("NGW_FD", "3")
             .env("NGW_VERSION", "1")
             .env("NGW_HOST_FEATURES", features);
-        // SAFETY: dup2 and fcntl are async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || {
-                if fd == 3 {
-                    let flags = libc::fcntl(3, libc::F_GETFD);
-                    libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
-                } else if libc::dup2(fd, 3) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        ng_sys::process::on_spawn(
+            &mut cmd,
+            ng_sys::process::ChildSetup {
+                pass_fd: Some((fd, 3)),
+                ..Default::default()
+            },
+        );
         let child = cmd.spawn()?;
         drop(theirs);
         let mut d = Self::new(ours);
@@ -325,7 +319,7 @@ impl Driver {
         if fds.is_empty() {
             return self.stream.write_all(bytes);
         }
-        let n = send_with_fds(self.stream.as_raw_fd(), bytes, fds)?;
+        let n = ng_sys::scm::send_with_fds(self.stream.as_raw_fd(), bytes, fds)?;
         self.stream.write_all(&bytes[n..])
     }
 
@@ -615,43 +609,6 @@ impl Drop for Driver {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
-        }
-    }
-}
-
-/// One `sendmsg` of `bytes` with `fds` as `SCM_RIGHTS`; returns the bytes written.
-fn send_with_fds(fd: RawFd, bytes: &[u8], fds: &[RawFd]) -> io::Result<usize> {
-    let data_len = std::mem::size_of_val(fds);
-    // SAFETY: size computations.
-    let space = unsafe { libc::CMSG_SPACE(data_len as u32) } as usize;
-    let mut control = vec![0u64; space.div_ceil(8)];
-    let mut iov = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut libc::c_void,
-        iov_len: bytes.len(),
-    };
-    // SAFETY: msghdr is plain data.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: filling the one control message inside the buffer sized for it.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
-        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), data_len);
-    }
-    loop {
-        // SAFETY: the buffers outlive the call.
-        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
         }
     }
 }

@@ -208,13 +208,14 @@ impl Bridge {
         if let Some(cwd) = &self.cwd {
             cmd.current_dir(cwd);
         }
-        // SAFETY: prctl is async-signal-safe; it makes the plugin die with the bridge.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        // The plugin dies with the bridge.
+        ng_sys::process::on_spawn(
+            &mut cmd,
+            ng_sys::process::ChildSetup {
+                die_with_parent: true,
+                ..Default::default()
+            },
+        );
         let mut child = cmd.spawn().map_err(|e| {
             format!(
                 "cannot start {}: {e}",
@@ -754,10 +755,8 @@ fn fail(s: &ngw::Session, message: &str, code: i32) -> i32 {
 }
 
 fn kill_group(pid: i32) {
-    if pid > 0 {
-        // SAFETY: kill(2) on our own child's process group.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
+    // Our own child's process group.
+    if let Ok(pid) = u32::try_from(pid) {
+        ng_sys::signal::kill_group(pid, libc::SIGKILL);
     }
 }

@@ -332,11 +332,9 @@ impl Conn {
 }
 
 fn kill_group(pgid: i32) {
-    if pgid > 1 {
-        // SAFETY: kill(2) on the plugin's own process group.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
+    // The plugin's own process group.
+    if let Ok(pgid @ 2..) = u32::try_from(pgid) {
+        ng_sys::signal::kill_group(pgid, libc::SIGKILL);
     }
 }
 

@@ -11,7 +11,6 @@ use std::fs::OpenOptions;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 
 /// The fd number the worker finds its channel on.
@@ -95,10 +94,7 @@ pub fn spawn(plugin: &PluginConfig, launch: &Launch<'_>) -> io::Result<Spawned> 
         cmd.current_dir(cwd);
     }
     let fd = theirs.as_raw_fd();
-    // SAFETY: `child_setup` makes only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || crate::sys::child_setup(fd, CHANNEL_FD));
-    }
+    crate::sys::worker_child_setup(&mut cmd, fd, CHANNEL_FD);
     let child = cmd.spawn()?;
     drop(theirs);
     Ok(Spawned {

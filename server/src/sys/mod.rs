@@ -1,4 +1,5 @@
-//! The raw system calls of the server, each behind a small safe function.
+//! The raw system calls of the server alone, each behind a small safe function; the ones
+//! the other crates use too are in `ng_sys`, some re-exported here.
 //!
 //! Contract: every function here is a thin wrapper over one system facility, takes and
 //! returns plain values (pids as `u32`, descriptors as `RawFd`), never panics, and reports
@@ -15,67 +16,13 @@ pub mod sock_diag;
 use std::io;
 use std::os::fd::RawFd;
 
-/// Our effective uid (`geteuid`).
-pub fn effective_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
+pub use ng_sys::fd::{lock_exclusive, try_lock_exclusive};
+pub use ng_sys::process::effective_uid;
+pub use ng_sys::socket::tcp_quickack;
 
-/// This process's umask, read without changing it for longer than the two calls take.
+/// This process's umask.
 pub fn current_umask() -> u32 {
-    // SAFETY: umask(2) has no memory-safety preconditions; it is set back at once.
-    let old = unsafe {
-        let old = libc::umask(0o022);
-        libc::umask(old);
-        old
-    };
-    old as u32
-}
-
-/// Tries to take an exclusive `flock` on `fd` without blocking.
-pub fn try_lock_exclusive(fd: RawFd) -> io::Result<()> {
-    // SAFETY: flock on a descriptor the caller keeps open; no memory is involved.
-    let rc = unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Takes an exclusive `flock` on `fd`, waiting for it (retried after a signal).
-pub fn lock_exclusive(fd: RawFd) -> io::Result<()> {
-    loop {
-        // SAFETY: flock on a descriptor the caller keeps open; no memory is involved.
-        let rc = unsafe { libc::flock(fd, libc::LOCK_EX) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
-/// Re-arms `TCP_QUICKACK` on a TCP socket (Linux; nothing elsewhere).
-pub fn tcp_quickack(fd: RawFd) {
-    #[cfg(target_os = "linux")]
-    {
-        let one: libc::c_int = 1;
-        // SAFETY: a valid fd and a pointer to a live c_int of the size passed.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::IPPROTO_TCP,
-                libc::TCP_QUICKACK,
-                (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = fd;
+    ng_sys::process::umask()
 }
 
 /// Returns whole free pages of every heap arena to the kernel (glibc `malloc_trim`); true
@@ -162,27 +109,12 @@ pub fn peer_uid(_fd: RawFd) -> io::Result<u32> {
 
 /// Sends `signal` to the process group led by `pid` (our workers lead their own session).
 pub fn signal_group(pid: u32, signal: i32) {
-    if let Ok(pid) = i32::try_from(pid) {
-        if pid > 0 {
-            // SAFETY: kill(2) with a negative pid addresses a process group; no memory is
-            // involved.
-            unsafe {
-                libc::kill(-pid, signal);
-            }
-        }
-    }
+    ng_sys::signal::kill_group(pid, signal);
 }
 
 /// Sends `signal` to one process.
 pub fn signal(pid: u32, signal: i32) {
-    if let Ok(pid) = i32::try_from(pid) {
-        if pid > 0 {
-            // SAFETY: kill(2) on a pid; no memory is involved.
-            unsafe {
-                libc::kill(pid, signal);
-            }
-        }
-    }
+    ng_sys::signal::kill(pid, signal);
 }
 
 /// Has child `pid` exited? `waitid(WNOWAIT)`, which leaves the zombie in place, so its
@@ -239,30 +171,19 @@ pub fn become_subreaper() {
     }
 }
 
-/// In a forked child: a new session, SIGKILL when the parent dies (Linux
-/// `PR_SET_PDEATHSIG`), and `fd` on `target` without close-on-exec. Async-signal-safe.
-pub fn child_setup(fd: RawFd, target: RawFd) -> io::Result<()> {
-    // SAFETY: only async-signal-safe calls on descriptors and integers.
-    unsafe {
-        if libc::setsid() < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        #[cfg(target_os = "linux")]
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // dup2 clears FD_CLOEXEC on the new descriptor; if the socket already is `target`,
-        // clear it by hand.
-        if fd == target {
-            let flags = libc::fcntl(fd, libc::F_GETFD);
-            if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-        } else if libc::dup2(fd, target) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+/// Makes `cmd`'s child, between fork and exec, start a new session, get SIGKILL when the
+/// parent dies (Linux `PR_SET_PDEATHSIG`), and have `fd` on `target` without
+/// close-on-exec.
+pub fn worker_child_setup(cmd: &mut std::process::Command, fd: RawFd, target: RawFd) {
+    ng_sys::process::on_spawn(
+        cmd,
+        ng_sys::process::ChildSetup {
+            new_session: true,
+            die_with_parent: true,
+            default_sigpipe: false,
+            pass_fd: Some((fd, target)),
+        },
+    );
 }
 
 /// The pids of this process's children, from `/proc` (every thread's children; Linux, empty
@@ -299,63 +220,12 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 /// The most descriptors one [`recv_with_fds`] accepts; more means a truncated message.
 pub const MAX_PASSED_FDS: usize = ng_proto::MAX_PASSED_FDS;
 
-/// What one [`recv_with_fds`] read.
-#[derive(Debug, Default)]
-pub struct Received {
-    /// Bytes read into the buffer (0: end of file).
-    pub len: usize,
-    /// Descriptors that came with them (`SCM_RIGHTS`), close-on-exec.
-    pub fds: Vec<std::os::fd::OwnedFd>,
-    /// The kernel dropped descriptors that did not fit (`MSG_CTRUNC`).
-    pub truncated: bool,
-}
+pub use ng_sys::scm::Received;
 
-/// `recvmsg` on a stream socket with room for [`MAX_PASSED_FDS`] descriptors
-/// (`MSG_CMSG_CLOEXEC`); never blocks if the socket is non-blocking.
+/// `recvmsg` on a stream socket expecting at most [`MAX_PASSED_FDS`] descriptors (extras
+/// are closed and reported as truncated); never blocks if the socket is non-blocking.
 pub fn recv_with_fds(fd: RawFd, buf: &mut [u8]) -> io::Result<Received> {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    // Room for one SCM_RIGHTS message of MAX_PASSED_FDS ints, aligned as cmsghdr wants.
-    let mut control = [0u64; 8];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: an all-zero msghdr is valid; every buffer it points to outlives the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is a pure computation.
-    let space = unsafe { libc::CMSG_SPACE((MAX_PASSED_FDS * 4) as u32) } as usize;
-    msg.msg_controllen = space.min(std::mem::size_of_val(&control)) as _;
-    // SAFETY: plain system call with valid buffers.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut received = Received {
-        len: n as usize,
-        fds: Vec::new(),
-        truncated: msg.msg_flags & libc::MSG_CTRUNC != 0,
-    };
-    // SAFETY: walking the control messages the kernel wrote into `control`; each
-    // SCM_RIGHTS descriptor is ours to own from here on.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let len = ((*cmsg).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
-                let data = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
-                for i in 0..len / std::mem::size_of::<libc::c_int>() {
-                    received
-                        .fds
-                        .push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    Ok(received)
+    ng_sys::scm::recv_with_fds(fd, buf, MAX_PASSED_FDS)
 }
 
 /// `sendmsg` of `data` with `fds` attached to its first byte (`SCM_RIGHTS`, at most
@@ -367,33 +237,7 @@ pub fn send_with_fds(fd: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<usize>
             "between 1 and 3 descriptors, and data to carry them",
         ));
     }
-    let mut control = [0u64; 8];
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: an all-zero msghdr is valid; every buffer it points to outlives the call, and
-    // the control message is filled within the space CMSG_SPACE says it needs.
-    unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = libc::CMSG_SPACE((fds.len() * 4) as u32) as _;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN((fds.len() * 4) as u32) as _;
-        let out = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
-        for (i, fd) in fds.iter().enumerate() {
-            out.add(i).write_unaligned(*fd);
-        }
-        let n = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL);
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(n as usize)
-    }
+    ng_sys::scm::send_with_fds(fd, data, fds)
 }
 
 /// The number of a signal a client may forward whose default action ends a process
