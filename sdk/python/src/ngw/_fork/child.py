@@ -34,7 +34,6 @@ if hasattr(signal, "SIGXFSZ"):
 _KEEP = []
 #: A spare's answer when its session came before it could clone its successor: the usual
 #: case under load, not worth a log line.
-_SESSION_FIRST = "its session came first"
 #: Seconds a spare waits for the successor it cloned to say it is ready.
 _SUCCESSOR_START = 2.0
 
@@ -393,10 +392,12 @@ class Child:
         socket to wait on: this spare's, or in the copy the copy's."""
         pid, why, theirs, streams = None, None, None, []
         ours = None
+        # Whether not cloning is worth a word in the log: not when the session is here.
+        expected = False
         if self._cloner is None:
             why = "cloning is off"
         elif self._rbuf or select.select([ctl], [], [], 0)[0]:
-            why = _SESSION_FIRST
+            why, expected = "its session came first", True
         elif not self._cloner.ready():
             why = "it has threads"
         else:
@@ -428,7 +429,7 @@ class Child:
             except OSError:
                 pass
             give = []
-        payload = marshal.dumps({"pid": pid, "why": why})
+        payload = marshal.dumps({"pid": pid, "why": why, "expected": expected})
         data = LEN.pack(len(payload)) + payload
         try:
             n = socket.send_fds(ctl, [data], give) if give else ctl.send(data)

@@ -18,7 +18,7 @@ from .. import _adaptive, _pages, _rules, _wire
 from .._channel import close_fds
 from .._signals import exit_payload
 from . import stdio
-from .child import _SESSION_FIRST, Child
+from .child import Child
 from .common import FD, LEN, REPORT, Cloner, libc_handle, load_libc, sigmask
 from .relay import Relay, exit_code_of_status
 from .spares import NOT_YET, SpareIO, Spares
@@ -365,9 +365,11 @@ class ForkRunner(SpareIO):
                 else {"pid": None}
             pid = answer.get("pid")
             why = answer.get("why")
+            expected = answer.get("expected", False)
         except (EOFError, ValueError, TypeError, AttributeError):
             pid = why = None
-        if why and why != _SESSION_FIRST and why not in self._warned_clone:
+            expected = False
+        if why and not expected and why not in self._warned_clone:
             self._warned_clone.add(why)
             self.log("ngw: a spare did not clone its successor: %s; the worker forks the "
                      "next spare" % why)
