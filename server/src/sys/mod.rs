@@ -190,18 +190,7 @@ pub fn worker_child_setup(cmd: &mut std::process::Command, fd: RawFd, target: Ra
 /// elsewhere).
 pub fn children() -> Vec<u32> {
     let me = std::process::id();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Vec::new();
-    };
-    let mut pids = Vec::new();
-    for task in tasks.flatten() {
-        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            pids.extend(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
-        }
-    }
+    let mut pids = procfs::children_of(me);
     pids.retain(|p| *p != me);
     pids.sort_unstable();
     pids.dedup();

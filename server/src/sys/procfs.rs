@@ -31,8 +31,8 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     }
 }
 
-/// The direct children of `pid`, over all its threads.
-fn children_of(pid: u32) -> Vec<u32> {
+/// The direct children of `pid`, over all its threads (unsorted; empty if it is gone).
+pub fn children_of(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
