@@ -141,6 +141,6 @@ pub struct PluginReport {
     pub log: String,
     /// Whether it keeps workers between sessions (`awake`, `asleep`, `evicted`).
     pub residency: pool::Residency,
-    /// Its workers' resident memory, as last measured, in bytes.
+    /// Its workers' memory with their descendants (summed PSS, `footprint`), in bytes.
     pub memory_bytes: u64,
 }

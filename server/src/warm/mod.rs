@@ -742,7 +742,7 @@ pub struct Row {
     pub state: String,
     /// Workers running (starting, idle or busy).
     pub workers: u64,
-    /// Their resident memory, in bytes, as the server last measured it.
+    /// Their memory with what they started (summed PSS), in bytes, as the server last read it.
     pub memory_bytes: u64,
     /// The last `ngd bench` medians, cold and warm, in milliseconds.
     pub bench: Option<BenchRecord>,
