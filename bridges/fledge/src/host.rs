@@ -224,7 +224,7 @@ fn ignored_signals(session: &ngw::Session) -> Vec<libc::c_int> {
     session
         .ignored_signals
         .iter()
-        .filter_map(|n| ngw::signal_number(n))
+        .filter_map(|n| ngw::Signal::from_name(n.as_bytes()).map(ngw::Signal::number))
         .collect()
 }
 
@@ -631,7 +631,7 @@ impl Bridge {
                 recv(wait_rx) -> w => match w {
                     // A stop the waiter saw before a SIGCONT was sent is over already.
                     Ok(Waited::Stopped(sig)) if !client_stopped && is_stopped(pid) => {
-                        if let Some(name) = ngw::signal_name(sig) {
+                        if let Some(name) = ngw::Signal::from_number(sig).map(ngw::Signal::name) {
                             let _ = s.stopped(name);
                         }
                     }
@@ -641,8 +641,8 @@ impl Bridge {
                 },
                 recv(s.interrupts()) -> i => {
                     let (sig, group) = match i {
-                        Ok(ngw::Interrupt::Signal(name)) => (ngw::signal_number(&name), true),
-                        Ok(ngw::Interrupt::ProcessSignal(name)) => (ngw::signal_number(&name), false),
+                        Ok(ngw::Interrupt::Signal(name)) => (name.number(), true),
+                        Ok(ngw::Interrupt::ProcessSignal(name)) => (name.number(), false),
                         Ok(ngw::Interrupt::WindowSize(_)) => (Some(libc::SIGWINCH), true),
                         Ok(ngw::Interrupt::Hangup) => (Some(libc::SIGHUP), true),
                         Err(_) => (None, true),
@@ -668,7 +668,7 @@ impl Bridge {
         match status {
             Some(st) => {
                 if let Some(sig) = st.signal() {
-                    if let Some(name) = ngw::signal_name(sig) {
+                    if let Some(name) = ngw::Signal::from_number(sig).map(ngw::Signal::name) {
                         s.exit_by_signal(name, st.core_dumped());
                     }
                 }
@@ -1058,7 +1058,7 @@ impl<'a> Run<'a> {
                     // A resize, a stop and a continue are not the user giving up.
                     Ok(ngw::Interrupt::WindowSize(_)) => continue,
                     Ok(ngw::Interrupt::Signal(name) | ngw::Interrupt::ProcessSignal(name))
-                        if matches!(name.as_str(), "SIGWINCH" | "SIGTSTP" | "SIGCONT") => continue,
+                        if matches!(name.signal(), Some(ngw::Signal::Winch | ngw::Signal::Tstp | ngw::Signal::Cont)) => continue,
                     Ok(_) => Event::Interrupt,
                     Err(_) => continue,
                 },
