@@ -23,7 +23,7 @@ use crate::session_io::ConnKey;
 use bytes::{Bytes, BytesMut};
 use ng_proto::codec::encode;
 use ng_proto::ext::{self, ExitReport, SignalName, SignalTarget, WinSize};
-use ng_proto::{exit, ChunkType, Request};
+use ng_proto::{exit, ChunkType, Request, Signal};
 use ngw::{WorkerFeature, WorkerFeatures};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -513,9 +513,9 @@ impl Machine {
         let Some(s) = self.sessions.get_mut(&session) else {
             return true;
         };
-        match name.as_bytes() {
-            b"SIGTSTP" | b"SIGSTOP" => s.client_stopped = true,
-            b"SIGCONT" => s.client_stopped = false,
+        match name.signal() {
+            Some(Signal::Tstp | Signal::Stop) => s.client_stopped = true,
+            Some(Signal::Cont) => s.client_stopped = false,
             _ => {}
         }
         let payload = if signals && SignalTarget::of(name) == SignalTarget::Process {
@@ -537,7 +537,8 @@ impl Machine {
             let payload = format!("winsize {}", size.to_value());
             self.send(session, ChunkType::WORKER_INTERRUPT, payload.as_bytes());
         } else if s.fds.taken() && self.has_feature(WorkerFeature::Interrupt) {
-            self.send(session, ChunkType::WORKER_INTERRUPT, b"SIGWINCH");
+            let winch = Signal::Winch.name();
+            self.send(session, ChunkType::WORKER_INTERRUPT, winch.as_bytes());
         }
     }
 
