@@ -25,36 +25,32 @@ pub enum WorkerFeature {
     StdinWindow,
 }
 
+/// Every feature with its name on the wire, in the order lists are written.
+const NAMES: [(WorkerFeature, &str); 8] = [
+    (WorkerFeature::Interrupt, "interrupt"),
+    (WorkerFeature::Fork, "fork"),
+    (WorkerFeature::Mux, "mux"),
+    (WorkerFeature::Notices, "notices"),
+    (WorkerFeature::Fds, "fds"),
+    (WorkerFeature::Ctty, "ctty"),
+    (WorkerFeature::Signals, "signals"),
+    (WorkerFeature::StdinWindow, "stdin-window"),
+];
+
 impl WorkerFeature {
     /// Every feature, in the order lists are written.
-    pub const ALL: [WorkerFeature; 8] = [
-        WorkerFeature::Interrupt,
-        WorkerFeature::Fork,
-        WorkerFeature::Mux,
-        WorkerFeature::Notices,
-        WorkerFeature::Fds,
-        WorkerFeature::Ctty,
-        WorkerFeature::Signals,
-        WorkerFeature::StdinWindow,
-    ];
+    pub fn all() -> impl Iterator<Item = WorkerFeature> {
+        NAMES.iter().map(|&(feature, _)| feature)
+    }
 
     /// Its name on the wire.
     pub fn name(self) -> &'static str {
-        match self {
-            WorkerFeature::Interrupt => "interrupt",
-            WorkerFeature::Fork => "fork",
-            WorkerFeature::Mux => "mux",
-            WorkerFeature::Notices => "notices",
-            WorkerFeature::Fds => "fds",
-            WorkerFeature::Ctty => "ctty",
-            WorkerFeature::Signals => "signals",
-            WorkerFeature::StdinWindow => "stdin-window",
-        }
+        NAMES[self as usize].1
     }
 
     /// The feature named `name`, exactly as the wire spells it.
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|f| f.name() == name)
+        Self::all().find(|f| f.name() == name)
     }
 
     fn bit(self) -> u16 {
@@ -111,11 +107,9 @@ impl WorkerFeatures {
         self.0 & feature.bit() != 0
     }
 
-    /// The features in the set, in the order of [`WorkerFeature::ALL`].
+    /// The features in the set, in the order of [`WorkerFeature::all`].
     pub fn iter(self) -> impl Iterator<Item = WorkerFeature> {
-        WorkerFeature::ALL
-            .into_iter()
-            .filter(move |&f| self.contains(f))
+        WorkerFeature::all().filter(move |&f| self.contains(f))
     }
 
     /// The names of the features in the set, in order (a hello's `features`).
@@ -185,7 +179,8 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for f in WorkerFeature::ALL {
+        for (i, f) in WorkerFeature::all().enumerate() {
+            assert_eq!(f as usize, i, "the table is in variant order");
             assert_eq!(WorkerFeature::from_name(f.name()), Some(f));
         }
         assert_eq!(WorkerFeature::from_name("MUX"), None);
