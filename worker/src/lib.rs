@@ -30,6 +30,11 @@
 //! [`Session::stopped`], [`Session::exit_by_signal`]) and `stdin-window`
 //! ([`Hello::stdin_window`]).
 //!
+//! The protocol's vocabulary is shared with ngd, which depends on this crate: the
+//! features ([`WorkerFeature`], [`WorkerFeatures`]), the signal names ([`Signal`],
+//! [`SignalName`], from `ng-proto`), and [`RestartPolicy`], the backoff and give-up rules
+//! of ngd's pools and of the bridges.
+//!
 //! A worker whose commands run on the client's own terminal, pipes and files when ngd
 //! passes them (our `ng` on ngd's Unix socket), and on the relayed streams otherwise:
 //!

@@ -1,5 +1,6 @@
 //! The restart policy, sans I/O: backoff per restart (1 s, 5 s, 25 s by default) and the
-//! limit (more than 3 restarts within 10 minutes disables the plugin).
+//! limit (more than 3 restarts within 10 minutes disables the plugin), as an
+//! [`ngw::RestartPolicy`] with the bridge's configuration and its words for giving up.
 
 use ngw::restart::{self, Backoff, GiveUp};
 use std::time::Duration;
