@@ -90,7 +90,7 @@ impl ClientError {
             let _ = writeln!(err, "{message}");
         }
         if let ClientError::BadArguments(_) = self {
-            let _ = err.write_all(crate::args::USAGE.as_bytes());
+            let _ = err.write_all(crate::usage::USAGE.as_bytes());
         }
         self.code()
     }

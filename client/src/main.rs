@@ -15,6 +15,7 @@
 //! * [`signals`]: the forwarded signals, and stopping or dying by a signal like the command.
 //! * [`pty`]: the controlling terminal (`ctty`): a pseudo-terminal relayed to the user's.
 //! * [`exit`]: every client failure and its exit code (226–231, 141, 69).
+//! * [`usage`]: the usage text.
 //! * [`autostart`]: starting `ngd` when no server answers at the default address (runs only
 //!   after connecting failed).
 //! * [`help`]: `ng --help` lists the server's commands after the usage.
@@ -72,6 +73,7 @@ mod session;
 mod signals;
 mod sys;
 mod transport;
+mod usage;
 
 use args::{Invocation, Parsed};
 use exit::ClientError;
@@ -140,7 +142,7 @@ fn run() -> Result<Ending, ClientError> {
     let invocation = match args::parse(std::env::args_os())? {
         Parsed::Run(invocation) => invocation,
         Parsed::Help => {
-            let _ = std::io::stderr().write_all(args::USAGE.as_bytes());
+            let _ = std::io::stderr().write_all(usage::USAGE.as_bytes());
             let _ = std::io::stderr().write_all(help::server_commands().as_bytes());
             return Ok(Ending::Status(0));
         }

@@ -42,7 +42,7 @@
 //! default action does not kill falls back to the classic exit status. [`die_by`] and
 //! [`stop_by`] make only async-signal-safe calls, so the unarmed handler uses them too.
 
-use ng_proto::SignalName;
+use ng_proto::{Signal, SignalName};
 use ng_sys::signal::{self, SigSet};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -76,55 +76,14 @@ const INHERITED_IGNORE: [libc::c_int; 10] = [
     libc::SIGTTOU,
 ];
 
-/// Signal names and numbers, for the names that travel on the wire.
-const NAMES: [(&str, libc::c_int); 31] = [
-    ("SIGHUP", libc::SIGHUP),
-    ("SIGINT", libc::SIGINT),
-    ("SIGQUIT", libc::SIGQUIT),
-    ("SIGILL", libc::SIGILL),
-    ("SIGTRAP", libc::SIGTRAP),
-    ("SIGABRT", libc::SIGABRT),
-    ("SIGBUS", libc::SIGBUS),
-    ("SIGFPE", libc::SIGFPE),
-    ("SIGKILL", libc::SIGKILL),
-    ("SIGUSR1", libc::SIGUSR1),
-    ("SIGSEGV", libc::SIGSEGV),
-    ("SIGUSR2", libc::SIGUSR2),
-    ("SIGPIPE", libc::SIGPIPE),
-    ("SIGALRM", libc::SIGALRM),
-    ("SIGTERM", libc::SIGTERM),
-    ("SIGSTKFLT", libc::SIGSTKFLT),
-    ("SIGCHLD", libc::SIGCHLD),
-    ("SIGCONT", libc::SIGCONT),
-    ("SIGSTOP", libc::SIGSTOP),
-    ("SIGTSTP", libc::SIGTSTP),
-    ("SIGTTIN", libc::SIGTTIN),
-    ("SIGTTOU", libc::SIGTTOU),
-    ("SIGURG", libc::SIGURG),
-    ("SIGXCPU", libc::SIGXCPU),
-    ("SIGXFSZ", libc::SIGXFSZ),
-    ("SIGVTALRM", libc::SIGVTALRM),
-    ("SIGPROF", libc::SIGPROF),
-    ("SIGWINCH", libc::SIGWINCH),
-    ("SIGIO", libc::SIGIO),
-    ("SIGPWR", libc::SIGPWR),
-    ("SIGSYS", libc::SIGSYS),
-];
-
 /// The name of a signal number, if it has one here.
 pub fn name_of(signo: libc::c_int) -> Option<SignalName> {
-    NAMES
-        .iter()
-        .find(|(_, n)| *n == signo)
-        .and_then(|(name, _)| SignalName::new(name.as_bytes()))
+    Signal::from_number(signo).map(Signal::to_name)
 }
 
 /// The number of a signal name, if this system has it.
 pub fn number_of(name: &SignalName) -> Option<libc::c_int> {
-    NAMES
-        .iter()
-        .find(|(n, _)| n.as_bytes() == name.as_bytes())
-        .map(|(_, signo)| *signo)
+    name.number()
 }
 
 /// The forwarded signals that arrived and were not taken yet, one bit per signal number.
@@ -344,7 +303,7 @@ mod tests {
 
     #[test]
     fn names_and_numbers_agree() {
-        for (name, signo) in NAMES {
+        for (name, signo) in Signal::ALL.map(|s| (s.name(), s.number())) {
             let n = SignalName::new(name.as_bytes()).unwrap();
             assert_eq!(number_of(&n), Some(signo));
             assert_eq!(name_of(signo).unwrap().as_str(), name);

@@ -363,10 +363,16 @@ pub enum SignalTarget {
 impl SignalTarget {
     /// The target for a forwarded signal.
     pub fn of(name: &SignalName) -> Self {
-        match name.as_bytes() {
-            b"SIGINT" | b"SIGQUIT" | b"SIGHUP" | b"SIGTSTP" | b"SIGCONT" | b"SIGWINCH" => {
-                SignalTarget::Group
-            }
+        use crate::Signal;
+        match name.signal() {
+            Some(
+                Signal::Int
+                | Signal::Quit
+                | Signal::Hup
+                | Signal::Tstp
+                | Signal::Cont
+                | Signal::Winch,
+            ) => SignalTarget::Group,
             _ => SignalTarget::Process,
         }
     }

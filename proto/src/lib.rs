@@ -14,6 +14,7 @@
 //!   allocated, and the one-buffer encoder.
 //! * [`ext`]: the negotiated extensions of our `ng` and `ngd`: features, passed
 //!   descriptors, window sizes, signal names, the end-of-session report.
+//! * [`signal`]: [`Signal`], the one table of signal names and numbers.
 //! * [`exit`]: the `X` payload: formatting (`"<n>\n"`) and `atoi`-style parsing.
 //! * [`client_session`]: [`ClientSession`], the client's side of one session.
 //! * [`server_session`]: [`ServerSession`], the server's side of one session.
@@ -51,6 +52,7 @@ pub mod exit;
 pub mod ext;
 pub mod paths;
 pub mod server_session;
+pub mod signal;
 
 /// The buffer crate this API is written in ([`bytes::BytesMut`] read buffers, [`bytes::Bytes`]
 /// payloads), re-exported so callers can name those types without a dependency of their own.
@@ -64,6 +66,7 @@ pub use server_session::{
     ClientExtensions, DisconnectReason, ExtensionEvent, Request, ServerConfig, ServerEvent,
     ServerSession, MAX_PASSED_FDS,
 };
+pub use signal::Signal;
 
 /// The TCP port Nailgun servers and clients use when none is given.
 pub const DEFAULT_PORT: u16 = 2113;

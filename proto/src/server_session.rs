@@ -432,7 +432,7 @@ impl Running {
             ChunkType::SIGNAL if r.accepted.contains(Features::SIGNALS) => {
                 let name =
                     SignalName::new(&payload).ok_or(ProtocolError::BadExtensionPayload { ty })?;
-                r.suspended = name.as_bytes() == b"SIGTSTP";
+                r.suspended = name.signal() == Some(crate::Signal::Tstp);
                 extension_events.push_back(ExtensionEvent::Signal(name));
                 Ok(())
             }

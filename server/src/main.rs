@@ -186,11 +186,20 @@ fn bridge(protocol: &str, command: Vec<OsString>) -> ExitCode {
         }
     };
     let status = match Protocol::from_name(protocol) {
+        #[cfg(feature = "bridge-nu")]
         Some(Protocol::Nu) => ng_bridge_nu::run(command, config),
+        #[cfg(feature = "bridge-jsonrpc")]
         Some(Protocol::JsonRpc) => ng_bridge_jsonrpc::run(command, config),
+        #[cfg(feature = "bridge-fledge")]
         Some(Protocol::FledgeV1) => ng_bridge_fledge::run(command, config),
         Some(Protocol::Ngw) | None => {
             eprintln!("ngd bridge: no bridge for protocol {protocol:?} (nu, jsonrpc, fledge-v1)");
+            2
+        }
+        #[allow(unreachable_patterns)]
+        Some(other) => {
+            let _ = (command, config);
+            eprintln!("ngd bridge: {}", other.not_built().unwrap_or_default());
             2
         }
     };

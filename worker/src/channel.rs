@@ -2,7 +2,9 @@
 //! routes chunks (and passed descriptors) to sessions, and the shared writer.
 
 use crate::fds::{self, Batches, ClientFds};
-use crate::session::{lock, Header, Interrupt, Session, Shared};
+use crate::feature::{Negotiated, WorkerFeature, WorkerFeatures};
+use crate::session::{Header, Interrupt, Session, Shared};
+use crate::writer::{lock, Writer, TAKEN};
 use crate::Handler;
 use bytes::BytesMut;
 use ng_proto::codec::{encode, Decoder, Limits};
@@ -50,11 +52,6 @@ pub fn exit_spawn_error(e: &Error) -> ! {
     std::process::exit(2)
 }
 
-/// Chunk `t` (worker → ngd, `fds`): the answer to a session that came with descriptors.
-pub const TAKEN: ChunkType = ChunkType(b't');
-/// Chunk `z` (worker → ngd, `signals`): the command stopped itself.
-pub const STOPPED: ChunkType = ChunkType(b'z');
-
 /// The stdin window a worker asks for when it opts into `stdin-window` without a size.
 pub const DEFAULT_STDIN_WINDOW: u32 = 256 * 1024;
 
@@ -67,22 +64,6 @@ impl std::fmt::Debug for FdPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("FdPolicy(..)")
     }
-}
-
-/// The extensions both sides named for this channel (`docs/ngw.md` §15).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Negotiated {
-    /// `mux`: several sessions at once.
-    pub mux: bool,
-    /// `notices`: `n` chunks reach ngd.
-    pub notices: bool,
-    /// `fds`: sessions may come with the client's descriptors.
-    pub fds: bool,
-    /// `signals`: `i` carries `SIGNAME process` and `winsize`, `z` and signal `X` reports
-    /// are understood.
-    pub signals: bool,
-    /// `stdin-window`: the window each `S` asks for.
-    pub stdin_window: Option<u32>,
 }
 
 /// The worker's hello (`docs/ngw.md` §5).
@@ -184,34 +165,20 @@ impl Hello {
 
     /// What this hello asks for, given what the host supports.
     fn negotiate(&self, host: &Channel) -> Negotiated {
+        let host = host.host_features;
         Negotiated {
-            mux: self.max_sessions > 1 && host.host_supports("mux"),
-            notices: host.host_supports("notices"),
-            fds: self.client_fds.is_some() && host.host_supports("fds"),
-            signals: self.signals && host.host_supports("signals"),
+            mux: self.max_sessions > 1 && host.contains(WorkerFeature::Mux),
+            notices: host.contains(WorkerFeature::Notices),
+            fds: self.client_fds.is_some() && host.contains(WorkerFeature::Fds),
+            signals: self.signals && host.contains(WorkerFeature::Signals),
             stdin_window: self
                 .stdin_window
-                .filter(|_| host.host_supports("stdin-window")),
+                .filter(|_| host.contains(WorkerFeature::StdinWindow)),
         }
     }
 
     fn to_json(&self, n: &Negotiated) -> Value {
-        let mut features = vec!["interrupt"];
-        if n.mux {
-            features.push("mux");
-        }
-        if n.notices {
-            features.push("notices");
-        }
-        if n.fds {
-            features.push("fds");
-        }
-        if n.signals {
-            features.push("signals");
-        }
-        if n.stdin_window.is_some() {
-            features.push("stdin-window");
-        }
+        let features = n.features().names();
         let mut v = json!({
             "protocol": PROTOCOL,
             "pid": std::process::id(),
@@ -235,92 +202,12 @@ impl Hello {
     }
 }
 
-/// The write half, shared by the reader (pongs) and every session.
-#[derive(Debug)]
-pub(crate) struct Writer {
-    inner: Mutex<WriterState>,
-    /// What the hello negotiated.
-    pub(crate) negotiated: Negotiated,
-}
-
-#[derive(Debug)]
-struct WriterState {
-    stream: UnixStream,
-    mux: bool,
-    notices: bool,
-    selected: Option<u64>,
-    buf: BytesMut,
-}
-
-impl Writer {
-    /// A writer on a plain (not `mux`) channel, for tests of what sessions send.
-    #[cfg(test)]
-    pub(crate) fn plain(stream: UnixStream, negotiated: Negotiated) -> Self {
-        Self {
-            inner: Mutex::new(WriterState {
-                stream,
-                mux: false,
-                notices: false,
-                selected: None,
-                buf: BytesMut::new(),
-            }),
-            negotiated,
-        }
-    }
-
-    /// Sends a session chunk, selecting the session first on a `mux` channel.
-    pub(crate) fn send(&self, session: u64, ty: ChunkType, payload: &[u8]) -> io::Result<()> {
-        let mut w = lock(&self.inner);
-        let w = &mut *w;
-        w.buf.clear();
-        if w.mux && w.selected != Some(session) {
-            encode(
-                ChunkType::WORKER_SELECT,
-                session.to_string().as_bytes(),
-                &mut w.buf,
-            );
-            w.selected = Some(session);
-        }
-        encode(ty, payload, &mut w.buf);
-        w.stream.write_all(&w.buf)
-    }
-
-    /// Sends a notice (`docs/ngw.md` §15.3) when the host takes them; otherwise writes it
-    /// to stderr, the plugin's log.
-    pub(crate) fn notice(&self, kind: &str, message: &str, session: Option<u64>) {
-        let notices = lock(&self.inner).notices;
-        if !notices {
-            eprintln!("ngw: {kind}: {message}");
-            return;
-        }
-        let mut v = json!({"kind": kind, "message": message});
-        if let Some(id) = session {
-            v["session"] = json!(id);
-        }
-        let _ = self.send_control(ChunkType::WORKER_NOTICE, v.to_string().as_bytes());
-    }
-
-    /// Sends a chunk that belongs to no session (hello, pong).
-    fn send_control(&self, ty: ChunkType, payload: &[u8]) -> io::Result<()> {
-        let mut w = lock(&self.inner);
-        let w = &mut *w;
-        w.buf.clear();
-        encode(ty, payload, &mut w.buf);
-        w.stream.write_all(&w.buf)
-    }
-
-    fn shutdown(&self) {
-        let w = lock(&self.inner);
-        let _ = w.stream.shutdown(std::net::Shutdown::Write);
-    }
-}
-
 /// The channel to ngd.
 #[derive(Debug)]
 pub struct Channel {
     stream: UnixStream,
     /// What ngd supports (`NGW_HOST_FEATURES`).
-    host_features: Vec<String>,
+    host_features: WorkerFeatures,
 }
 
 impl Channel {
@@ -357,24 +244,19 @@ impl Channel {
     pub fn from_stream(stream: UnixStream) -> Self {
         Self {
             stream,
-            host_features: Vec::new(),
+            host_features: WorkerFeatures::NONE,
         }
     }
 
     /// Sets what the host supports, as `NGW_HOST_FEATURES` lists it (comma-separated).
     pub fn host_features(mut self, list: &str) -> Self {
-        self.host_features = list
-            .split(',')
-            .map(str::trim)
-            .filter(|f| !f.is_empty())
-            .map(str::to_owned)
-            .collect();
+        self.host_features = WorkerFeatures::parse_list(list);
         self
     }
 
     /// Whether the host supports `feature`.
-    pub fn host_supports(&self, feature: &str) -> bool {
-        self.host_features.iter().any(|f| f == feature)
+    pub fn host_supports(&self, feature: WorkerFeature) -> bool {
+        self.host_features.contains(feature)
     }
 
     /// Says the worker cannot start (an error hello, `docs/ngw.md` §5) and closes.
@@ -399,16 +281,7 @@ impl Channel {
     pub fn serve<H: Handler>(self, hello: Hello, handler: H) -> Result<(), Error> {
         let negotiated = hello.negotiate(&self);
         let handler = Arc::new(handler);
-        let writer = Arc::new(Writer {
-            inner: Mutex::new(WriterState {
-                stream: self.stream.try_clone()?,
-                mux: negotiated.mux,
-                notices: negotiated.notices,
-                selected: None,
-                buf: BytesMut::new(),
-            }),
-            negotiated,
-        });
+        let writer = Arc::new(Writer::new(self.stream.try_clone()?, negotiated));
         writer.send_control(
             ChunkType::WORKER_HELLO,
             hello.to_json(&negotiated).to_string().as_bytes(),
@@ -507,9 +380,9 @@ pub(crate) fn parse_interrupt(payload: &[u8]) -> Option<Interrupt> {
         return WinSize::parse(size).map(Interrupt::WindowSize);
     }
     if let Some(name) = payload.strip_suffix(b" process") {
-        return SignalName::new(name).map(|n| Interrupt::ProcessSignal(n.as_str().to_owned()));
+        return SignalName::new(name).map(Interrupt::ProcessSignal);
     }
-    SignalName::new(payload).map(|n| Interrupt::Signal(n.as_str().to_owned()))
+    SignalName::new(payload).map(Interrupt::Signal)
 }
 
 impl Reader {
@@ -789,16 +662,17 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ng_proto::Signal;
 
     #[test]
     fn interrupts_parse_every_form() {
         assert_eq!(
             parse_interrupt(b"SIGINT"),
-            Some(Interrupt::Signal("SIGINT".into()))
+            Some(Interrupt::Signal(Signal::Int.into()))
         );
         assert_eq!(
             parse_interrupt(b"SIGTERM process"),
-            Some(Interrupt::ProcessSignal("SIGTERM".into()))
+            Some(Interrupt::ProcessSignal(Signal::Term.into()))
         );
         assert_eq!(
             parse_interrupt(b"winsize 120 40 0 0"),

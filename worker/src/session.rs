@@ -1,11 +1,13 @@
 //! One session as a handler sees it: the client's request, its stdin and output (or the
 //! client's own descriptors), the interrupts ngd forwards, and how it ends.
 
-use crate::channel::{Negotiated, Writer, STOPPED};
 use crate::fds::ClientFds;
+use crate::feature::Negotiated;
+use crate::writer::{lock, Writer, STOPPED};
 use crossbeam_channel::{Receiver, Sender};
 use ng_proto::ext::{ExitReport, FdMap, SignalName, WinSize};
 use ng_proto::ChunkType;
+use ng_proto::Signal;
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
@@ -17,93 +19,35 @@ use std::sync::{Arc, Condvar, Mutex};
 pub const MAX_OUTPUT_CHUNK: usize = 64 * 1024;
 
 /// An interrupt ngd forwarded for a session (`docs/ngw.md` §8, §15.5).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Interrupt {
     /// The client is gone: stdin has ended and output is discarded.
     Hangup,
-    /// A signal the client received, by name (`SIGINT`, `SIGTERM`, `SIGWINCH`, ...), for
-    /// the command's process group (`i SIGNAME`).
-    Signal(String),
+    /// A signal the client received (`SIGINT`, `SIGTERM`, `SIGWINCH`, ...), for the
+    /// command's process group (`i SIGNAME`). Any well-formed name: [`SignalName::signal`]
+    /// is the [`ng_proto::Signal`] it stands for when this system knows it.
+    Signal(SignalName),
     /// A signal for the command's own process only (`i "SIGNAME process"`, `signals`).
-    ProcessSignal(String),
+    ProcessSignal(SignalName),
     /// The client's terminal was resized (`i "winsize <cols> <rows> <xp> <yp>"`,
     /// `signals`): a command on the client's terminal gets SIGWINCH, an emulated terminal
     /// takes the new size.
     WindowSize(WinSize),
 }
 
-/// The number of signal `name` on this system (`SIGINT` → 2), for the names ngd forwards.
-pub fn signal_number(name: &str) -> Option<i32> {
-    Some(match name {
-        "SIGHUP" => libc::SIGHUP,
-        "SIGINT" => libc::SIGINT,
-        "SIGQUIT" => libc::SIGQUIT,
-        "SIGILL" => libc::SIGILL,
-        "SIGTRAP" => libc::SIGTRAP,
-        "SIGABRT" => libc::SIGABRT,
-        "SIGBUS" => libc::SIGBUS,
-        "SIGFPE" => libc::SIGFPE,
-        "SIGKILL" => libc::SIGKILL,
-        "SIGUSR1" => libc::SIGUSR1,
-        "SIGSEGV" => libc::SIGSEGV,
-        "SIGUSR2" => libc::SIGUSR2,
-        "SIGPIPE" => libc::SIGPIPE,
-        "SIGALRM" => libc::SIGALRM,
-        "SIGTERM" => libc::SIGTERM,
-        "SIGCHLD" => libc::SIGCHLD,
-        "SIGCONT" => libc::SIGCONT,
-        "SIGSTOP" => libc::SIGSTOP,
-        "SIGTSTP" => libc::SIGTSTP,
-        "SIGTTIN" => libc::SIGTTIN,
-        "SIGTTOU" => libc::SIGTTOU,
-        "SIGURG" => libc::SIGURG,
-        "SIGXCPU" => libc::SIGXCPU,
-        "SIGXFSZ" => libc::SIGXFSZ,
-        "SIGVTALRM" => libc::SIGVTALRM,
-        "SIGPROF" => libc::SIGPROF,
-        "SIGWINCH" => libc::SIGWINCH,
-        "SIGIO" => libc::SIGIO,
-        "SIGSYS" => libc::SIGSYS,
-        _ => return None,
-    })
-}
-
-/// The name of signal number `n` (2 → `SIGINT`), for the names [`signal_number`] knows.
-pub fn signal_name(n: i32) -> Option<&'static str> {
-    const NAMES: [&str; 29] = [
-        "SIGHUP",
-        "SIGINT",
-        "SIGQUIT",
-        "SIGILL",
-        "SIGTRAP",
-        "SIGABRT",
-        "SIGBUS",
-        "SIGFPE",
-        "SIGKILL",
-        "SIGUSR1",
-        "SIGSEGV",
-        "SIGUSR2",
-        "SIGPIPE",
-        "SIGALRM",
-        "SIGTERM",
-        "SIGCHLD",
-        "SIGCONT",
-        "SIGSTOP",
-        "SIGTSTP",
-        "SIGTTIN",
-        "SIGTTOU",
-        "SIGURG",
-        "SIGXCPU",
-        "SIGXFSZ",
-        "SIGVTALRM",
-        "SIGPROF",
-        "SIGWINCH",
-        "SIGIO",
-        "SIGSYS",
-    ];
-    NAMES
-        .into_iter()
-        .find(|name| signal_number(name) == Some(n))
+impl std::fmt::Debug for Interrupt {
+    /// Signal names show as strings: `Signal("SIGINT")`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Interrupt::Hangup => f.write_str("Hangup"),
+            Interrupt::Signal(name) => f.debug_tuple("Signal").field(&name.as_str()).finish(),
+            Interrupt::ProcessSignal(name) => f
+                .debug_tuple("ProcessSignal")
+                .field(&name.as_str())
+                .finish(),
+            Interrupt::WindowSize(size) => f.debug_tuple("WindowSize").field(size).finish(),
+        }
+    }
 }
 
 /// The stdin state shared by the channel reader and the session's [`Stdin`].
@@ -186,10 +130,6 @@ impl Shared {
     }
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// One client's command, as the worker runs it.
 #[derive(Debug)]
 pub struct Session {
@@ -221,7 +161,7 @@ pub struct Session {
     /// The session's id on the channel (for chunks).
     channel_id: u64,
     /// Set by [`Session::exit_by_signal`].
-    exit_signal: Option<(SignalName, bool)>,
+    exit_signal: Option<(Signal, bool)>,
 }
 
 /// A session's header as it arrives, before `C`.
@@ -348,24 +288,24 @@ impl Session {
     /// was negotiated, `"<128+N>\n"` otherwise, whatever the handler returns. `false`
     /// (and no effect) for a name this system does not know.
     pub fn exit_by_signal(&mut self, name: &str, core: bool) -> bool {
-        match (SignalName::new(name.as_bytes()), signal_number(name)) {
-            (Some(n), Some(_)) => {
-                self.exit_signal = Some((n, core));
+        match Signal::from_name(name.as_bytes()) {
+            Some(signal) => {
+                self.exit_signal = Some((signal, core));
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
     /// The `X` payload for a handler that returned `code`.
     pub(crate) fn exit_payload(&self, code: i32) -> Vec<u8> {
         match &self.exit_signal {
-            Some((name, core)) => {
-                let code = 128 + signal_number(name.as_str()).unwrap_or(0);
+            Some((signal, core)) => {
+                let code = 128 + signal.number();
                 if self.negotiated().signals {
                     ExitReport::Signal {
                         code,
-                        signal: name.clone(),
+                        signal: signal.to_name(),
                         core: *core,
                     }
                     .to_payload()

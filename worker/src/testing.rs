@@ -228,7 +228,7 @@ impl Driver {
         self.hello = serde_json::from_slice(&payload).map_err(|e| bad(e.to_string()))?;
         self.mux = self.hello["features"]
             .as_array()
-            .is_some_and(|f| f.iter().any(|x| x == "mux"));
+            .is_some_and(|f| f.iter().any(|x| x == crate::WorkerFeature::Mux.name()));
         Ok(())
     }
 

@@ -12,6 +12,7 @@ use crate::core::{Action, CallError, Core, HostInfo, Outcome};
 use crate::profile::{self, exit, Tool};
 use crate::restart::{Decision, RestartPolicy};
 use crossbeam_channel::{select, Receiver, Sender};
+use ngw::Signal;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -659,11 +660,11 @@ impl Bridge {
                     let (reason, code) = match i {
                         Ok(ngw::Interrupt::Hangup) | Err(_) => ("the client went away".to_owned(), 129),
                         Ok(ngw::Interrupt::WindowSize(_)) => continue,
-                        Ok(ngw::Interrupt::Signal(sig) | ngw::Interrupt::ProcessSignal(sig)) => match sig.as_str() {
-                            "SIGINT" | "INT" => (sig, 130),
-                            "SIGTERM" | "TERM" => (sig, 143),
-                            "SIGHUP" | "HUP" => (sig, 129),
-                            "SIGQUIT" | "QUIT" => (sig, 131),
+                        Ok(ngw::Interrupt::Signal(sig) | ngw::Interrupt::ProcessSignal(sig)) => match sig.signal() {
+                            Some(Signal::Int) => (sig.to_string(), 130),
+                            Some(Signal::Term) => (sig.to_string(), 143),
+                            Some(Signal::Hup) => (sig.to_string(), 129),
+                            Some(Signal::Quit) => (sig.to_string(), 131),
                             _ => continue,
                         },
                     };

@@ -18,6 +18,7 @@ pub mod message;
 pub mod profile;
 pub mod restart;
 
+use ngw::{WorkerFeature, WorkerFeatures};
 use serde_json::{Map, Value};
 use std::ffi::OsString;
 
@@ -122,13 +123,12 @@ pub fn serve(channel: ngw::Channel, command: Vec<OsString>, config: ngw::BridgeC
     };
     // The bridge sends notices (restart, disabled); the hello must name the feature for
     // ngd to take them, and it names exactly what both sides support.
-    let hello = if channel.host_supports("notices") {
-        let mut features = vec!["interrupt"];
-        if concurrency > 1 && channel.host_supports("mux") {
-            features.push("mux");
+    let hello = if channel.host_supports(WorkerFeature::Notices) {
+        let mut features = WorkerFeatures::of(&[WorkerFeature::Interrupt, WorkerFeature::Notices]);
+        if concurrency > 1 && channel.host_supports(WorkerFeature::Mux) {
+            features.insert(WorkerFeature::Mux);
         }
-        features.push("notices");
-        hello.field("features", serde_json::json!(features))
+        hello.field("features", serde_json::json!(features.names()))
     } else {
         hello
     };

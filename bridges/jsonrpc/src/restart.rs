@@ -1,7 +1,9 @@
 //! The restart policy, sans I/O: backoff per restart (1 s, 5 s, 25 s by default) and the
-//! limit (more than 3 restarts within 10 minutes disables the plugin).
+//! limit (more than 3 restarts within 10 minutes disables the plugin), as an
+//! [`ngw::RestartPolicy`] with the bridge's configuration and its words for giving up.
 
-use std::collections::VecDeque;
+use ngw::restart::{self, Backoff, GiveUp};
+use std::time::Duration;
 
 /// What to do after the plugin failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -13,49 +15,46 @@ pub enum Decision {
     Disable(String),
 }
 
-/// Counts restarts in a sliding window.
+/// The bridge's [`ngw::RestartPolicy`]: a list of delays, and a limit of restarts within a
+/// sliding window, on a clock of milliseconds.
 #[derive(Clone, Debug)]
 pub struct RestartPolicy {
-    backoff: Vec<u64>,
-    max: u32,
+    policy: ngw::RestartPolicy<u64>,
     window: u64,
-    restarts: VecDeque<u64>,
 }
 
 impl RestartPolicy {
-    /// A policy with the configured backoff, limit and window (milliseconds).
+    /// A policy with the configured backoff, limit and window (milliseconds). An empty
+    /// backoff list waits a second.
     pub fn new(backoff: Vec<u64>, max: u32, window: u64) -> Self {
-        Self {
-            backoff,
+        let steps = if backoff.is_empty() {
+            vec![1000]
+        } else {
+            backoff
+        };
+        let schedule = Backoff::Steps(steps.into_iter().map(Duration::from_millis).collect());
+        let rule = GiveUp::TooManyWithin {
             max,
+            window: Duration::from_millis(window),
+        };
+        Self {
+            policy: ngw::RestartPolicy::new(schedule, rule),
             window,
-            restarts: VecDeque::new(),
         }
     }
 
     /// The plugin failed at `now` for `reason`.
     pub fn on_failure(&mut self, now: u64, reason: &str) -> Decision {
-        while let Some(&t) = self.restarts.front() {
-            if now.saturating_sub(t) >= self.window {
-                self.restarts.pop_front();
-            } else {
-                break;
+        match self.policy.on_failure(now) {
+            restart::Decision::RestartAfter(delay) => {
+                Decision::RestartAfter(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX))
             }
-        }
-        if self.restarts.len() >= self.max as usize {
-            let n = self.restarts.len();
-            return Decision::Disable(format!(
+            restart::Decision::GiveUp { failures: n } => Decision::Disable(format!(
                 "the plugin failed again after {n} restart{} within {} s (last failure: {reason})",
                 if n == 1 { "" } else { "s" },
                 self.window / 1000
-            ));
+            )),
         }
-        let i = self
-            .restarts
-            .len()
-            .min(self.backoff.len().saturating_sub(1));
-        self.restarts.push_back(now);
-        Decision::RestartAfter(self.backoff.get(i).copied().unwrap_or(1000))
     }
 }
 

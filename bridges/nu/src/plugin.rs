@@ -9,6 +9,7 @@ use crate::host::{Event, Routed, Router};
 use crate::json::J;
 use crate::msg;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use ngw::restart::{Backoff, Decision, GiveUp, RestartPolicy};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -479,6 +480,23 @@ fn wait_briefly(child: &mut Child) -> Option<ExitStatus> {
     }
 }
 
+/// The plugin's restart policy, as Nu has it: a dead or unstartable plugin is started again
+/// by the next call that needs it, at once, however often it fails.
+fn restart_policy() -> RestartPolicy {
+    RestartPolicy::new(Backoff::Immediate, GiveUp::Never)
+}
+
+/// Tells `policy` the plugin failed; the failure a call ends with if the policy gives up.
+/// The bridge's policy neither waits nor gives up.
+fn restart_refused(policy: &mut RestartPolicy) -> Option<Failure> {
+    match policy.on_failure(Instant::now()) {
+        Decision::RestartAfter(_) => None,
+        Decision::GiveUp { failures } => Some(Failure::new(format!(
+            "the plugin failed {failures} times in a row; not starting it again"
+        ))),
+    }
+}
+
 /// When an idle plugin is stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gc {
@@ -491,6 +509,8 @@ pub enum Gc {
 #[derive(Debug)]
 struct MState {
     conn: Option<Arc<Conn>>,
+    /// Counts the plugin's deaths and failed starts; see [`restart_policy`].
+    restart: RestartPolicy,
     active: usize,
     last_used: Instant,
     starting: bool,
@@ -515,6 +535,7 @@ impl Manager {
             gc,
             state: Mutex::new(MState {
                 conn,
+                restart: restart_policy(),
                 active: 0,
                 last_used: Instant::now(),
                 starting: false,
@@ -546,6 +567,9 @@ impl Manager {
                     return Ok(c);
                 }
                 st.conn = None;
+                if let Some(failure) = restart_refused(&mut st.restart) {
+                    return Err(failure);
+                }
             }
             if !st.starting {
                 break;
@@ -558,7 +582,14 @@ impl Manager {
         let mut st = lock(&self.state);
         st.starting = false;
         self.changed.notify_all();
-        let c = started?;
+        let c = match started {
+            Ok(c) => c,
+            Err(failure) => {
+                let _ = restart_refused(&mut st.restart);
+                return Err(failure);
+            }
+        };
+        st.restart.on_success();
         st.conn = Some(c.clone());
         st.active += 1;
         Ok(c)

@@ -67,21 +67,42 @@ impl Protocol {
                 )),
                 None => Ok(()),
             },
+            #[cfg(feature = "bridge-nu")]
             Protocol::Nu => ng_bridge_nu::validate(options),
+            #[cfg(feature = "bridge-jsonrpc")]
             Protocol::JsonRpc => ng_bridge_jsonrpc::validate(options),
+            #[cfg(feature = "bridge-fledge")]
             Protocol::FledgeV1 => ng_bridge_fledge::validate(options),
+            #[allow(unreachable_patterns)]
+            _ => Err(self.not_built().unwrap_or_default()),
         }
+    }
+
+    /// Why this ngd cannot run the protocol's bridge: it was built without it (the
+    /// `bridge-*` features of `ng-server`). `None` for a protocol it can run.
+    pub fn not_built(self) -> Option<String> {
+        let (built, bridge) = match self {
+            Protocol::Ngw => (true, ""),
+            Protocol::Nu => (cfg!(feature = "bridge-nu"), "nu"),
+            Protocol::JsonRpc => (cfg!(feature = "bridge-jsonrpc"), "jsonrpc"),
+            Protocol::FledgeV1 => (cfg!(feature = "bridge-fledge"), "fledge"),
+        };
+        (!built).then(|| format!("this ngd was built without the {bridge} bridge"))
     }
 
     /// ngd's `(handshake_timeout_ms, stop_timeout_ms)` defaults for this protocol's
     /// bridge, given its options: above the bridge's own plugin timeouts where it has them.
     pub fn ngd_timeouts(self, options: &Map<String, Value>) -> (u64, u64) {
         match self {
+            #[cfg(feature = "bridge-jsonrpc")]
             Protocol::JsonRpc => {
                 let t = ng_bridge_jsonrpc::ngd_timeouts(options);
                 (t.handshake_timeout_ms, t.stop_timeout_ms)
             }
-            Protocol::Ngw | Protocol::Nu | Protocol::FledgeV1 => (ten_s(), five_s()),
+            _ => {
+                let _ = options;
+                (ten_s(), five_s())
+            }
         }
     }
 }
@@ -404,6 +425,17 @@ mod tests {
         assert!(msg.contains("grpc"), "{msg}");
     }
 
+    #[cfg(not(feature = "bridge-nu"))]
+    #[test]
+    fn a_bridge_left_out_of_the_build_is_a_clear_error() {
+        let msg = parse("protocol = \"nu\"\n").unwrap_err();
+        assert!(
+            msg.contains("this ngd was built without the nu bridge"),
+            "{msg}"
+        );
+    }
+
+    #[cfg(feature = "bridges")]
     #[test]
     fn a_bridge_defaults_to_one_worker_unless_set() {
         assert_eq!(parse("protocol = \"nu\"\n").unwrap().max_workers(), 1);
@@ -423,6 +455,7 @@ mod tests {
         assert!(msg.contains("unknown field `workerz`"), "{msg}");
     }
 
+    #[cfg(feature = "bridges")]
     #[test]
     fn a_bridged_protocol_checks_its_own_keys_and_names_the_plugin() {
         // The bridges accept no key they do not know; the message names plugin and protocol.
@@ -453,6 +486,7 @@ mod tests {
         assert_eq!(back, bridge);
     }
 
+    #[cfg(feature = "bridges")]
     #[test]
     fn a_jsonrpc_bridge_gets_handshake_and_stop_timeouts_above_its_plugins() {
         // ngw and the other bridges: ngd's own defaults.
@@ -497,6 +531,7 @@ mod tests {
         assert_eq!(toml::from_str::<PluginConfig>(&text).unwrap(), c);
     }
 
+    #[cfg(feature = "bridges")]
     #[test]
     fn known_keys_never_become_options() {
         let c = parse("protocol = \"nu\"\nqueue = 3\nrestart_backoff_ms = 7\n");

@@ -27,6 +27,7 @@ use crate::ServerHandle;
 use bytes::{Buf, Bytes, BytesMut};
 use mio::{Interest, Token};
 use ng_proto::{ChunkType, Decoder, Limits};
+use ngw::WorkerFeatures;
 use slab::Slab;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
@@ -657,7 +658,7 @@ impl PluginHost {
             Some(p) => Ok(p.clone()),
             None => std::env::current_exe(),
         };
-        let features = HOST_FEATURES.join(",");
+        let features = WorkerFeatures::of(&HOST_FEATURES).to_list();
         let spawned = bridge_exe.and_then(|exe| {
             let launch = worker::Launch {
                 bridge_exe: &exe,
@@ -692,7 +693,7 @@ impl PluginHost {
         tracing::info!(plugin = %config.name, pid = spawned.child.id(), "worker started: {why}");
         entry.insert(Worker {
             serial,
-            machine: Machine::new(pool, &config, HOST_FEATURES, now),
+            machine: Machine::new(pool, &config, WorkerFeatures::of(&HOST_FEATURES), now),
             child: spawned.child,
             channel,
             rbuf: BytesMut::new(),

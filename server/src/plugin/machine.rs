@@ -23,7 +23,8 @@ use crate::session_io::ConnKey;
 use bytes::{Bytes, BytesMut};
 use ng_proto::codec::encode;
 use ng_proto::ext::{self, ExitReport, SignalName, SignalTarget, WinSize};
-use ng_proto::{exit, ChunkType, Request};
+use ng_proto::{exit, ChunkType, Request, Signal};
+use ngw::{WorkerFeature, WorkerFeatures};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -188,12 +189,7 @@ pub struct Machine {
     /// header's first byte, or its `s`), in offset order; see [`Machine::wrote`].
     pub fd_marks: VecDeque<(usize, PassedFds)>,
     /// What the host supports (what `NGW_HOST_FEATURES` announced).
-    host_mux: bool,
-    host_notices: bool,
-    host_fds: bool,
-    host_ctty: bool,
-    host_signals: bool,
-    host_window: bool,
+    host: WorkerFeatures,
     /// The session most recently selected towards the worker / from the worker (`mux`).
     out_selected: Option<u64>,
     in_selected: Option<u64>,
@@ -202,7 +198,7 @@ pub struct Machine {
 
 impl Machine {
     /// A worker just spawned for `pool`.
-    pub fn new(pool: usize, config: &PluginConfig, features: &[&str], now: Instant) -> Self {
+    pub fn new(pool: usize, config: &PluginConfig, host: WorkerFeatures, now: Instant) -> Self {
         Self {
             pool,
             phase: Phase::Starting {
@@ -216,43 +212,44 @@ impl Machine {
             retired: false,
             wbuf: BytesMut::new(),
             fd_marks: VecDeque::new(),
-            host_mux: features.contains(&"mux"),
-            host_notices: features.contains(&"notices"),
-            host_fds: features.contains(&"fds"),
-            host_ctty: features.contains(&"ctty"),
-            host_signals: features.contains(&"signals"),
-            host_window: features.contains(&"stdin-window"),
+            host,
             out_selected: None,
             in_selected: None,
             ping_serial: 0,
         }
     }
 
-    fn has_feature(&self, feature: &str) -> bool {
+    /// The worker's hello lists `feature`.
+    fn has_feature(&self, feature: WorkerFeature) -> bool {
         self.hello
             .as_ref()
-            .is_some_and(|h| h.features.iter().any(|f| f == feature))
+            .is_some_and(|h| h.features.contains(feature))
+    }
+
+    /// Both sides name `feature`.
+    fn both_speak(&self, feature: WorkerFeature) -> bool {
+        self.host.contains(feature) && self.has_feature(feature)
     }
 
     /// Both sides speak `mux`.
     pub fn is_mux(&self) -> bool {
-        self.host_mux && self.has_feature("mux")
+        self.both_speak(WorkerFeature::Mux)
     }
 
     /// Both sides speak `fds`: sessions may run on the client's descriptors.
     pub fn takes_fds(&self) -> bool {
-        self.host_fds && self.has_feature("fds")
+        self.both_speak(WorkerFeature::Fds)
     }
 
     /// Both sides speak `ctty` (with `fds` and `signals`): the client's pseudo-terminal is
     /// offered with its descriptors.
     fn takes_ctty(&self) -> bool {
-        self.takes_fds() && self.speaks_signals() && self.host_ctty && self.has_feature("ctty")
+        self.takes_fds() && self.speaks_signals() && self.both_speak(WorkerFeature::Ctty)
     }
 
     /// Both sides speak `signals`.
     fn speaks_signals(&self) -> bool {
-        self.host_signals && self.has_feature("signals")
+        self.both_speak(WorkerFeature::Signals)
     }
 
     /// `n` bytes of [`Machine::wbuf`] were written (and, if a mark was at its front, its
@@ -500,7 +497,7 @@ impl Machine {
         for to in answer {
             self.send_stdin(session, to);
         }
-        if self.has_feature("interrupt") {
+        if self.has_feature(WorkerFeature::Interrupt) {
             self.send(session, ChunkType::WORKER_INTERRUPT, b"hangup");
         }
     }
@@ -509,16 +506,16 @@ impl Machine {
     /// process"` for a signal meant for the command's process alone, §15.5). False if the
     /// worker does not act on interrupts (the caller decides what the signal means then).
     pub fn signal(&mut self, session: u64, name: &SignalName) -> bool {
-        if !self.has_feature("interrupt") {
+        if !self.has_feature(WorkerFeature::Interrupt) {
             return false;
         }
         let signals = self.speaks_signals();
         let Some(s) = self.sessions.get_mut(&session) else {
             return true;
         };
-        match name.as_bytes() {
-            b"SIGTSTP" | b"SIGSTOP" => s.client_stopped = true,
-            b"SIGCONT" => s.client_stopped = false,
+        match name.signal() {
+            Some(Signal::Tstp | Signal::Stop) => s.client_stopped = true,
+            Some(Signal::Cont) => s.client_stopped = false,
             _ => {}
         }
         let payload = if signals && SignalTarget::of(name) == SignalTarget::Process {
@@ -539,8 +536,9 @@ impl Machine {
         if self.speaks_signals() {
             let payload = format!("winsize {}", size.to_value());
             self.send(session, ChunkType::WORKER_INTERRUPT, payload.as_bytes());
-        } else if s.fds.taken() && self.has_feature("interrupt") {
-            self.send(session, ChunkType::WORKER_INTERRUPT, b"SIGWINCH");
+        } else if s.fds.taken() && self.has_feature(WorkerFeature::Interrupt) {
+            let winch = Signal::Winch.name();
+            self.send(session, ChunkType::WORKER_INTERRUPT, winch.as_bytes());
         }
     }
 
@@ -587,7 +585,7 @@ impl Machine {
                 self.in_selected = Some(id);
                 Ok(Event::None)
             }
-            NOTICE if self.host_notices && self.has_feature("notices") => parse_notice(payload),
+            NOTICE if self.both_speak(WorkerFeature::Notices) => parse_notice(payload),
             ChunkType::STDOUT | ChunkType::STDERR | ChunkType::SEND_INPUT | ChunkType::EXIT => {
                 self.session_chunk(ty, payload, clients, now)
             }
@@ -657,7 +655,7 @@ impl Machine {
         now: Instant,
     ) -> Result<Event, WorkerEnd> {
         let signals = self.speaks_signals();
-        let windowed = self.host_window && self.has_feature("stdin-window");
+        let windowed = self.both_speak(WorkerFeature::StdinWindow);
         let Some(s) = self.sessions.get_mut(&id) else {
             return Ok(Event::None);
         };
@@ -1000,7 +998,8 @@ mod tests {
     }
 
     fn ready(features: &[&str], hello: &str, config: &PluginConfig, now: Instant) -> Machine {
-        let mut m = Machine::new(0, config, features, now);
+        let host = WorkerFeatures::from_names(features.iter().copied());
+        let mut m = Machine::new(0, config, host, now);
         let event = m
             .on_chunk(
                 ChunkType::WORKER_HELLO,
@@ -1029,7 +1028,7 @@ mod tests {
     fn the_handshake_times_out_and_an_error_hello_refuses() {
         let c = config("handshake_timeout_ms = 400");
         let t0 = Instant::now();
-        let mut m = Machine::new(0, &c, &[], t0);
+        let mut m = Machine::new(0, &c, WorkerFeatures::NONE, t0);
         assert_eq!(m.deadline(&c, false), Some(t0 + Duration::from_millis(400)));
         assert_eq!(m.due(&c, false, t0), None);
         assert_eq!(

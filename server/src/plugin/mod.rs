@@ -33,6 +33,7 @@ use crate::session_io::ConnKey;
 pub use config::PluginConfig;
 pub use host::{HostInit, HostTimer, PluginHost, FIRST_WORKER};
 pub use machine::{WorkerEnd, WorkerKey};
+use ngw::WorkerFeature;
 pub use pool::{Notice, PoolStatus, Refusal};
 use serde::Serialize;
 use session::StdinBuffer;
@@ -40,7 +41,14 @@ use std::collections::BTreeMap;
 
 /// The ngw extensions this host supports, announced to every worker in
 /// `NGW_HOST_FEATURES` (`docs/ngw.md` §15).
-pub const HOST_FEATURES: &[&str] = &["mux", "notices", "fds", "ctty", "signals", "stdin-window"];
+pub const HOST_FEATURES: [WorkerFeature; 6] = [
+    WorkerFeature::Mux,
+    WorkerFeature::Notices,
+    WorkerFeature::Fds,
+    WorkerFeature::Ctty,
+    WorkerFeature::Signals,
+    WorkerFeature::StdinWindow,
+];
 
 /// A plugin session waiting for a worker, as its connection holds it.
 #[derive(Debug)]

@@ -22,6 +22,7 @@
 use super::config::PluginConfig;
 use crate::exit_codes;
 use crate::session_io::ConnKey;
+use ngw::restart::{Backoff, Decision, GiveUp, RestartPolicy};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
@@ -184,6 +185,16 @@ pub struct Census {
     pub failure_pending: bool,
 }
 
+/// A pool's restart policy: `restart_backoff_ms` doubling after each failure in a row up
+/// to [`MAX_BACKOFF`]; give up at the `max_restarts`-th failure in a row.
+pub fn restart_policy(config: &PluginConfig) -> RestartPolicy {
+    let backoff = Backoff::Doubling {
+        base: PluginConfig::ms(config.restart_backoff_ms),
+        max: MAX_BACKOFF,
+    };
+    RestartPolicy::new(backoff, GiveUp::InARow(config.max_restarts))
+}
+
 /// One plugin's pool. See the module docs.
 #[derive(Debug)]
 pub struct Pool {
@@ -193,8 +204,10 @@ pub struct Pool {
     pub status: PoolStatus,
     /// Sessions waiting for a worker, oldest first.
     pub queue: VecDeque<Waiting>,
-    /// Consecutive failed starts or early deaths.
+    /// Consecutive failed starts or early deaths, as [`Pool::restart`] counts them.
     pub failures: u32,
+    /// When to start a worker again after a failure, and when to give up.
+    pub restart: RestartPolicy,
     /// Workers replaced after they failed or died, over the pool's life.
     pub restarts: u64,
     /// No spawn before this (backoff).
@@ -221,11 +234,13 @@ impl Pool {
     /// A pool for `config`, with its configured commands.
     pub fn new(config: PluginConfig) -> Self {
         let commands = config.commands.clone();
+        let restart = restart_policy(&config);
         Self {
             config,
             status: PoolStatus::Active,
             queue: VecDeque::new(),
             failures: 0,
+            restart,
             restarts: 0,
             next_spawn: None,
             last_failure: None,
@@ -293,9 +308,7 @@ impl Pool {
 
     /// The delay before the next start after `failures` consecutive failures.
     pub fn backoff(&self) -> Duration {
-        let base = PluginConfig::ms(self.config.restart_backoff_ms);
-        let shift = self.failures.saturating_sub(1).min(20);
-        base.saturating_mul(1 << shift).min(MAX_BACKOFF)
+        self.restart.delay(self.failures)
     }
 
     /// Queues a session, or refuses it when `queue` sessions already wait beyond the
@@ -350,9 +363,10 @@ impl Pool {
 
     /// Records a failed start or an early death; true if the pool is now disabled.
     pub fn record_failure(&mut self, reason: String, now: Instant) -> bool {
-        self.failures += 1;
+        let decision = self.restart.on_failure(now);
+        self.failures = self.restart.failures();
         self.last_failure = Some(reason.clone());
-        if self.failures >= self.config.max_restarts.max(1) {
+        if let Decision::GiveUp { .. } = decision {
             self.next_spawn = None;
             if self.status == PoolStatus::Active {
                 self.status = PoolStatus::Disabled {
@@ -361,7 +375,9 @@ impl Pool {
             }
             return true;
         }
-        self.next_spawn = Some(now + self.backoff());
+        if let Decision::RestartAfter(delay) = decision {
+            self.next_spawn = Some(now + delay);
+        }
         false
     }
 
@@ -377,7 +393,8 @@ impl Pool {
     /// A session completed: the failure count starts over.
     pub fn session_completed(&mut self) {
         self.sessions += 1;
-        self.failures = 0;
+        self.restart.on_success();
+        self.failures = self.restart.failures();
     }
 
     /// Keeps a notice (the last [`NOTICES_KEPT`]) and counts it. A `disabled` notice

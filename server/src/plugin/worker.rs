@@ -156,9 +156,9 @@ pub struct Hello {
     /// Commands it serves.
     #[serde(default)]
     pub commands: Vec<String>,
-    /// `interrupt`, `fork`, ...
+    /// `interrupt`, `fork`, ... (names ngd does not know are left out).
     #[serde(default)]
-    pub features: Vec<String>,
+    pub features: ngw::WorkerFeatures,
     /// Its inbound payload cap.
     pub max_chunk: Option<u64>,
     /// Its hangup-to-kill delay.

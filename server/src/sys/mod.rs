@@ -232,15 +232,16 @@ pub fn send_with_fds(fd: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<usize>
 /// The number of a signal a client may forward whose default action ends a process
 /// (`SIGINT`, `SIGTERM`, ...); `None` for others (`SIGWINCH`, `SIGCONT`, `SIGTSTP`, ...).
 pub fn terminating_signal(name: &[u8]) -> Option<i32> {
-    Some(match name {
-        b"SIGHUP" => libc::SIGHUP,
-        b"SIGINT" => libc::SIGINT,
-        b"SIGQUIT" => libc::SIGQUIT,
-        b"SIGTERM" => libc::SIGTERM,
-        b"SIGUSR1" => libc::SIGUSR1,
-        b"SIGUSR2" => libc::SIGUSR2,
-        b"SIGPIPE" => libc::SIGPIPE,
-        b"SIGALRM" => libc::SIGALRM,
-        _ => return None,
-    })
+    use ng_proto::Signal;
+    match Signal::from_name(name)? {
+        signal @ (Signal::Hup
+        | Signal::Int
+        | Signal::Quit
+        | Signal::Term
+        | Signal::Usr1
+        | Signal::Usr2
+        | Signal::Pipe
+        | Signal::Alrm) => Some(signal.number()),
+        _ => None,
+    }
 }

@@ -649,6 +649,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "bridges")]
     #[test]
     fn fragments_parse_back_as_drop_in_files() {
         let programs = [

@@ -134,7 +134,7 @@ enum Forward {
 
 impl Forward {
     fn of(interrupt: Result<ngw::Interrupt, RecvError>) -> Self {
-        let number = |name: &str| ngw::signal_number(name);
+        let number = |name: &ngw::SignalName| name.number();
         match interrupt {
             Ok(ngw::Interrupt::Signal(name)) => {
                 number(&name).map_or(Forward::Nowhere, Forward::Group)
@@ -176,7 +176,7 @@ fn supervise(s: &mut ngw::Session, pid: Pid) -> Option<ExitStatus> {
             recv(wait_rx) -> w => match w {
                 // A stop the waiter saw before a SIGCONT was sent is over already.
                 Ok(Waited::Stopped(sig)) if client == ClientJob::Running && is_stopped(pid) => {
-                    if let Some(name) = ngw::signal_name(sig) {
+                    if let Some(name) = ngw::Signal::from_number(sig).map(ngw::Signal::name) {
                         let _ = s.stopped(name);
                     }
                 }
@@ -199,7 +199,11 @@ fn finish(s: &mut ngw::Session, status: Option<ExitStatus>) -> i32 {
     let Some(st) = status else {
         return EXIT_HOST;
     };
-    if let Some(name) = st.signal().and_then(ngw::signal_name) {
+    if let Some(name) = st
+        .signal()
+        .and_then(ngw::Signal::from_number)
+        .map(ngw::Signal::name)
+    {
         s.exit_by_signal(name, st.core_dumped());
     }
     exit_code(st)
@@ -226,16 +230,17 @@ mod tests {
     #[test]
     fn forwarded_interrupts_reach_the_group_or_the_process() {
         let f = |i: Interrupt| Forward::of(Ok(i));
+        let name = |n: &str| ngw::SignalName::new(n.as_bytes()).unwrap();
         assert_eq!(
-            f(Interrupt::Signal("SIGINT".into())),
+            f(Interrupt::Signal(name("SIGINT"))),
             Forward::Group(libc::SIGINT)
         );
         assert_eq!(
-            f(Interrupt::ProcessSignal("SIGTERM".into())),
+            f(Interrupt::ProcessSignal(name("SIGTERM"))),
             Forward::Process(libc::SIGTERM)
         );
         assert_eq!(f(Interrupt::Hangup), Forward::Group(libc::SIGHUP));
-        assert_eq!(f(Interrupt::Signal("SIGNOPE".into())), Forward::Nowhere);
+        assert_eq!(f(Interrupt::Signal(name("SIGNOPE"))), Forward::Nowhere);
         assert_eq!(Forward::of(Err(RecvError)), Forward::Nowhere);
         assert_eq!(Forward::Nowhere.signal(), None);
         assert_eq!(Forward::Process(libc::SIGINT).signal(), Some(libc::SIGINT));

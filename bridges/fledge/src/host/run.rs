@@ -131,7 +131,10 @@ fn interrupt_event(interrupt: Result<ngw::Interrupt, RecvError>) -> Option<Event
     match interrupt {
         Ok(ngw::Interrupt::WindowSize(_)) | Err(_) => None,
         Ok(ngw::Interrupt::Signal(name) | ngw::Interrupt::ProcessSignal(name))
-            if matches!(name.as_str(), "SIGWINCH" | "SIGTSTP" | "SIGCONT") =>
+            if matches!(
+                name.signal(),
+                Some(ngw::Signal::Winch | ngw::Signal::Tstp | ngw::Signal::Cont)
+            ) =>
         {
             None
         }
@@ -419,8 +422,12 @@ mod tests {
         })
     }
 
-    fn signal(name: &str) -> Result<Interrupt, RecvError> {
-        Ok(Interrupt::Signal(name.into()))
+    fn name(name: &str) -> ngw::SignalName {
+        ngw::SignalName::new(name.as_bytes()).unwrap()
+    }
+
+    fn signal(n: &str) -> Result<Interrupt, RecvError> {
+        Ok(Interrupt::Signal(name(n)))
     }
 
     #[test]
@@ -428,7 +435,7 @@ mod tests {
         for quiet in ["SIGWINCH", "SIGTSTP", "SIGCONT"] {
             assert_eq!(interrupt_event(signal(quiet)), None, "{quiet}");
             assert_eq!(
-                interrupt_event(Ok(Interrupt::ProcessSignal(quiet.into()))),
+                interrupt_event(Ok(Interrupt::ProcessSignal(name(quiet)))),
                 None
             );
         }
@@ -436,7 +443,7 @@ mod tests {
         for giving_up in [
             signal("SIGINT"),
             signal("SIGTERM"),
-            Ok(Interrupt::ProcessSignal("SIGINT".into())),
+            Ok(Interrupt::ProcessSignal(name("SIGINT"))),
             Ok(Interrupt::Hangup),
         ] {
             assert_eq!(interrupt_event(giving_up), Some(Event::Interrupt));
