@@ -149,7 +149,7 @@ pub struct Session {
     pub client_pid: Option<u32>,
     /// Signals the client's parent left ignored (`NGW_SIGIGN`), which a cold command
     /// would inherit as ignored.
-    pub ignored_signals: Vec<String>,
+    pub ignored_signals: Vec<SignalName>,
     pub(crate) stdin: Stdin,
     pub(crate) stdout: Output,
     pub(crate) stderr: Output,
@@ -176,7 +176,7 @@ pub(crate) struct Header {
     /// `NGW_CLIENT_FDS`: `Some(None)` when present but malformed.
     pub(crate) client_fds: Option<Option<FdMap>>,
     /// `NGW_SIGIGN`.
-    pub(crate) sigign: Vec<String>,
+    pub(crate) sigign: Vec<SignalName>,
 }
 
 impl Header {
@@ -198,10 +198,7 @@ impl Header {
                 b"SESSION" => self.ngw_session = text.parse().ok(),
                 b"CLIENT_FDS" => self.client_fds = Some(FdMap::parse(value)),
                 b"SIGIGN" => {
-                    self.sigign = ng_proto::ext::parse_signal_list(value)
-                        .iter()
-                        .map(|n| n.as_str().to_owned())
-                        .collect();
+                    self.sigign = ng_proto::ext::parse_signal_list(value);
                 }
                 _ => {}
             }

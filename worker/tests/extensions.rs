@@ -69,7 +69,8 @@ fn handler(s: &mut Session) -> i32 {
             0
         }
         "ignored" => {
-            writeln!(s.stdout(), "{}", s.ignored_signals.join(",")).unwrap();
+            let names: Vec<&str> = s.ignored_signals.iter().map(|n| n.as_str()).collect();
+            writeln!(s.stdout(), "{}", names.join(",")).unwrap();
             0
         }
         _ => 127,

@@ -41,7 +41,7 @@ fn ignored_signals(session: &ngw::Session) -> Vec<Signal> {
     session
         .ignored_signals
         .iter()
-        .filter_map(|n| ngw::Signal::from_name(n.as_bytes()).map(ngw::Signal::number))
+        .filter_map(ngw::SignalName::number)
         .collect()
 }
 
