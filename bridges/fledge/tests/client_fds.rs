@@ -166,6 +166,10 @@ fn the_plugin_stderr_is_the_terminal_and_a_select_takes_arrows() {
     pty.type_keys(b"\x1b[B");
     pty.type_keys(b"\r");
     let out = d.finish(id).unwrap();
+    // The screen is read by a thread: wait for the lines the run ends with.
+    pty.wait_for("polite: stderr is a terminal: True", 0);
+    pty.wait_for("polite: thanks", 0);
+    pty.wait_for("picked beta", 0);
     let screen = pty.text();
     assert_eq!(out.code, 0, "{screen}");
     assert!(
@@ -183,6 +187,9 @@ fn ctrl_c_at_a_terminal_prompt_cancels_the_run() {
     let (mut pty, id) = polite(&w, &mut d);
     pty.type_keys(b"\x03");
     let out = d.finish(id).unwrap();
+    // The screen is read by a thread: wait for the lines the run ends with.
+    pty.wait_for("polite: cancelled (user_interrupt)", 0);
+    pty.wait_for("Plugin 'fledge-polite' exited with code 130", 0);
     let screen = pty.text();
     assert!(
         screen.contains("polite: cancelled (user_interrupt)"),
@@ -202,6 +209,8 @@ fn a_forwarded_sigint_cancels_a_terminal_prompt() {
     let (pty, id) = polite(&w, &mut d);
     d.interrupt(id, "SIGINT").unwrap();
     let out = d.finish(id).unwrap();
+    // The screen is read by a thread: wait for the lines the run ends with.
+    pty.wait_for("polite: cancelled (user_interrupt)", 0);
     let screen = pty.text();
     assert!(
         screen.contains("polite: cancelled (user_interrupt)"),
@@ -473,6 +482,10 @@ fn prompts_and_logs_follow_the_client_colour_settings() {
     pty.type_keys(b"\x1b[B");
     pty.type_keys(b"\r");
     let out = d.finish(id).unwrap();
+    // The screen is read by a thread: wait for the lines the run ends with.
+    pty.wait_for("? Pick one:", 0);
+    pty.wait_for("  INFO [fledge-polite] polite: thanks", 0);
+    pty.wait_for("picked alpha", 0);
     let screen = pty.text();
     assert_eq!(out.code, 0, "{screen}");
     assert!(screen.contains("? Pick one:"), "{screen}");
@@ -513,6 +526,8 @@ fn a_prompt_timeout_leaves_the_terminal_as_it_was() {
         .unwrap();
     // Nobody answers: the question is abandoned while the prompt is in raw mode.
     let out = d.finish(id).unwrap();
+    // The screen is read by a thread: wait for the lines the run ends with.
+    pty.wait_for("polite: cancelled (timeout)", 0);
     let screen = pty.text();
     assert!(screen.contains("polite: cancelled (timeout)"), "{screen}");
     assert_eq!(out.code, 130, "{screen}");
