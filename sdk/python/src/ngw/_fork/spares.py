@@ -13,6 +13,7 @@ touches a process or a socket (fork, ask, read an answer, wait, close, kill). Th
 are opaque to it.
 """
 
+import abc
 import enum
 
 #: Seconds a spare may take to answer a request for its successor, when its answer is
@@ -38,35 +39,35 @@ class State(enum.Enum):
     PENDING = "pending"
 
 
-class SpareIO:
+class SpareIO(abc.ABC):
     """What the machine asks of the fork runner: every call that touches a process or a
     socket."""
 
+    @abc.abstractmethod
     def fork(self, rehearse):
         """Forks a spare (`rehearse`: it rehearses the session's set-up while it waits);
         the child, or None if the fork failed."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def ask(self, child):
         """Asks `child` to clone its successor; whether the request was sent."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def answer(self, child, timeout):
         """Reads `child`'s answer to `ask`: its successor (a child), None (it made none,
         or it is gone), or NOT_YET (only with timeout 0: no answer so far)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def exited(self, child):
         """Whether `child` has exited (it is reaped then)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def release(self, child):
         """Closes the worker's ends of `child`'s socket and pipes."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def kill(self, child):
         """Closes the worker's ends of `child`'s socket and pipes, and kills it."""
-        raise NotImplementedError
 
 
 class Spares:
