@@ -24,7 +24,7 @@ mod flask;
 mod lifecycle;
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::time::Duration;
 
@@ -70,6 +70,27 @@ fn tricky_args() -> Vec<OsString> {
     ]
 }
 
+/// What CPython adds to `env` as it starts (LC_CTYPE, when it coerces a C locale).
+fn python_startup_sets(env: &BTreeMap<Vec<u8>, Vec<u8>>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let out = std::process::Command::new(ng_tests::plugins::python())
+        .env_clear()
+        .envs(
+            env.iter()
+                .map(|(k, v)| (OsStr::from_bytes(k), OsStr::from_bytes(v))),
+        )
+        .args([
+            "-c",
+            "import os, sys; sys.stdout.buffer.write(os.environb.get(b'LC_CTYPE', b''))",
+        ])
+        .output()
+        .expect("run python");
+    let value = out.stdout;
+    if value.is_empty() || env.contains_key(b"LC_CTYPE".as_slice()) {
+        return Vec::new();
+    }
+    vec![(b"LC_CTYPE".to_vec(), value)]
+}
+
 /// Hex-encoded `name -> value` from the fixture, as raw bytes.
 fn env_bytes(json: &Json) -> BTreeMap<Vec<u8>, Vec<u8>> {
     json.get("env")
@@ -105,12 +126,17 @@ fn check_fidelity(server: &PluginServer, client: Client, transport: Transport, c
     // What the command must see: exactly the client's environment, minus NGW_* (and the
     // NAILGUN_* entries the C client synthesises, which the client's own environment
     // does not have).
-    let expected_env: BTreeMap<Vec<u8>, Vec<u8>> = cmd
+    let mut expected_env: BTreeMap<Vec<u8>, Vec<u8>> = cmd
         .env_vars()
         .iter()
         .filter(|(k, _)| !k.as_bytes().starts_with(b"NGW_"))
         .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
         .collect();
+    if command == "finfo" {
+        // A forked command sees os.environ as a cold interpreter started with that
+        // environment has it: with no locale set, CPython sets LC_CTYPE (PEP 538).
+        expected_env.extend(python_startup_sets(&expected_env));
+    }
     let out = cmd.run();
     let context = format!("{command} with {client} over {transport:?}\n{out:?}");
     out.assert_success();

@@ -34,7 +34,9 @@ def main():
         time.sleep(60)
         return 0
     print(json.dumps({"hash": hash("x"), "ppid": os.getppid(), "pid": os.getpid(),
-                      "seed": os.environ.get("PYTHONHASHSEED")}))
+                      "seed": os.environ.get("PYTHONHASHSEED"),
+                      "env": [k + "=" + v for k, v in os.environ.items()
+                              if k.startswith("LC_") or k == "LANG"]}))
     return 0
 '''
 
@@ -434,46 +436,81 @@ class NoColdForm(unittest.TestCase):
             w.close()
 
 
-class StartUpChangesTheKey(unittest.TestCase):
-    """A key the interpreter's own start-up changes gets no zygote: with no locale set,
-    CPython sets LC_CTYPE (PEP 538), so a zygote started without LC_CTYPE has it all the
-    same. The root learns so from the zygote's hello, drops it and does not start
-    another; those sessions run as before (here the cold way)."""
+LOCALE = ("LC_ALL", "LC_CTYPE", "LANG", "PYTHONCOERCECLOCALE", "PYTHONUTF8")
 
-    def test_a_coerced_locale_gets_no_zygote(self):
+
+def cold_locale(env):
+    """The locale variables a cold interpreter has in its environment, in their order."""
+    code = ("import os; print('\\n'.join(k + '=' + v for k, v in os.environ.items() "
+            "if k.startswith('LC_') or k == 'LANG'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         check=True, timeout=60).stdout.decode()
+    return out.split()
+
+
+class StartUpSetsTheLocale(unittest.TestCase):
+    """With no locale set, CPython sets LC_CTYPE as it starts (PEP 538), in the worker as
+    in a cold run. Sessions are compared with what the worker was given, not with what
+    start-up made of it, and a warm child gets what start-up set: a client without a
+    locale runs warm in the root with the environment a cold run has. A client that sets
+    LC_CTYPE itself has another key: cold once, then warm in a zygote for it."""
+
+    def test_a_client_without_a_locale_runs_warm_as_cold(self):
         tmp = tempfile.mkdtemp(prefix="ngw-zygotes-")
         self.addCleanup(shutil.rmtree, tmp, True)
         with open(os.path.join(tmp, "zyg_ngw.py"), "w") as f:
             f.write(MODULE)
         env = driver.worker_env({"PYTHONPATH": driver.SRC + os.pathsep + tmp,
                                  "NGW_STATE_DIR": tmp, "NGW_MAX_ZYGOTES": "3"})
-        for name in ("LC_ALL", "LC_CTYPE", "LANG", "PYTHONCOERCECLOCALE", "PYTHONUTF8"):
+        for name in LOCALE:
             env.pop(name, None)
         w = driver.Worker(RUNNER + ["entrypoint", "zyg=zyg_ngw:main"], env=env)
         self.addCleanup(w.close)
         w.hello()
-        client = {k: v for k, v in client_env(PYTHONPATH=tmp).items()
-                  if k not in ("LC_ALL", "LC_CTYPE", "LANG", "PYTHONCOERCECLOCALE",
-                               "PYTHONUTF8")}
+        client = {k: v for k, v in client_env(PYTHONPATH=tmp).items() if k not in LOCALE}
+        coerced = cold_locale(client)
+        self.assertTrue(coerced and coerced[-1].startswith("LC_CTYPE="), coerced)
+        r = w.run("zyg", env=client)
+        self.assertEqual((r.code, r.notices), (0, []), "%r\nlog:\n%s" % (r, w.log()))
+        got = json.loads(bytes(r.stdout))
+        self.assertEqual(got["ppid"], w.proc.pid)
+        self.assertEqual(got["env"], coerced)
+
+        # LC_CTYPE set by the client, to what start-up sets: another key.
+        value = coerced[-1].partition("=")[2]
+        client["LC_CTYPE"] = value
+        r = w.run("zyg", env=client)
+        self.assertEqual(r.code, 0, r)
+        self.assertIn("LC_CTYPE differs from the worker's (%r, worker None)" % value,
+                      r.notices[0]["message"])
+        self.assertEqual(json.loads(bytes(r.stdout))["env"], cold_locale(client))
         deadline = time.monotonic() + 60
-        while True:
-            r = w.run("zyg", env=client)
-            self.assertEqual(r.code, 0, r)
-            self.assertEqual(json.loads(bytes(r.stdout))["ppid"], w.proc.pid)  # cold
-            message = r.notices[0]["message"]
-            self.assertIn("LC_CTYPE differs from the worker's (None, worker 'C.UTF-8')",
-                          message)
-            if "could not start" in message:
-                break
+        while r.notices:
+            self.assertEqual([n["kind"] for n in r.notices], ["fallback"], r.notices)
             self.assertLess(time.monotonic(), deadline, w.log())
             time.sleep(0.1)
-        self.assertIn("the zygote for LC_CTYPE unset could not start (its interpreter "
-                      "started with LC_CTYPE='C.UTF-8')", message)
-        self.assertIn("ngw: the zygote for LC_CTYPE unset cannot serve its key", w.log())
-        for pid, state in driver.worker_pids_children(w.proc.pid):
-            if state != "Z" and os.getsid(pid) != pid:
-                self.assertTrue(wait_gone(pid, 30), w.log())
+            r = w.run("zyg", env=client)
+            self.assertEqual(r.code, 0, r)
+        got = json.loads(bytes(r.stdout))
+        self.assertNotEqual(got["ppid"], w.proc.pid)  # warm in the zygote for that key
+        self.assertEqual(got["env"], cold_locale(client))
+        self.assertNotIn("cannot serve its key", w.log())
         self.assertEqual(w.quit(), 0)
+
+
+class AsStarted(unittest.TestCase):
+    """`as_started`: the environment as execve gave it, for what start-up sets."""
+
+    def test_what_start_up_set_is_put_back(self):
+        from ngw._exact import as_started
+
+        now = {"PATH": "/bin", "LC_CTYPE": "C.UTF-8"}
+        self.assertEqual(as_started(now, b"PATH=/bin\0"),
+                         ({"PATH": "/bin"}, {"LC_CTYPE": "C.UTF-8"}))
+        self.assertEqual(as_started(now, b"LC_CTYPE=C\0PATH=/bin\0"),
+                         ({"PATH": "/bin", "LC_CTYPE": "C"}, {"LC_CTYPE": "C.UTF-8"}))
+        self.assertEqual(as_started(now, b"PATH=/x\0LC_CTYPE=C.UTF-8\0"), (now, {}))
+        self.assertEqual(as_started({"PATH": "/bin"}, b"PATH=/bin\0"), ({"PATH": "/bin"}, {}))
 
 
 # A fork-mode child (here the spare) forked while the worker holds a client's descriptor

@@ -52,6 +52,40 @@ INTERPRETER_ENV = (
 # shows), PYTHONUNBUFFERED and PYTHONIOENCODING (each child builds its stdio from the
 # client's values), PYTHONSTARTUP (interactive only), PYTHONBREAKPOINT (read per call).
 
+#: What CPython itself sets in its environment as it starts: LC_CTYPE, when it coerces a
+#: C or POSIX locale to a UTF-8 one (PEP 538). A cold run does the same from the same
+#: environment, so a session is compared with what the worker was *given*, and its child
+#: gets what start-up set.
+STARTUP_SETS = ("LC_CTYPE",)
+
+
+def as_started(env, given=None):
+    """`env` (the interpreter's environment now) as the process was given it, for the
+    variables start-up sets (`STARTUP_SETS`), and what start-up set: ({name: value},
+    {name: value or None}). `given`: the environment execve passed, as bytes
+    (/proc/self/environ unless said); where it cannot be read, `env` as it is and {}."""
+    if given is None:
+        try:
+            with open("/proc/self/environ", "rb") as f:
+                given = f.read()
+        except OSError:
+            return dict(env), {}
+    original = {}
+    for entry in given.split(b"\0"):
+        name, eq, value = entry.partition(b"=")
+        if eq and os.fsdecode(name) in STARTUP_SETS:
+            original[os.fsdecode(name)] = os.fsdecode(value)
+    before, set_by_startup = dict(env), {}
+    for name in STARTUP_SETS:
+        if env.get(name) != original.get(name):
+            set_by_startup[name] = env.get(name)
+            if name in original:
+                before[name] = original[name]
+            else:
+                before.pop(name, None)
+    return before, set_by_startup
+
+
 #: The directory holding the ngw package (the configuration's PYTHONPATH entry for it).
 SDK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

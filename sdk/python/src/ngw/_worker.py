@@ -118,8 +118,12 @@ class Worker:
         if key is not None:
             _LOG_PREFIX[0] = "ngw (zygote for %s): " % key
         chan = self._chan = _open_channel(max_chunk)
-        env_before = dict(os.environ)
+        # As the interpreter was given it: a cold run starts from that, as this one did.
+        env_before, set_by_startup = _exact.as_started(os.environ)
         self._conditions = _exact.Conditions(env_before)
+        if set_by_startup and env_before.get("PYTHONCOERCECLOCALE") == "warn":
+            self._conditions.refuse("PYTHONCOERCECLOCALE=warn: a cold run warns on its "
+                                    "stderr that it coerced the locale")
         self._preload(preload, learn, env_before)
         if not self.commands:
             _refuse(chan, "no commands registered")
@@ -641,9 +645,10 @@ class Worker:
 
 
 def _env_delta(before, after):
-    """What preloading did to the environment: {name: new value, or None if removed}.
-    Fork-mode children re-apply it on top of the client's environment, because a cold run
-    would have made the same change at import time (awscli sets AWS_DATA_PATH, say)."""
+    """What start-up and preloading did to the environment: {name: new value, or None if
+    removed}. Fork-mode children re-apply it on top of the client's environment, because a
+    cold run would have made the same change as it started (CPython coerces LC_CTYPE) or
+    imported (awscli sets AWS_DATA_PATH, say)."""
     delta = {k: v for k, v in after.items() if before.get(k) != v}
     delta.update((k, None) for k in before if k not in after)
     return delta

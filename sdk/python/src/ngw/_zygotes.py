@@ -37,10 +37,9 @@ only peer, so ngd knows nothing of any of this:
   `ngw: the zygote for KEY died during the command (...)` on its stderr and exit code
   128+N if signal N killed it, else 1 (as ngd reports a worker that dies during a
   command, docs/ngw.md 9); the next session with that key runs cold and starts another.
-  One that cannot start (an error hello, or no hello), or whose interpreter changed the
-  key as it started (its hello's `zygote_key` differs: CPython sets LC_CTYPE when no
-  locale is set), is not started again for that key: its sessions run cold and their
-  notices say why.
+  One that cannot start (an error hello, or no hello), or whose key is not the one it
+  was started for (its hello's `zygote_key` differs), is not started again for that
+  key: its sessions run cold and their notices say why.
 
 Sub-zygotes start no sub-zygotes of their own. The root is single-threaded: it forwards
 a session in one poll() loop, as the fork relay does, never blocking on a write.
@@ -378,8 +377,8 @@ class Zygotes:
             return
         differs = _key_differs(z.key, hello.get(KEY_FIELD))
         if differs is not None:
-            # CPython changes some settings as it starts (PEP 538 sets LC_CTYPE when the
-            # locale is C): such a key cannot have a zygote of its own.
+            # Its interpreter has other values than the session's key names: it cannot
+            # serve that key.
             why = "its interpreter started with %s" % differs
             self._failed(z.key, why)
             self._drop(z)
