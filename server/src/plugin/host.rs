@@ -17,7 +17,7 @@
 //!   taken first by the fewest sessions (`bind`).
 
 use super::config::PluginConfig;
-use super::footprint::Footprints;
+use super::footprint::{Footprints, Known};
 use super::machine::{Due, Event, Machine, Phase, WorkerEnd, WorkerKey};
 use super::pool::{evictions, Census, Notice, Pool, PoolStatus, Refusal, Residency, Usage};
 use super::worker;
@@ -270,7 +270,8 @@ impl PluginHost {
                     let m = &w.machine;
                     r.running += m.sessions.len();
                     if !m.is_quitting() {
-                        r.memory_bytes += self.footprint(w);
+                        // The latest reading, else (until the first) the worker's RSS.
+                        r.memory_bytes += self.footprints.latest(w.pid()).unwrap_or(w.rss);
                     }
                     match m.phase {
                         Phase::Starting { .. } => r.starting += 1,
@@ -583,39 +584,46 @@ impl PluginHost {
         }
     }
 
-    /// What a worker holds with its descendants: the latest footprint, else its own RSS.
-    fn footprint(&self, w: &Worker) -> u64 {
-        self.footprints.latest(w.pid()).unwrap_or(w.rss)
+    /// What a worker holds with its descendants: the latest footprint, else its own RSS;
+    /// `None` while its first reading is coming.
+    fn footprint(&self, w: &Worker, now: Instant) -> Option<u64> {
+        match self.footprints.known(w.pid(), now) {
+            Known::Bytes(bytes) => Some(bytes),
+            Known::Awaited => None,
+            Known::Unknown => Some(w.rss),
+        }
     }
 
     /// Keeps the workers' memory within the budget: the least recently used pools that are
-    /// awake and idle give way ([`super::pool::evictions`]).
+    /// awake and idle give way ([`super::pool::evictions`]). Not while a worker's first
+    /// reading is coming: the footprint timer looks again when it has come.
     fn enforce_budget(&mut self, now: Instant) {
         let Some(budget) = self.memory_budget else {
             return;
         };
-        let usage: Vec<Usage> = self
-            .pools
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.status == PoolStatus::Active)
-            .map(|(i, p)| {
-                let mut bytes = 0;
-                let mut busy = false;
-                for (_, w) in self.workers.iter().filter(|(_, w)| w.machine.pool == i) {
-                    if !w.machine.is_quitting() {
-                        bytes += self.footprint(w);
-                        busy |= !w.machine.sessions.is_empty();
-                    }
+        let mut usage = Vec::with_capacity(self.pools.len());
+        for (i, p) in self.pools.iter().enumerate() {
+            if p.status != PoolStatus::Active {
+                continue;
+            }
+            let mut bytes = 0;
+            let mut busy = false;
+            for (_, w) in self.workers.iter().filter(|(_, w)| w.machine.pool == i) {
+                if !w.machine.is_quitting() {
+                    let Some(held) = self.footprint(w, now) else {
+                        return;
+                    };
+                    bytes += held;
+                    busy |= !w.machine.sessions.is_empty();
                 }
-                Usage {
-                    pool: i,
-                    bytes,
-                    last_used: p.last_used,
-                    evictable: p.residency == Residency::Awake && !busy && p.queue.is_empty(),
-                }
-            })
-            .collect();
+            }
+            usage.push(Usage {
+                pool: i,
+                bytes,
+                last_used: p.last_used,
+                evictable: p.residency == Residency::Awake && !busy && p.queue.is_empty(),
+            });
+        }
         let total: u64 = usage.iter().map(|u| u.bytes).sum();
         for pool in evictions(&usage, budget) {
             tracing::info!(
