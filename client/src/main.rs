@@ -16,6 +16,8 @@
 //! * [`pty`]: the controlling terminal (`ctty`): a pseudo-terminal relayed to the user's.
 //! * [`exit`]: every client failure and its exit code (226–231, 141, 69).
 //! * [`usage`]: the usage text.
+//! * [`anchor`]: `ng` as the anchor that keeps job control working for a warm command that
+//!   leads its own session (run by the worker's child, never by users).
 //! * [`autostart`]: starting `ngd` when no server answers at the default address (runs only
 //!   after connecting failed).
 //! * [`help`]: `ng --help` lists the server's commands after the usage.
@@ -63,6 +65,7 @@
 #[link(name = "c", kind = "static")]
 extern "C" {}
 
+mod anchor;
 mod args;
 mod autostart;
 mod exit;
@@ -139,6 +142,14 @@ fn init() {
 
 /// Runs the client and returns how it ends.
 fn run() -> Result<Ending, ClientError> {
+    let mut argv = std::env::args_os();
+    match argv.next() {
+        Some(a) if a == anchor::ARGV0 => anchor::run(argv.next()),
+        Some(a) if a == anchor::ARGV0_EXEC => {
+            anchor::run_then_exec(argv, STARTUP.load(Ordering::Relaxed))
+        }
+        _ => {}
+    }
     let invocation = match args::parse(std::env::args_os())? {
         Parsed::Run(invocation) => invocation,
         Parsed::Help => {

@@ -1,9 +1,10 @@
-//! This process and its children: ids, the umask, the core-dump limit, an immediate exit,
-//! and what a spawned child does between `fork` and `exec` ([`on_spawn`]).
+//! This process and its children: ids, process groups, the umask, the core-dump limit, an
+//! immediate exit, a bare `fork`, watching another process's end (`pidfd`), and what a
+//! spawned child does between `fork` and `exec` ([`on_spawn`]).
 
 use crate::check;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -47,6 +48,109 @@ pub fn forbid_core_dump() {
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit has no preconditions.
     unsafe { libc::_exit(code) }
+}
+
+/// Our parent's pid (`getppid`).
+pub fn parent_pid() -> u32 {
+    // SAFETY: getppid has no preconditions and cannot fail.
+    unsafe { libc::getppid() as u32 }
+}
+
+/// Our pid (`getpid`).
+pub fn pid() -> u32 {
+    // SAFETY: getpid has no preconditions and cannot fail.
+    unsafe { libc::getpid() as u32 }
+}
+
+/// Puts this process in process group `pgid` of its session (0: a new group it leads).
+pub fn join_group(pgid: u32) -> io::Result<()> {
+    // SAFETY: setpgid on integers, for this process only.
+    check(unsafe { libc::setpgid(0, pgid as libc::pid_t) }).map(drop)
+}
+
+/// Gets `SIGKILL` when the parent thread ends (Linux `PR_SET_PDEATHSIG`; elsewhere an
+/// error).
+pub fn die_with_parent() -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl with integer arguments only.
+        check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) }).map(drop)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
+/// Forks this process: `Ok(None)` in the child, `Ok(Some(pid))` in the parent. Only for
+/// a single-threaded process that does nothing but async-signal-safe calls afterwards.
+pub fn fork() -> io::Result<Option<u32>> {
+    // SAFETY: fork has no memory-safety preconditions; the contract above leaves the
+    // child's use of locks and allocator to a single-threaded caller.
+    let pid = check(unsafe { libc::fork() })?;
+    Ok((pid != 0).then_some(pid as u32))
+}
+
+/// A descriptor that becomes readable when process `pid` ends (Linux `pidfd_open`).
+pub fn watch_end(pid: u32) -> io::Result<OwnedFd> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: the pidfd_open system call with integer arguments.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        let fd = check(fd as libc::c_int)?;
+        // SAFETY: a descriptor the kernel just made, owned by nothing else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
+/// Closes every descriptor from `first` up (`close_range`, else one by one up to the
+/// descriptor limit).
+pub fn close_from(first: RawFd) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: close_range on integers; the caller gives up every descriptor from
+        // `first` on.
+        let rc = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, !0u32, 0) };
+        if rc == 0 {
+            return;
+        }
+    }
+    // SAFETY: sysconf has no preconditions.
+    let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) }.clamp(0, 1 << 20) as RawFd;
+    for fd in first..max {
+        // SAFETY: closing descriptors the caller gave up; EBADF is harmless.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Waits for child `pid` to end; its raw wait status (`waitpid`).
+pub fn wait_end(pid: u32) -> io::Result<libc::c_int> {
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid writes the status into a live integer.
+        match check(unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) }) {
+            Ok(_) => return Ok(status),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Closes descriptor `fd` (`close`); an error (not open) is ignored.
+pub fn close(fd: RawFd) {
+    // SAFETY: closing a descriptor the caller gives up.
+    unsafe { libc::close(fd) };
+}
+
+/// Waits for any signal not ignored (`pause`).
+pub fn pause() {
+    // SAFETY: pause has no preconditions.
+    unsafe { libc::pause() };
 }
 
 /// What a child does between `fork` and `exec`, in this order.
@@ -129,6 +233,28 @@ mod tests {
         // A session leader: its session id is its pid.
         assert_eq!(words.len(), 2, "{text:?}");
         assert_eq!(words[0], words[1]);
+    }
+
+    #[test]
+    fn a_watch_sees_a_process_end_and_a_wait_its_status() {
+        use std::os::fd::AsRawFd;
+        #[allow(clippy::zombie_processes)] // reaped by wait_end, the function under test
+        let child = Command::new("sh")
+            .args(["-c", "sleep 0.2; exit 3"])
+            .spawn()
+            .unwrap();
+        let watch = watch_end(child.id()).unwrap();
+        let mut fds = [libc::pollfd {
+            fd: watch.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        assert_eq!(crate::fd::poll(&mut fds, 0).unwrap(), 0); // still running
+        assert_eq!(crate::fd::poll(&mut fds, 10_000).unwrap(), 1);
+        let status = wait_end(child.id()).unwrap();
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 3);
+        assert!(wait_end(child.id()).is_err()); // reaped
+        std::mem::forget(child); // reaped above: its handle has nothing left to wait for
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use ng_tests::jvm::{program_plugin, same};
 use ng_tests::plugins::{PluginServer, TAG_VAR};
@@ -125,5 +126,58 @@ fn exact_on_a_terminal() {
         assert!(c.iter().any(|l| l == "console=true"), "cold: {cold}");
         assert!(c.iter().any(|l| l == "devtty=opens"), "cold: {cold}");
         assert_eq!(c, w, "cold:\n{cold}\nwarm:\n{warm}");
+    }
+}
+
+/// `^Z` stops the warm JVM itself, as cold, and `fg` resumes it, whether it was started for
+/// the session or was a spare: the JVM leads its session on the pseudo-terminal, and the
+/// job's anchor keeps its process group from being orphaned (docs/ngw.md 15.7).
+#[test]
+fn exact_stops_on_ctrl_z_and_resumes_on_fg() {
+    let server = probe_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let ng = bins::ng();
+    let sock = server.socket_path();
+    let java = bins::java();
+    let env: Vec<(&str, &OsStr)> = vec![
+        ("PATH", OsStr::new("/usr/local/bin:/usr/bin:/bin")),
+        (TAG_VAR, OsStr::new(server.tag())),
+        ("PROBE", OsStr::new("z")),
+    ];
+    let mut pty = Pty::shell(100, 30, &env).unwrap();
+    pty.line(&format!("cd {}", tmp.path().display())).unwrap();
+    let cold = format!(
+        "{} -cp {} ngtest.ExactProbe sleep=2000",
+        java.display(),
+        java::nails_dir().display()
+    );
+    let warm = format!(
+        "{} --nailgun-server local:{} probe sleep=2000",
+        ng.display(),
+        sock.display()
+    );
+    // The first warm run starts a JVM for the session; the second finds a spare started
+    // in this directory with this environment.
+    for (how, line) in [("cold", cold), ("warm", warm.clone()), ("spare", warm)] {
+        // Alone on its line: after `fg`, bash does not run the rest of a stopped list.
+        pty.line(&line).unwrap();
+        pty.expect_within("ready", Duration::from_secs(60)).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        pty.send(b"\x1a").unwrap();
+        let stopped = pty
+            .expect_within("Stopped", Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{how}: no Stopped: {e}\n{}", pty.screen()));
+        assert!(!stopped.contains("woke"), "{how}: {stopped}");
+        // Stopped: it does not wake while the shell holds it.
+        assert!(
+            pty.expect_within("woke", Duration::from_millis(2500))
+                .is_err(),
+            "{how}: woke while stopped"
+        );
+        pty.line("fg").unwrap();
+        pty.expect_within("woke", Duration::from_secs(30)).unwrap();
+        pty.expect(ng_tests::pty::PROMPT).unwrap();
+        pty.line(&format!("echo \"{how}-done $?\"")).unwrap();
+        pty.expect(&format!("{how}-done 0")).unwrap();
     }
 }

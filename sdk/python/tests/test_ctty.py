@@ -1,8 +1,9 @@
 """A controlling terminal for fork-mode commands (`ctty`, docs/ngw.md 15.7): the driver
 plays ngd and passes a pseudo-terminal after the client's descriptors, with
 `NGW_CLIENT_PTY`; the worker answers `t ctty`, and the command runs with it as its
-controlling terminal, in the foreground process group, under a session leader that
-stands for it (signals, stops, exit)."""
+controlling terminal, in the foreground process group: leading its session with the job's
+anchor (`ng`, as ngd gives it), or under a session leader that stands for it (signals,
+stops, exit)."""
 
 import json
 import os
@@ -20,6 +21,7 @@ FEATURES = "notices,fds,ctty,signals,stdin-window"
 
 class ControllingTerminal(WorkerCase):
     features = FEATURES
+    leads = False  # the command leads its session (with the job's anchor)
 
     def setUp(self):
         self.master, self.slave = os.openpty()
@@ -64,9 +66,14 @@ class ControllingTerminal(WorkerCase):
         self.assertEqual(got["isatty"], [False, True, True])
         self.assertEqual(got["foreground"], [None, True, True])
         self.assertTrue(got["dev_tty"])
-        # A process group of its own, in a session whose leader is not the command.
+        # A process group of its own, in a session the command leads with an anchor, or
+        # whose leader is not the command.
         self.assertEqual(got["pgid"], got["pid"])
-        self.assertNotEqual(got["sid"], got["pid"])
+        if self.leads:
+            self.assertEqual(got["sid"], got["pid"])
+            self.assertNotIn("anchor", self.w.log())  # nothing failed
+        else:
+            self.assertNotEqual(got["sid"], got["pid"])
         self.assertEqual(got["std_none"], [False, False, False])
         self.assertEqual(read_all(self.master, until=b"\n"), b"hello\r\n")
 
@@ -117,6 +124,34 @@ class ControllingTerminal(WorkerCase):
 
 class ControllingTerminalWithoutSpare(ControllingTerminal):
     prefork = "0"
+
+
+#: The `ng` built with the workspace (scripts/test builds it first).
+NG = os.path.join(os.path.dirname(driver.SRC), "..", "..", "target", "debug", "ng")
+
+
+class ControllingTerminalAnchored(ControllingTerminal):
+    """With the job's anchor: the command leads its session, no leader is forked."""
+    extra_env = {"NGW_ANCHOR": os.path.abspath(NG)}
+    leads = True
+
+
+class ControllingTerminalAnchoredWithoutSpare(ControllingTerminalAnchored):
+    prefork = "0"
+
+
+class ControllingTerminalFailedAnchor(ControllingTerminal):
+    """An anchor that fails: a session leader forks the command, and nothing shows on the
+    terminal (the tests compare what it shows)."""
+    extra_env = {"NGW_ANCHOR": "/bin/false"}
+
+
+class ControllingTerminalMissingAnchor(ControllingTerminal):
+    """An anchor that cannot be run: the worker says so in its log when it starts."""
+    extra_env = {"NGW_ANCHOR": "/nonexistent/ng"}
+
+    def test_the_log_says_the_anchor_cannot_be_run(self):
+        self.assertIn("the job's anchor /nonexistent/ng cannot be run", self.w.log())
 
 
 if __name__ == "__main__":

@@ -63,11 +63,13 @@ class WorkerCase(unittest.TestCase):
     """One BASIC worker for the class, offered `features`, with or without a spare."""
     prefork = "1"
     features = FEATURES
+    extra_env = {}  # more of the worker's environment
 
     @classmethod
     def setUpClass(cls):
         cls.w = driver.Worker([sys.executable, BASIC], host_features=cls.features,
-                              env=driver.worker_env({"TEST_PREFORK": cls.prefork}))
+                              env=driver.worker_env(dict(cls.extra_env,
+                                                         TEST_PREFORK=cls.prefork)))
         cls.hello = cls.w.hello()
         cls.tmp = tempfile.mkdtemp(prefix="ngw-exact-")
 

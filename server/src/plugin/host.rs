@@ -127,6 +127,9 @@ pub struct PluginHost {
     /// ngd adopts orphans (`PR_SET_CHILD_SUBREAPER`; the `ngd` binary, not embedders).
     subreaper: bool,
     bridge_exe: Option<std::path::PathBuf>,
+    /// The `ng` beside ngd, looked for once: workers' `NGW_ANCHOR` (not one on `PATH`,
+    /// which could be another program of that name).
+    anchor: std::sync::OnceLock<Option<std::path::PathBuf>>,
     registry: mio::Registry,
     handle: ServerHandle,
     dirty_workers: Vec<usize>,
@@ -177,6 +180,7 @@ impl PluginHost {
             stopping: false,
             subreaper: init.subreaper,
             bridge_exe: init.bridge_exe,
+            anchor: std::sync::OnceLock::new(),
             registry: init.registry,
             handle: init.handle,
             dirty_workers: Vec::new(),
@@ -667,10 +671,18 @@ impl PluginHost {
             None => std::env::current_exe(),
         };
         let features = WorkerFeatures::of(&HOST_FEATURES).to_list();
+        let anchor = self
+            .anchor
+            .get_or_init(|| {
+                let exe = std::env::current_exe().ok()?;
+                Some(exe.parent()?.join("ng")).filter(|p| p.is_file())
+            })
+            .as_deref();
         let spawned = bridge_exe.and_then(|exe| {
             let launch = worker::Launch {
                 bridge_exe: &exe,
                 host_features: &features,
+                anchor,
             };
             worker::spawn(&config, &launch)
         });

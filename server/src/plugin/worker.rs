@@ -32,6 +32,9 @@ pub struct Launch<'a> {
     pub bridge_exe: &'a std::path::Path,
     /// `NGW_HOST_FEATURES`: the ngw extensions this host supports (`docs/ngw.md` §15).
     pub host_features: &'a str,
+    /// `NGW_ANCHOR`: the `ng` binary, which a command that leads its own session runs as
+    /// its job's anchor (`docs/ngw.md` §15.7); `None` if there is none.
+    pub anchor: Option<&'a std::path::Path>,
 }
 
 /// Starts a worker for `plugin`: its `command` for an ngw plugin, else the bridge for its
@@ -86,10 +89,11 @@ pub fn spawn(plugin: &PluginConfig, launch: &Launch<'_>) -> io::Result<Spawned> 
         .env("NGW_VERSION", "1")
         .env("NGW_PLUGIN", &plugin.name)
         .env("NGW_HOST_FEATURES", launch.host_features)
-        .env("NGW_COMMANDS", plugin.commands.join(","))
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log_err);
+        .env("NGW_COMMANDS", plugin.commands.join(","));
+    if let Some(ng) = launch.anchor {
+        cmd.env("NGW_ANCHOR", ng);
+    }
+    cmd.stdin(Stdio::null()).stdout(log).stderr(log_err);
     if let Some(cwd) = &plugin.cwd {
         cmd.current_dir(cwd);
     }

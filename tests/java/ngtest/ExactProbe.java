@@ -9,7 +9,8 @@ import java.nio.file.Path;
  * environment entry `PROBE`, `user.dir`, relative paths made absolute (`File` and `Path`),
  * a static counter (always 1 in a fresh JVM), whether `System.console()` exists, whether
  * `/dev/tty` opens (a controlling terminal), and, with
- * the argument `stdin`, how many bytes stdin held. The argument `exit=N` exits with N.
+ * the argument `stdin`, how many bytes stdin held. The argument `sleep=MS` then prints
+ * `ready`, sleeps MS milliseconds and prints `woke`; `exit=N` exits with N.
  */
 public class ExactProbe {
     private static int runs;
@@ -33,6 +34,15 @@ public class ExactProbe {
         for (String a : args) {
             if (a.equals("stdin")) {
                 System.out.println("stdin=" + System.in.readAllBytes().length);
+            }
+            if (a.startsWith("sleep=")) {
+                System.out.println("ready");
+                try {
+                    Thread.sleep(Long.parseLong(a.substring(6)));
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+                System.out.println("woke");
             }
             if (a.startsWith("exit=")) {
                 System.exit(Integer.parseInt(a.substring(5)));

@@ -332,7 +332,16 @@ public final class ExactWorker {
                 if (!why.isEmpty()) {
                     notice("fallback", "ran cold: " + why, r.id);
                 }
-                r.pid = Posix.spawn(new Posix.Spawn(java(), coldArgv(r.args), envList(r.env), r.cwd, r.stdio, -1,
+                List<String> argv = coldArgv(r.args);
+                String path = java();
+                String ng = System.getenv("NGW_ANCHOR");
+                if (r.pty >= 0 && ng != null && !ng.isEmpty()) {
+                    // The JVM leads its session on the terminal: `ng` anchors its job (so
+                    // that ^Z stops it) and execs it (docs/ngw.md 15.7).
+                    argv.add(0, "ng:anchored");
+                    path = Posix.raw(ng);
+                }
+                r.pid = Posix.spawn(new Posix.Spawn(path, argv, envList(r.env), r.cwd, r.stdio, -1,
                         r.pty >= 0 ? Posix.path(r.pty) : null));
             }
             for (int f : ours) {

@@ -271,6 +271,28 @@ final class Posix {
         }
     }
 
+    /**
+     * Runs the job's anchor ({@code ng} with argv[0] {@code ng:anchor}, docs/ngw.md 15.7) for
+     * this process, a session leader with a controlling terminal, and waits for it: true once
+     * a member of this process's group has a parent in another group of the session, so that
+     * the terminal's {@code ^Z} stops the group. The spawned process is gone when this returns.
+     */
+    static boolean anchor(String ng) {
+        StringArray argv = new StringArray(new String[] {"ng:anchor", Long.toString(ProcessHandle.current().pid())});
+        StringArray envp = new StringArray(new String[0]);
+        int[] pid = new int[1];
+        if (posix_spawn(pid, ng, null, null, argv, envp) != 0) {
+            return false;
+        }
+        int[] st = new int[1];
+        try {
+            waitpid(pid[0], st, 0);
+        } catch (LastErrorException e) {
+            return false;
+        }
+        return st[0] == 0;
+    }
+
     /** Makes {@code fd}, a terminal, the calling session leader's controlling terminal. */
     static void controllingTerminal(int fd) throws IOException {
         try {

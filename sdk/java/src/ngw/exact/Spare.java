@@ -67,6 +67,7 @@ public final class Spare {
         System.clearProperty("ngw.spare.main");
         System.clearProperty("ngw.spare.cp");
         System.clearProperty("ngw.spare.command");
+        System.clearProperty("ngw.spare.anchor");
         System.setProperty("java.class.path", classpath);
         String[] args = r.args().stream().map(Posix::decoded).toArray(String[]::new);
         System.setProperty("sun.java.command", args.length == 0 ? command : command + " " + String.join(" ", args));
@@ -158,6 +159,13 @@ public final class Spare {
                 return e.getMessage();
             }
             Posix.closeQuietly(r.ctty());
+            // Its group would be orphaned (its parent is in another session), and the
+            // terminal's ^Z discarded for it: the anchor gives it a member with a parent in
+            // the session. Without one, ^Z stops what the program starts, not the JVM.
+            String ng = System.getProperty("ngw.spare.anchor");
+            if (ng != null && !Posix.anchor(ng)) {
+                System.err.println("ngw: the job's anchor " + ng + " failed: ^Z stops what the program starts, not the JVM");
+            }
         }
         for (int i = 0; i < 3; i++) {
             if (r.stdio()[i] >= 0) {

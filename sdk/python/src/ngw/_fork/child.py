@@ -34,6 +34,8 @@ if hasattr(signal, "SIGXFSZ"):
 _KEEP = []
 #: A spare's answer when its session came before it could clone its successor: the usual
 #: case under load, not worth a log line.
+#: argv[0] that makes `ng` a job's anchor (client/src/anchor.rs).
+ANCHOR_ARGV0 = "ng:anchor"
 #: Seconds a spare waits for the successor it cloned to say it is ready.
 _SUCCESSOR_START = 2.0
 
@@ -94,6 +96,10 @@ class Child:
         # The pid the exit report names: the session leader's in the command's process of
         # a session with a controlling terminal (15.7), so that the worker takes it.
         self._report_pid = None
+        self._anchor = runner.anchor
+        self._anchor_pid = None  # the job's anchor, running while the session is set up
+        self._ctty_fd = -1
+        self._leads_session = False  # the command leads its session (15.7)
 
     def run(self, ctl, session, streams):
         status = 126
@@ -277,6 +283,7 @@ class Child:
         if info.cwd is not None:
             _chdir(info.cwd, info.client_pid)
         if info.cold is not None:
+            self._settle_anchor()
             _exact.cold_exec(cmd.cold + list(info.args), info.env, ignored)
         self._set_environ(info.env)
         _argv.apply([cmd.argv0] + list(info.args))
@@ -284,18 +291,21 @@ class Child:
             stdio.install_stdio(info.env, self._worker_stdio)
         elif fds or taken:
             self._session_stdio(info.env)
+        self._settle_anchor()
         sigmask(signal.SIG_SETMASK, ())
 
     def _controlling_terminal(self, fd):
-        """The client's pseudo-terminal (on `fd`) as the controlling terminal, with
-        job control as under a shell (docs/ngw.md 15.7). This process becomes the session
-        leader and forks the command's process, which returns from here in a process
-        group of its own that is the terminal's foreground group. A group whose members'
-        parents are all outside its session is orphaned, and the kernel discards the
-        terminal's SIGTSTP for it; the leader, its parent in the session, stays to prevent
-        that: it forwards the worker's signals and reports the command's stops and its
-        end (`_lead`), and never returns."""
+        """The client's pseudo-terminal (on `fd`) as the controlling terminal, with job
+        control as under a shell (docs/ngw.md 15.7). This process starts a session and
+        takes the terminal; its group is the terminal's foreground group. A group whose
+        members' parents are all outside its session is orphaned, and the kernel discards
+        the terminal's SIGTSTP for it. The job's anchor (`ng`, NGW_ANCHOR) puts a member
+        with a parent in the session into this group; it works while the session is set
+        up, and `_settle_anchor` waits for it before the command runs. Without one, this
+        process stays as the session leader and forks the command (`_fork_leader`)."""
         os.setsid()
+        self._anchor_pid = self._spawn_anchor()
+        self._ctty_fd = fd
         # A terminal is one session's at a time: the leader of an earlier session on the
         # same pseudo-terminal may still be exiting (the command's end is reported before
         # its leader is gone). Wait for it, briefly.
@@ -308,6 +318,43 @@ class Child:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.005)
+        if self._anchor_pid is None:
+            self._fork_leader(fd)
+
+    def _spawn_anchor(self):
+        """Starts the job's anchor for this process (client/src/anchor.rs); its pid, or
+        None without one."""
+        if self._anchor is None:
+            return None
+        try:
+            return os.posix_spawn(self._anchor, [ANCHOR_ARGV0, str(os.getpid())], {})
+        except OSError:
+            return None
+
+    def _settle_anchor(self):
+        """Before the command runs: waits for the anchor started by `_controlling_terminal`,
+        whose process is then gone (the command has no child it did not start, and no
+        SIGCHLD of it is left pending). If it failed, forks a leader after all (returns in
+        the command's process only). Nothing is logged here: fd 2 is the session's now
+        (the worker checked the anchor when it started)."""
+        pid, self._anchor_pid = self._anchor_pid, None
+        if pid is None:
+            return
+        try:
+            _, status = os.waitpid(pid, 0)
+        except OSError:
+            status = -1
+        signal.sigtimedwait((signal.SIGCHLD,), 0)
+        if status == 0:
+            self._leads_session = True
+            return
+        self._fork_leader(self._ctty_fd)
+
+    def _fork_leader(self, fd):
+        """This process stays as the session leader and forks the command's process, which
+        returns from here in a process group of its own that is the terminal's foreground
+        group: the leader, its parent in the session, forwards the worker's signals and
+        reports the command's stops and its end (`_lead`), and never returns."""
         leader = os.getpid()
         pid = os.fork()
         if pid == 0:
@@ -517,6 +564,10 @@ class Child:
         sees their end now, not after the kernel has freed the child's memory) and tells
         the worker the exit status; then reports what the session loaded that the zygote
         lacks (adaptive preloading, docs/ngw.md 12.5)."""
+        if self._leads_session:
+            # The terminal hangs up once the client has the status (its master closes):
+            # what follows the report must not die of that.
+            sigmask(signal.SIG_BLOCK, (signal.SIGHUP,))
         try:
             _write_report(self._report_path, status, close_stdio=True, pid=self._report_pid)
         finally:

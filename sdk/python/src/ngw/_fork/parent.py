@@ -129,6 +129,12 @@ class ForkRunner(SpareIO):
         self.pid = os.getpid()
         self.pgrp = os.getpgrp()
         self.libc = load_libc()
+        # The `ng` a command that leads its own session runs as its job's anchor (15.7).
+        self.anchor = os.environ.get("NGW_ANCHOR") or None
+        if self.anchor is not None and not os.access(self.anchor, os.X_OK):
+            log("ngw: the job's anchor %s cannot be run; on a terminal, a session leader "
+                "forks each command" % self.anchor)
+            self.anchor = None
         # The pages children write: learned from their reports, pre-faulted by spares
         # (copy-on-write pre-faulting, docs/ngw.md 11.7); nothing to do without spares.
         self.pages = _pages.Pages(log, cap=None if config.prefork else 0, libc=libc_handle())
