@@ -84,22 +84,26 @@ both_clients! {
     }
 }
 
+/// The probe's server, and a shell on a terminal in a fresh directory, with `PROBE=probe`.
+fn on_a_terminal(probe: &str) -> (PluginServer, tempfile::TempDir, Pty) {
+    let server = probe_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let env: Vec<(&str, &OsStr)> = vec![
+        ("PATH", OsStr::new("/usr/local/bin:/usr/bin:/bin")),
+        (TAG_VAR, OsStr::new(server.tag())),
+        ("PROBE", OsStr::new(probe)),
+    ];
+    let mut pty = Pty::shell(100, 30, &env).unwrap();
+    pty.line(&format!("cd {}", tmp.path().display())).unwrap();
+    (server, tmp, pty)
+}
+
 /// On a terminal, the warm program gets a terminal of its own as cold: `System.console()`
 /// exists and `/dev/tty` opens (the pseudo-terminal our `ng` relays, `ctty`).
 #[test]
 fn exact_on_a_terminal() {
-    let server = probe_server();
-    let tmp = tempfile::tempdir().unwrap();
-    let ng = bins::ng();
-    let sock = server.socket_path();
-    let java = bins::java();
-    let env: Vec<(&str, &OsStr)> = vec![
-        ("PATH", OsStr::new("/usr/local/bin:/usr/bin:/bin")),
-        (TAG_VAR, OsStr::new(server.tag())),
-        ("PROBE", OsStr::new("tty")),
-    ];
-    let mut pty = Pty::shell(100, 30, &env).unwrap();
-    pty.line(&format!("cd {}", tmp.path().display())).unwrap();
+    let (server, _tmp, mut pty) = on_a_terminal("tty");
+    let (ng, sock, java) = (bins::ng(), server.socket_path(), bins::java());
     for round in 0..2 {
         pty.line(&format!(
             "{} -cp {} ngtest.ExactProbe t{round}; echo \"cold-done $?\"",
@@ -134,18 +138,8 @@ fn exact_on_a_terminal() {
 /// job's anchor keeps its process group from being orphaned (docs/ngw.md 15.7).
 #[test]
 fn exact_stops_on_ctrl_z_and_resumes_on_fg() {
-    let server = probe_server();
-    let tmp = tempfile::tempdir().unwrap();
-    let ng = bins::ng();
-    let sock = server.socket_path();
-    let java = bins::java();
-    let env: Vec<(&str, &OsStr)> = vec![
-        ("PATH", OsStr::new("/usr/local/bin:/usr/bin:/bin")),
-        (TAG_VAR, OsStr::new(server.tag())),
-        ("PROBE", OsStr::new("z")),
-    ];
-    let mut pty = Pty::shell(100, 30, &env).unwrap();
-    pty.line(&format!("cd {}", tmp.path().display())).unwrap();
+    let (server, _tmp, mut pty) = on_a_terminal("z");
+    let (ng, sock, java) = (bins::ng(), server.socket_path(), bins::java());
     let cold = format!(
         "{} -cp {} ngtest.ExactProbe sleep=2000",
         java.display(),
