@@ -20,7 +20,6 @@
 //! (`pidfd`), ignore every signal they can (the member is in the terminal's foreground
 //! group: `^C` must not end it), and end when the command does: the keeper sees it end
 //! and exits, and the member dies with the keeper.
-
 //!
 //! A worker that starts the command as a new program in a new session (a cold JVM of the
 //! exact mode) runs `ng` with argv[0] [`ARGV0_EXEC`] in its place, then the program and

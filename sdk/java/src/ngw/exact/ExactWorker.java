@@ -334,8 +334,8 @@ public final class ExactWorker {
                 }
                 List<String> argv = coldArgv(r.args);
                 String path = java();
-                String ng = System.getenv("NGW_ANCHOR");
-                if (r.pty >= 0 && ng != null && !ng.isEmpty()) {
+                String ng = anchor();
+                if (r.pty >= 0 && ng != null) {
                     // The JVM leads its session on the terminal: `ng` anchors its job (so
                     // that ^Z stops it) and execs it (docs/ngw.md 15.7).
                     argv.add(0, "ng:anchored");
@@ -388,6 +388,12 @@ public final class ExactWorker {
         List<String> raw = new ArrayList<>(argv.stream().map(Posix::raw).toList());
         raw.addAll(args);
         return raw;
+    }
+
+    /** The {@code ng} that anchors a job on a terminal ({@code NGW_ANCHOR}, docs/ngw.md 15.7), or null. */
+    static String anchor() {
+        String ng = System.getenv("NGW_ANCHOR");
+        return ng == null || ng.isEmpty() ? null : ng;
     }
 
     /** The {@code java} binary, as bytes. */

@@ -202,8 +202,8 @@ final class Spares {
         argv.add("-Dngw.spare.main=" + o.mainClass);
         argv.add("-Dngw.spare.cp=" + (o.jar != null ? o.jar : String.join(":", o.classpath)));
         argv.add("-Dngw.spare.command=" + (o.jar != null ? o.jar : o.mainClass));
-        String ng = System.getenv("NGW_ANCHOR");
-        if (ng != null && !ng.isEmpty()) {
+        String ng = ExactWorker.anchor();
+        if (ng != null) {
             argv.add("-Dngw.spare.anchor=" + ng);
         }
         argv.add("-cp");
