@@ -140,6 +140,122 @@ class ControllingTerminalAnchoredWithoutSpare(ControllingTerminalAnchored):
     prefork = "0"
 
 
+def _stat(pid):
+    """(parent, process group, session) of `pid`, from /proc; None once it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(rest[1]), int(rest[2]), int(rest[3])
+
+
+def _anchors_of(pid):
+    """The anchor processes (`ng:anchor <pid>`: the keeper, the member) of `pid`."""
+    found = []
+    want = b"ng:anchor\0%d\0" % pid
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % entry, "rb") as f:
+                    if f.read() == want:
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+class SparesLeadAhead(WorkerCase):
+    """After a session on the client's terminal, the next spare leads its session and
+    has its job's anchor before its session comes (docs/ngw.md 15.7); a session without
+    the terminal discards such a spare."""
+    features = FEATURES
+    extra_env = ControllingTerminalAnchored.extra_env
+
+    setUp = ControllingTerminal.setUp
+    tearDown = ControllingTerminal.tearDown
+    run_on_pty = ControllingTerminal.run_on_pty
+    probe = ControllingTerminal.probe
+
+    def spare(self, led):
+        """The worker's spare, once there is one that leads its session (`led`) or not."""
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            for pid, _ in driver.worker_pids_children(self.w.proc.pid):
+                st = _stat(pid)
+                if st is not None and (st[2] == pid) == led and \
+                        (led or st[1] == os.getpgid(self.w.proc.pid)):
+                    if not led or len(_anchors_of(pid)) == 2:
+                        return pid
+            time.sleep(0.02)
+        self.fail("no spare %s its session" % ("leading" if led else "in the worker's"))
+
+    def plain_probe(self):
+        path = os.path.join(self.tmp, "plain-%d.json" % random.getrandbits(32))
+        r = self.w.run("fprobe", [path], env=client_env(), fds=[self.r, self.wr, self.wr],
+                       fd_map="0,1,2")
+        self.assertEqual(r.code, 0, r)
+        with open(path) as f:
+            return json.load(f)
+
+    def test_the_spare_after_a_terminal_session_leads_its_own(self):
+        self.probe()
+        spare = self.spare(led=True)
+        keeper, member = sorted(_anchors_of(spare), key=lambda p: _stat(p)[1] == spare)
+        self.assertEqual(_stat(member)[1:], (spare, spare))  # in the spare's group
+        self.assertEqual(_stat(keeper)[1:], (keeper, spare))  # a group of its own
+        r, got = self.probe()
+        self.assertEqual(r.taken, b"ctty")
+        self.assertEqual(got["pid"], spare)
+        self.assertEqual((got["sid"], got["pgid"]), (spare, spare))
+        self.assertEqual(got["foreground"], [None, True, True])
+        self.assertTrue(got["dev_tty"])
+        # The anchor ends with the command.
+        deadline = time.monotonic() + 5.0
+        while _anchors_of(spare) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(_anchors_of(spare), [])
+
+    def test_a_session_without_the_terminal_takes_no_led_spare(self):
+        self.probe()
+        led = self.spare(led=True)
+        got = self.plain_probe()
+        self.assertNotEqual(got["pid"], led)
+        # In the worker's session, in a process group of its own, as always.
+        self.assertEqual(got["sid"], got["worker_sid"])
+        self.assertEqual(got["pgid"], got["pid"])
+        deadline = time.monotonic() + 5.0
+        while (_stat(led) or _anchors_of(led)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertIsNone(_stat(led), "the led spare was not discarded")
+        self.assertEqual(_anchors_of(led), [])
+        # The spare after it is the worker's again; a terminal session still works.
+        self.spare(led=False)
+        r, got = self.probe()
+        self.assertEqual((r.taken, got["sid"]), (b"ctty", got["pid"]))
+
+    def test_sessions_back_to_back_on_the_terminal(self):
+        # Back to back, the spare's successor is cloned while a session runs: a copy
+        # of a spare that leads its session leads one of its own, with its own anchor.
+        pids = set()
+        for _ in range(8):
+            r, got = self.probe()
+            self.assertEqual(r.taken, b"ctty")
+            self.assertEqual((got["sid"], got["pgid"]), (got["pid"], got["pid"]))
+            self.assertEqual(got["foreground"], [None, True, True])
+            pids.add(got["pid"])
+        self.assertEqual(len(pids), 8)
+        self.assertNotIn("anchor", self.w.log())
+        spare = self.spare(led=True)
+        self.assertEqual(len(_anchors_of(spare)), 2)
+
+    def test_a_stop_in_a_led_spare(self):
+        self.probe()
+        self.spare(led=True)
+        r = self.run_on_pty("fstop", continue_stops=True)
+        self.assertEqual((r.taken, r.stops, r.raw_exit), (b"ctty", ["SIGTSTP"], b"0\n"))
+
+
 class ControllingTerminalFailedAnchor(ControllingTerminal):
     """An anchor that fails: a session leader forks the command, and nothing shows on the
     terminal (the tests compare what it shows)."""

@@ -5,6 +5,7 @@ descriptors, umask, directory, environment and argv, the rehearsal (11.5), the s
 copy-on-write pre-faulting and a child's page report (11.7), and the exit report.
 Nothing here runs in the worker."""
 
+import enum
 import fcntl
 import marshal
 import os
@@ -38,6 +39,24 @@ _KEEP = []
 ANCHOR_ARGV0 = "ng:anchor"
 #: Seconds a spare waits for the successor it cloned to say it is ready.
 _SUCCESSOR_START = 2.0
+
+
+class Lead(enum.Enum):
+    """Whether the child leads a session of its own, as a command on the client's terminal
+    does (docs/ngw.md 15.7)."""
+
+    #: In the worker's session.
+    NONE = "none"
+    #: Leads its session; its job's anchor is starting.
+    ANCHORING = "anchoring"
+    #: Leads its session, and its process group has the anchor's member: the command runs
+    #: in this process, and the terminal's `^Z` stops it.
+    ANCHORED = "anchored"
+    #: Leads its session without an anchor (none is configured, or it failed): on a
+    #: terminal, this process stays as the session leader and forks the command.
+    ALONE = "alone"
+    #: The command's process, forked by the session leader that stands for it.
+    FOLLOWS = "follows"
 
 
 def _environ_plan(env, delta, rules=None):
@@ -97,7 +116,11 @@ class Child:
         # a session with a controlling terminal (15.7), so that the worker takes it.
         self._report_pid = None
         self._anchor = runner.anchor
-        self._anchor_pid = None  # the job's anchor, running while the session is set up
+        self._anchor_pid = None  # the job's anchor while it starts (Lead.ANCHORING)
+        self._lead = Lead.NONE
+        # A spare leads its session before its session comes: the worker expects one on
+        # the client's terminal, and a led spare serves only such a session (15.7).
+        self._lead_ahead = runner.lead_spares
         self._ctty_fd = -1
         self._leads_session = False  # the command leads its session (15.7)
 
@@ -176,6 +199,8 @@ class Child:
                 os.close(s.child_fd)
         stdio.install_stdio(env, self._worker_stdio)
         ctl.setblocking(True)
+        if self._lead_ahead:
+            self._lead_session()
         if self._rehearse_spare:
             try:
                 self._rehearse(ctl)
@@ -200,6 +225,7 @@ class Child:
     def wait(self, ctl):
         """A spare's wait for its session: pre-faulting while idle (11.7), cloning its
         successor when the worker asks (11.5), until the session comes."""
+        self._settle_anchor()
         while True:
             if self._pages.enabled and not self._rbuf:  # nothing read ahead waits
                 self._prefault(ctl)
@@ -283,7 +309,7 @@ class Child:
         if info.cwd is not None:
             _chdir(info.cwd, info.client_pid)
         if info.cold is not None:
-            self._settle_anchor()
+            self._ready_to_run()
             _exact.cold_exec(cmd.cold + list(info.args), info.env, ignored)
         self._set_environ(info.env)
         _argv.apply([cmd.argv0] + list(info.args))
@@ -291,20 +317,21 @@ class Child:
             stdio.install_stdio(info.env, self._worker_stdio)
         elif fds or taken:
             self._session_stdio(info.env)
-        self._settle_anchor()
+        self._ready_to_run()
         sigmask(signal.SIG_SETMASK, ())
 
     def _controlling_terminal(self, fd):
         """The client's pseudo-terminal (on `fd`) as the controlling terminal, with job
-        control as under a shell (docs/ngw.md 15.7). This process starts a session and
-        takes the terminal; its group is the terminal's foreground group. A group whose
-        members' parents are all outside its session is orphaned, and the kernel discards
-        the terminal's SIGTSTP for it. The job's anchor (`ng`, NGW_ANCHOR) puts a member
-        with a parent in the session into this group; it works while the session is set
-        up, and `_settle_anchor` waits for it before the command runs. Without one, this
-        process stays as the session leader and forks the command (`_fork_leader`)."""
-        os.setsid()
-        self._anchor_pid = self._spawn_anchor()
+        control as under a shell (docs/ngw.md 15.7). This process leads a session (a
+        spare may lead one already, `_lead_ahead`) and takes the terminal; its group is
+        the terminal's foreground group. A group whose members' parents are all outside
+        its session is orphaned, and the kernel discards the terminal's SIGTSTP for it.
+        The job's anchor (`ng`, NGW_ANCHOR) puts a member with a parent in the session
+        into this group; it works while the session is set up, and `_ready_to_run` waits
+        for it before the command runs. Without one, this process stays as the session
+        leader and forks the command (`_fork_leader`)."""
+        if self._lead is Lead.NONE:
+            self._lead_session()
         self._ctty_fd = fd
         # A terminal is one session's at a time: the leader of an earlier session on the
         # same pseudo-terminal may still be exiting (the command's end is reported before
@@ -318,8 +345,14 @@ class Child:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.005)
-        if self._anchor_pid is None:
+        if self._lead is Lead.ALONE:
             self._fork_leader(fd)
+
+    def _lead_session(self):
+        """Starts a session led by this process, and the job's anchor for it."""
+        os.setsid()
+        self._anchor_pid = self._spawn_anchor()
+        self._lead = Lead.ALONE if self._anchor_pid is None else Lead.ANCHORING
 
     def _spawn_anchor(self):
         """Starts the job's anchor for this process (client/src/anchor.rs); its pid, or
@@ -332,23 +365,31 @@ class Child:
             return None
 
     def _settle_anchor(self):
-        """Before the command runs: waits for the anchor started by `_controlling_terminal`,
-        whose process is then gone (the command has no child it did not start, and no
-        SIGCHLD of it is left pending). If it failed, forks a leader after all (returns in
-        the command's process only). Nothing is logged here: fd 2 is the session's now
-        (the worker checked the anchor when it started)."""
-        pid, self._anchor_pid = self._anchor_pid, None
-        if pid is None:
+        """Waits for the anchor `_lead_session` started, whose process is then gone (no
+        SIGCHLD of it is left pending): ANCHORED if it put its member in this group, else
+        ALONE. Nothing is logged here: in a session, fd 2 is the session's (the worker
+        checked the anchor when it started)."""
+        if self._lead is not Lead.ANCHORING:
             return
+        pid, self._anchor_pid = self._anchor_pid, None
         try:
             _, status = os.waitpid(pid, 0)
         except OSError:
             status = -1
         signal.sigtimedwait((signal.SIGCHLD,), 0)
-        if status == 0:
-            self._leads_session = True
+        self._lead = Lead.ANCHORED if status == 0 else Lead.ALONE
+
+    def _ready_to_run(self):
+        """Right before the command (or its cold form) runs: the job's anchor settled, so
+        that the command has no child it did not start. If the anchor failed, a leader
+        is forked after all (returns in the command's process only)."""
+        self._settle_anchor()
+        if self._ctty_fd < 0:
             return
-        self._fork_leader(self._ctty_fd)
+        if self._lead is Lead.ANCHORED:
+            self._leads_session = True
+        elif self._lead is Lead.ALONE:
+            self._fork_leader(self._ctty_fd)
 
     def _fork_leader(self, fd):
         """This process stays as the session leader and forks the command's process, which
@@ -368,6 +409,7 @@ class Child:
             # The exit report in the leader's name: the worker has the status as soon as
             # the command reports it, not after the leader saw it exit.
             self._report_pid = leader
+            self._lead = Lead.FOLLOWS
             return
         try:
             os.setpgid(pid, pid)  # as the child does: whichever runs first
@@ -498,12 +540,17 @@ class Child:
     def _become_successor(self, ctl, streams, request):
         """In the copy: what is per process in a spare's preparation, done again: its
         own session (or the worker's process group, as the spare it copies), the
-        parent-death signal, its own pipes on fds 0-2. sys.stdin/stdout/stderr stay: they
-        were built on fds 0-2 as pipes, which these are too. A signal that reached it
-        before it left the spare's session or process group (the worker may have handed
-        the spare its session and signalled that group meanwhile) was meant for the spare's
-        session: then it exits, and the spare answers that it has no successor."""
-        if not self._job_control:
+        parent-death signal, its own pipes on fds 0-2, and the job's anchor of a spare that
+        leads its session. sys.stdin/stdout/stderr stay: they were built on fds 0-2 as
+        pipes, which these are too. A signal that reached it before it left the spare's
+        session or process group (the worker may have handed the spare its session and
+        signalled that group meanwhile) was meant for the spare's session: then it exits,
+        and the spare answers that it has no successor."""
+        if self._lead is not Lead.NONE:  # the spare's anchor is the spare's: its own
+            self._anchor_pid = None
+            self._lead = Lead.NONE
+            self._lead_session()
+        elif not self._job_control:
             os.setsid()
         else:
             os.setpgid(0, self._worker_pgrp)  # the worker's group, as a spare it forks

@@ -76,15 +76,17 @@ class _Forked:
     spare reads its session from, `streams` the parent's ends of its pipes (both None
     once handed over, and for a child forked with its session already in memory).
     `stamp`: the learned pages' stamp when the worker forked it or the spare it was
-    cloned from."""
+    cloned from. `led`: a spare that leads a session of its own (docs/ngw.md 15.7), as
+    its successors do; it can serve only a session on the client's terminal."""
 
-    __slots__ = ("pid", "ctl", "streams", "stamp")
+    __slots__ = ("pid", "ctl", "streams", "stamp", "led")
 
-    def __init__(self, pid, ctl, streams, stamp=0):
+    def __init__(self, pid, ctl, streams, stamp=0, led=False):
         self.pid = pid
         self.ctl = ctl
         self.streams = streams
         self.stamp = stamp
+        self.led = led
 
 
 class ForkRunner(SpareIO):
@@ -135,6 +137,9 @@ class ForkRunner(SpareIO):
             log("ngw: the job's anchor %s cannot be run; on a terminal, a session leader "
                 "forks each command" % self.anchor)
             self.anchor = None
+        # Spares lead their sessions, with their anchors, before their sessions come:
+        # the last session was on the client's terminal, so the next one likely is too.
+        self.lead_spares = False
         # The pages children write: learned from their reports, pre-faulted by spares
         # (copy-on-write pre-faulting, docs/ngw.md 11.7); nothing to do without spares.
         self.pages = _pages.Pages(log, cap=None if config.prefork else 0, libc=libc_handle())
@@ -185,6 +190,11 @@ class ForkRunner(SpareIO):
         self.reap()
         self.read_reports()
         child = self.spares.take()
+        if child is not None and child.led and info.pty is None:
+            # It cannot join the worker's session again, nor leave its own.
+            self.spares.discard_taken(child)
+            child = None
+        self.lead_spares = info.pty is not None and self.anchor is not None
         taken = info.fds is not None
         if taken:
             # The child's terminals are the client's own: what it sees is what it gets.
@@ -387,7 +397,7 @@ class ForkRunner(SpareIO):
         streams = [Stream(fds[1], -1, False), Stream(fds[2], -1, False, _wire.STDOUT),
                    Stream(fds[3], -1, False, _wire.STDERR)]
         self.cloned += 1
-        return _Forked(pid, socket.socket(fileno=fds[0]), streams, spare.stamp)
+        return _Forked(pid, socket.socket(fileno=fds[0]), streams, spare.stamp, spare.led)
 
     def exited(self, child):
         try:
@@ -485,7 +495,8 @@ class ForkRunner(SpareIO):
         for s in streams:
             close_fd(s.child_fd)
             s.child_fd = -1
-        return _Forked(pid, ctl, streams, self.pages.stamp)
+        led = session is None and self.lead_spares
+        return _Forked(pid, ctl, streams, self.pages.stamp, led)
 
     def _session_streams(self, child, info):
         """A spare's pipes, with a pty instead where the session has a terminal: (the
