@@ -248,6 +248,11 @@ class SparesLeadAhead(WorkerCase):
         self.assertNotIn("anchor", self.w.log())
         spare = self.spare(led=True)
         self.assertEqual(len(_anchors_of(spare)), 2)
+        # The process it spawned for them is gone, not left as its zombie child.
+        deadline = time.monotonic() + 5.0
+        while driver.worker_pids_children(spare) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual(driver.worker_pids_children(spare), [])
 
     def test_a_stop_in_a_led_spare(self):
         self.probe()

@@ -224,9 +224,10 @@ class Child:
 
     def wait(self, ctl):
         """A spare's wait for its session: pre-faulting while idle (11.7), cloning its
-        successor when the worker asks (11.5), until the session comes."""
-        self._settle_anchor()
+        successor when the worker asks (11.5), until the session comes. A spare that
+        leads its session first waits for its anchor (a successor too, for its own)."""
         while True:
+            self._settle_anchor()
             if self._pages.enabled and not self._rbuf:  # nothing read ahead waits
                 self._prefault(ctl)
             record, fds = self.receive(ctl)
