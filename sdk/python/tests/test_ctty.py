@@ -19,9 +19,9 @@ from test_exact import WorkerCase, read_all
 FEATURES = "notices,fds,ctty,signals,stdin-window"
 
 
-class ControllingTerminal(WorkerCase):
+class PtySessions:
+    """Sessions whose client passes a pseudo-terminal (a mixin for a WorkerCase)."""
     features = FEATURES
-    leads = False  # the command leads its session (with the job's anchor)
 
     def setUp(self):
         self.master, self.slave = os.openpty()
@@ -47,6 +47,10 @@ class ControllingTerminal(WorkerCase):
         self.assertEqual(r.code, 0, r)
         with open(path) as f:
             return r, json.load(f)
+
+
+class ControllingTerminal(PtySessions, WorkerCase):
+    leads = False  # the command leads its session (with the job's anchor)
 
     def test_hello_lists_ctty(self):
         self.assertIn("ctty", self.hello["features"])
@@ -165,17 +169,11 @@ def _anchors_of(pid):
     return found
 
 
-class SparesLeadAhead(WorkerCase):
+class SparesLeadAhead(PtySessions, WorkerCase):
     """After a session on the client's terminal, the next spare leads its session and
     has its job's anchor before its session comes (docs/ngw.md 15.7); a session without
     the terminal discards such a spare."""
-    features = FEATURES
     extra_env = ControllingTerminalAnchored.extra_env
-
-    setUp = ControllingTerminal.setUp
-    tearDown = ControllingTerminal.tearDown
-    run_on_pty = ControllingTerminal.run_on_pty
-    probe = ControllingTerminal.probe
 
     def spare(self, led):
         """The worker's spare, once there is one that leads its session (`led`) or not."""
