@@ -87,7 +87,7 @@ fn list(target: &Target) -> Result<String, ClientError> {
                     return Err(ClientError::ConnectionBroken(format!("exit {code}")))
                 }
                 // The listing announces no extensions, so none come.
-                ClientEvent::Extensions(_) | ClientEvent::Stopped(_) => {}
+                ClientEvent::Extensions(_) | ClientEvent::Stopped(_) | ClientEvent::PtyWanted => {}
             }
         }
     }

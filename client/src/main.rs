@@ -208,11 +208,8 @@ fn run() -> Result<Ending, ClientError> {
         features = features | Features::FDS;
         fds = Some(FdMap::new([0, 1, 2].map(|fd| startup & (1 << fd) == 0)));
         // A controlling terminal for the command when one of fds 0-2 is ours (module
-        // `pty`); if no pseudo-terminal can be had, the command runs without, as before.
-        pty = pty::Terminal::detect(context.ttys).and_then(|t| {
-            let map = t.map();
-            t.open_pty().ok().map(|(relay, slave)| (map, relay, slave))
-        });
+        // `pty`): offered, and opened only if the server asks for it.
+        pty = pty::Terminal::detect(context.ttys);
         if pty.is_some() {
             features = features | Features::CTTY;
         }
@@ -220,17 +217,12 @@ fn run() -> Result<Ending, ClientError> {
     let extensions = request::Extensions {
         features,
         fds,
-        pty: pty.as_ref().map(|(map, _, _)| *map),
+        pty: pty.as_ref().map(pty::Terminal::map),
         winsize,
         ignored,
     };
     let header = request::header(command, args, &env_overrides, context, &extensions);
-    let mut passed: Vec<i32> =
-        fds.map_or_else(Vec::new, |map| map.fds().map(|fd| fd as i32).collect());
-    let pty = pty.map(|(_, relay, slave)| {
-        passed.push(std::os::fd::AsRawFd::as_raw_fd(&slave));
-        (relay, slave)
-    });
+    let passed: Vec<i32> = fds.map_or_else(Vec::new, |map| map.fds().map(|fd| fd as i32).collect());
     let options = session::Options {
         announced: features,
         fds: passed,

@@ -4,15 +4,16 @@
 //! The user's terminal is the controlling terminal of the user's shell session, and a
 //! terminal belongs to one session, so a warm command running in the worker's session can
 //! never have it as its own. When one of fds 0–2 is that terminal (`ng`'s controlling
-//! terminal, with `ng` in its foreground process group), `ng` opens a pseudo-terminal with
-//! the terminal's modes and window size ([`Terminal::open_pty`]) and passes its slave
-//! after fds 0, 1, 2. If the server answers `ctty`, the command put the slave in place of
-//! the terminal and made it its controlling terminal; `ng` then puts the user's terminal
-//! in raw mode and copies bytes both ways ([`Relay`]): the keys reach the pseudo-terminal,
-//! whose line discipline echoes them and turns `^C`, `^\` and `^Z` into signals for the
+//! terminal, with `ng` in its foreground process group), `ng` offers a pseudo-terminal.
+//! When the server asks for it (`P`: the command's worker can take it), `ng` opens one
+//! with the terminal's modes and window size ([`Terminal::open_pty`]) and passes its
+//! slave. If the server then answers `ctty`, the command put the slave in place of the
+//! terminal and made it its controlling terminal; `ng` puts the user's terminal in raw
+//! mode and copies bytes both ways ([`Relay`]): the keys reach the pseudo-terminal, whose
+//! line discipline echoes them and turns `^C`, `^\` and `^Z` into signals for the
 //! command's foreground process group, as the user's terminal does for a cold command.
-//! Without `ctty` in the answer, the pseudo-terminal is closed unused and the command runs
-//! on the user's terminal itself: nothing is relayed.
+//! Otherwise (not asked, or no `ctty` in the answer) the command runs on the user's
+//! terminal itself: nothing is relayed.
 //!
 //! Every way out of the session that can be caught restores the user's terminal modes
 //! ([`Relay`]'s `Drop`, and [`Relay::suspend`] before `ng` stops); the relay holds at most

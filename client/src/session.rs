@@ -69,13 +69,13 @@
 //! [`Ending::Signal`]: `main` re-raises it ([`crate::signals::die_by`]).
 
 use crate::exit::ClientError;
-use crate::pty::Relay;
+use crate::pty::{Relay, Terminal};
 use crate::signals::{self, Catcher};
 use crate::transport::Socket;
 use ng_proto::bytes::BytesMut;
 use ng_proto::{exit, ClientConfig, ClientEvent, ClientSession, Features, Header, ProtocolError};
 use std::io;
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -115,9 +115,9 @@ pub struct Options {
     pub announced: Features,
     /// The descriptors to attach to the header (`SCM_RIGHTS`), in `NGD_CLIENT_FDS` order.
     pub fds: Vec<RawFd>,
-    /// With `ctty`: the relay to a pseudo-terminal and its slave, whose descriptor is the
-    /// last of `fds` (closed once the header is sent).
-    pub pty: Option<(Relay, OwnedFd)>,
+    /// With `ctty`: the terminal a pseudo-terminal is offered for (`NGD_CLIENT_PTY`),
+    /// opened when the server asks for it.
+    pub pty: Option<Terminal>,
     /// The forwarded signals' catcher, armed, if it could be set up.
     pub catcher: Option<Catcher>,
 }
@@ -172,8 +172,6 @@ pub fn run(socket: Socket, header: &Header, options: Options) -> Result<Ending, 
     let header_error = socket
         .write_all_with_fds(&session.take_transmit(), &options.fds)
         .err();
-    // The slave is the command's now: `ng` keeps no copy, so the relay sees its end.
-    let relay = options.pty.map(|(relay, _slave)| relay);
     let shared = Arc::new(Shared {
         socket,
         state: Mutex::new(State {
@@ -190,7 +188,8 @@ pub fn run(socket: Socket, header: &Header, options: Options) -> Result<Ending, 
         catcher: options.catcher,
         pending: Vec::new(),
         decide_by: None,
-        relay,
+        terminal: options.pty,
+        relay: None,
         pollfds: Vec::new(),
     }
     .run()
@@ -210,7 +209,9 @@ struct MainLoop {
     pending: Vec<libc::c_int>,
     /// When pending signals get their default action if the server is still silent.
     decide_by: Option<Instant>,
-    /// The pseudo-terminal offered with `ctty`; relaying once the server accepted it,
+    /// The terminal a pseudo-terminal is offered for, until the server asks for it.
+    terminal: Option<Terminal>,
+    /// The pseudo-terminal passed with `ctty`; relaying once the server accepted it,
     /// dropped (closed) if it did not.
     relay: Option<Relay>,
     /// The descriptors of the last wait: the socket, then the relay's.
@@ -302,6 +303,7 @@ impl MainLoop {
                             self.stop_and_resume(signo)?;
                         }
                     }
+                    ClientEvent::PtyWanted => self.send_pty()?,
                 }
             }
             if let Err(e) = result {
@@ -340,6 +342,25 @@ impl MainLoop {
             return Err(ClientError::broken("poll", &err));
         }
         Ok((fds[0].revents != 0, pending()))
+    }
+
+    /// The server asks for the offered pseudo-terminal: it is opened and its slave passed
+    /// with `P` (nothing rides with `P` if none can be had: the command then runs on the
+    /// terminal itself). `ng` keeps no copy of the slave, so the relay sees its end.
+    fn send_pty(&mut self) -> Result<(), ClientError> {
+        let opened = self.terminal.take().and_then(|t| t.open_pty().ok());
+        let fds: Vec<RawFd> = opened.iter().map(|(_, slave)| slave.as_raw_fd()).collect();
+        {
+            let mut state = self.shared.lock();
+            state.session.send_pty(Instant::now());
+            let bytes = state.session.take_transmit();
+            self.shared
+                .socket
+                .write_all_with_fds(&bytes, &fds)
+                .map_err(|e| ClientError::broken("write", &e))?;
+        }
+        self.relay = opened.map(|(relay, _slave)| relay);
+        Ok(())
     }
 
     /// The server's answer came: with `ctty` the relay starts, otherwise the

@@ -50,6 +50,10 @@ impl ChunkType {
     /// `Z`: the command stopped itself with this signal; the client stops too (server to
     /// client, after `F` named `signals`).
     pub const STOPPED: Self = Self(b'Z');
+    /// `P`, empty (`ctty`): server to client, before `F`, to a client that offered a
+    /// pseudo-terminal: send it. Client to server, the answer: the slave rides with it
+    /// (`SCM_RIGHTS`), or nothing does when the client could not open one.
+    pub const PTY: Self = Self(b'P');
 
     /// `h`: ngw worker hello (worker to ngd), sent once before any session.
     pub const WORKER_HELLO: Self = Self(b'h');
@@ -112,6 +116,7 @@ impl ChunkType {
             Self::SIGNAL => "signal",
             Self::WINDOW_SIZE => "window-size",
             Self::STOPPED => "stopped",
+            Self::PTY => "pty",
             Self::WORKER_HELLO => "worker-hello",
             Self::WORKER_INTERRUPT => "worker-interrupt",
             Self::WORKER_PING => "worker-ping",

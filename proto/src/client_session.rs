@@ -110,6 +110,9 @@ pub enum ClientEvent {
     /// The command stopped itself with this signal (`Z`, with `signals`): stop the client
     /// the same way.
     Stopped(SignalName),
+    /// For a client that announced `ctty`, before `F`: the server asks for the offered
+    /// pseudo-terminal (`P`); answer with [`ClientSession::send_pty`].
+    PtyWanted,
     /// The command was killed by a signal (`X "<code> <SIGNAME>[ core]"`, with `signals`);
     /// `code` is the classic code a stock client would exit with.
     ExitBySignal {
@@ -235,6 +238,13 @@ impl ClientSession {
                     };
                     buf.advance(HEADER_LEN);
                     if self.accepted.is_none() {
+                        if h.ty == ChunkType::PTY
+                            && h.len == 0
+                            && self.config.announced.contains(Features::CTTY)
+                        {
+                            self.events.push_back(ClientEvent::PtyWanted);
+                            continue;
+                        }
                         if h.ty == ChunkType::FEATURES && !self.config.announced.is_empty() {
                             if h.len > MAX_FEATURES_LEN {
                                 return Err(self.bad_payload(h.ty));
@@ -415,6 +425,15 @@ impl ClientSession {
             value.as_bytes(),
             now,
         )
+    }
+
+    /// Queues `P`, the answer to [`ClientEvent::PtyWanted`]; the caller attaches the
+    /// pseudo-terminal's slave to its bytes (`SCM_RIGHTS`), or nothing if it has none.
+    pub fn send_pty(&mut self, now: Instant) {
+        if self.phase == Phase::Running {
+            encode(ChunkType::PTY, b"", &mut self.tx);
+            self.last_send = now;
+        }
     }
 
     fn send_extension(

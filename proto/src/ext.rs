@@ -9,14 +9,18 @@
 //!   ([`Features`]). Honoured only when it is the last `E` of the header.
 //! * `E NGD_CLIENT_FDS=0,1,2`: which of the client's descriptors ride with the header as
 //!   `SCM_RIGHTS`, in order ([`FdMap`]); a closed descriptor is left out of the list.
-//! * `E NGD_CLIENT_PTY=0,1,2`: with `ctty`, one more descriptor rides after those of
-//!   `NGD_CLIENT_FDS`: the slave of a pseudo-terminal the client relays to its own
-//!   terminal, which is the client's descriptors this list names ([`FdMap`]).
+//! * `E NGD_CLIENT_PTY=0,1,2`: with `ctty`, the client offers a pseudo-terminal it would
+//!   relay to its own terminal, which is the client's descriptors this list names
+//!   ([`FdMap`]). Its slave rides with the client's `P`, the answer to the server's `P`
+//!   (or, from an older client, right after the descriptors of `NGD_CLIENT_FDS`).
 //! * `E NGD_CLIENT_WINSIZE=<cols> <rows> <xpixel> <ypixel>`: the terminal's size at start
 //!   ([`WinSize`]).
 //! * `E NGD_CLIENT_SIGIGN=SIGHUP,...`: signals the client's parent left ignored, which a
 //!   cold command would have inherited as ignored.
-//! * `F <features>` (server to client, first chunk): what the server does for this session.
+//! * `P` (server to client, before `F`): send the offered pseudo-terminal; `P` (client to
+//!   server): its slave rides with it.
+//! * `F <features>` (server to client, first chunk but `P`): what the server does for this
+//!   session.
 //! * `K <SIGNAME>` (client to server): a signal for the command ([`SignalName`]).
 //! * `W <cols> <rows> <xpixel> <ypixel>` (client to server): the terminal was resized.
 //! * `Z <SIGNAME>` (server to client): the command stopped itself; stop the client too.

@@ -113,10 +113,13 @@ pub struct ClientExtensions {
     /// is well-formed and exactly that many descriptors arrived with the header. `None`
     /// otherwise: the caller then closes whatever descriptors it received.
     pub fds: Option<FdMap>,
-    /// With `ctty` (and valid `fds`): which client descriptors the pseudo-terminal passed
-    /// after them stands for (`NGD_CLIENT_PTY`, a subset of `fds`). The descriptor is the
-    /// last one received.
+    /// With `ctty` (and valid `fds`): which client descriptors the client's
+    /// pseudo-terminal stands for (`NGD_CLIENT_PTY`, a subset of `fds`). Its slave is the
+    /// last descriptor received with the header, unless `pty_offered`.
     pub pty: Option<FdMap>,
+    /// The header came without the slave of `pty`: the client opens and passes it when
+    /// asked ([`ServerSession::request_pty`]).
+    pub pty_offered: bool,
     /// How many descriptors arrived with the header.
     pub fds_received: usize,
     /// The terminal's size at start (`NGD_CLIENT_WINSIZE`).
@@ -157,6 +160,9 @@ pub enum ServerEvent {
     StdinEof,
     /// The client is gone; cancel the command.
     ClientGone(DisconnectReason),
+    /// The client answered [`ServerSession::request_pty`] (`P`): the descriptors the
+    /// caller read since are its pseudo-terminal's slave, if one came.
+    Pty,
 }
 
 /// What an extension chunk from the client asks for ([`ServerSession::poll_extension`]).
@@ -223,6 +229,10 @@ struct Running {
     /// The client is stopped (it forwarded `SIGTSTP`, or was sent `Z`): no heartbeats
     /// are expected until it sends something again.
     suspended: bool,
+    /// A `P` was sent and the client's `P` has not come yet.
+    pty_asked: bool,
+    /// The server stopped waiting for the client's `P`, which may still come: ignored.
+    pty_withdrawn: bool,
 }
 
 impl Running {
@@ -238,6 +248,8 @@ impl Running {
             output_started: false,
             window_out: 0,
             suspended: false,
+            pty_asked: false,
+            pty_withdrawn: false,
         }
     }
 }
@@ -436,6 +448,17 @@ impl Running {
                 extension_events.push_back(ExtensionEvent::Signal(name));
                 Ok(())
             }
+            ChunkType::PTY if r.pty_asked || r.pty_withdrawn => {
+                if !payload.is_empty() {
+                    return Err(ProtocolError::BadExtensionPayload { ty });
+                }
+                if r.pty_asked {
+                    events.push_back(ServerEvent::Pty);
+                }
+                r.pty_asked = false;
+                r.pty_withdrawn = false;
+                Ok(())
+            }
             ChunkType::WINDOW_SIZE if r.accepted.contains(Features::WINSIZE) => {
                 let size =
                     WinSize::parse(&payload).ok_or(ProtocolError::BadExtensionPayload { ty })?;
@@ -589,7 +612,8 @@ impl ServerSession {
     }
 
     /// The caller read `count` descriptors (`SCM_RIGHTS`) from the connection. Returns
-    /// true while they may still be used (they came with the header; the `C` decides),
+    /// true while they may still be used (they came with the header, and the `C`
+    /// decides; or one came while [`ServerSession::request_pty`]'s answer is awaited),
     /// false if the caller must close them now.
     pub fn handle_passed_fds(&mut self, count: usize) -> bool {
         match &mut self.phase {
@@ -597,8 +621,43 @@ impl ServerSession {
                 h.fds_received = h.fds_received.saturating_add(count);
                 h.fds_received <= MAX_PASSED_FDS
             }
-            _ => false,
+            Phase::Running(r) => r.pty_asked && count == 1,
+            Phase::Exited => false,
         }
+    }
+
+    /// After `Launch`, for a client that offered a pseudo-terminal without passing it
+    /// ([`ClientExtensions::pty_offered`]): queues `P`, which asks for it. The client's
+    /// `P` comes back as [`ServerEvent::Pty`], with the slave read as a passed
+    /// descriptor. Returns false (and queues nothing) once anything else was queued for
+    /// the client, or if it was asked already.
+    pub fn request_pty(&mut self) -> bool {
+        let Phase::Running(r) = &mut self.phase else {
+            return false;
+        };
+        if r.output_started || r.pty_asked || r.broken || !r.announced.contains(Features::CTTY) {
+            return false;
+        }
+        r.pty_asked = true;
+        encode(ChunkType::PTY, b"", &mut self.tx);
+        true
+    }
+
+    /// The server goes on without the pseudo-terminal it asked for: a `P` that comes
+    /// later is ignored (and what rides with it is to be closed).
+    pub fn withdraw_pty(&mut self) {
+        if let Phase::Running(r) = &mut self.phase {
+            if r.pty_asked {
+                r.pty_asked = false;
+                r.pty_withdrawn = true;
+            }
+        }
+    }
+
+    /// Whether the client's answer to [`ServerSession::request_pty`] is awaited: read the
+    /// connection with its passed descriptors.
+    pub fn awaits_pty(&self) -> bool {
+        matches!(&self.phase, Phase::Running(r) if r.pty_asked && !r.gone && !r.broken)
     }
 
     /// True once the client sent `.` (or can send nothing more).
@@ -731,21 +790,27 @@ impl HeaderState {
             .client
             .pty
             .filter(|p| features.contains(Features::CTTY) && p.count() > 0);
-        let expected = |map: FdMap| map.count() + usize::from(pty.is_some());
+        // Its slave rides with the header, or is offered: sent when asked for.
+        let expected = |map: FdMap| {
+            self.fds_received == map.count() + usize::from(pty.is_some())
+                || (pty.is_some() && self.fds_received == map.count())
+        };
         let fds = match self.fd_map {
             Some(Some(map))
                 if features.contains(Features::FDS)
-                    && expected(map) == self.fds_received
+                    && expected(map)
                     && pty.is_none_or(|p| p.fds().all(|fd| map.index_of(fd).is_some())) =>
             {
                 Some(map)
             }
             _ => None,
         };
+        let pty = pty.filter(|_| fds.is_some());
         ClientExtensions {
             features,
             fds,
-            pty: pty.filter(|_| fds.is_some()),
+            pty,
+            pty_offered: pty.is_some() && fds.is_some_and(|m| m.count() == self.fds_received),
             fds_received: self.fds_received,
             winsize: self.request.client.winsize,
             ignored_signals: self.request.client.ignored_signals.clone(),

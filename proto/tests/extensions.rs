@@ -266,11 +266,19 @@ fn server_reads_the_pseudo_terminal_after_the_descriptors() {
         s.accept_extensions(Features::ALL.without(Features::CTTY)),
         Features::FDS
     );
-    // The count must include the pty: three descriptors for `0,1,2` plus a pty is wrong.
+    // The map's descriptors alone: the pty is offered, to be asked for.
     let mut s = ServerSession::new(ServerConfig::default(), Instant::now());
-    let r = launch(&mut s, ctty_header(b"0,1,2", b"0,1,2", b"fds,ctty"), 3);
+    let r = launch(&mut s, ctty_header(b"0,1,2", b"1,2", b"fds,ctty"), 3);
+    assert_eq!(r.client.pty, FdMap::parse(b"1,2"));
+    assert!(r.client.pty_offered);
+    // Any other count is wrong: no descriptors at all.
+    let mut s = ServerSession::new(ServerConfig::default(), Instant::now());
+    let r = launch(&mut s, ctty_header(b"0,1,2", b"0,1,2", b"fds,ctty"), 2);
     assert_eq!((r.client.fds, r.client.pty), (None, None));
     assert_eq!(s.accept_extensions(Features::ALL), Features::NONE);
+    let mut s = ServerSession::new(ServerConfig::default(), Instant::now());
+    let r = launch(&mut s, ctty_header(b"1,2", b"1,2", b"fds,ctty"), 4);
+    assert_eq!((r.client.fds, r.client.pty), (None, None));
     // The pty must stand for passed descriptors only.
     let mut s = ServerSession::new(ServerConfig::default(), Instant::now());
     let r = launch(&mut s, ctty_header(b"1,2", b"0", b"fds,ctty"), 3);
@@ -281,6 +289,88 @@ fn server_reads_the_pseudo_terminal_after_the_descriptors() {
     assert_eq!(r.client.pty, None);
     assert_eq!(r.client.fds, Some(FdMap::new([true; 3])));
     assert_eq!(s.accept_extensions(Features::ALL), Features::FDS);
+}
+
+#[test]
+fn server_asks_for_an_offered_pseudo_terminal() {
+    let now = Instant::now();
+    let mut s = ServerSession::new(ServerConfig::default(), now);
+    let r = launch(
+        &mut s,
+        ctty_header(b"0,1,2", b"1,2", b"fds,ctty,signals"),
+        3,
+    );
+    assert!(r.client.pty_offered);
+    assert!(!s.awaits_pty());
+    assert!(!s.handle_passed_fds(1), "a descriptor nobody asked for");
+    assert!(s.request_pty());
+    assert_eq!(&s.take_transmit()[..], &wire(&[(b'P', b"")])[..]);
+    assert!(!s.request_pty(), "asked once");
+    assert!(s.awaits_pty());
+    // The answer: one descriptor rides with it.
+    assert!(!s.handle_passed_fds(2));
+    assert!(s.handle_passed_fds(1));
+    s.handle_bytes(&mut wire(&[(b'P', b"")]), now).unwrap();
+    assert_eq!(s.poll_event(), Some(ServerEvent::Pty));
+    assert!(!s.awaits_pty());
+    // Then `F` as for a pty passed with the header.
+    assert_eq!(
+        s.accept_extensions(Features::ALL),
+        Features::FDS | Features::CTTY | Features::SIGNALS
+    );
+    // A `P` that was not asked for breaks the protocol.
+    let err = s.handle_bytes(&mut wire(&[(b'P', b"")]), now).unwrap_err();
+    assert!(
+        matches!(err, ProtocolError::UnexpectedChunk { .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_withdrawn_request_ignores_a_late_answer() {
+    let now = Instant::now();
+    let mut s = ServerSession::new(ServerConfig::default(), now);
+    launch(&mut s, ctty_header(b"0,1,2", b"1,2", b"fds,ctty"), 3);
+    assert!(s.request_pty());
+    s.withdraw_pty();
+    assert!(!s.awaits_pty());
+    assert!(!s.handle_passed_fds(1), "to be closed");
+    s.handle_bytes(&mut wire(&[(b'P', b"")]), now).unwrap();
+    assert_eq!(s.poll_event(), None);
+    // Asked for nothing: no `P` before other output, nor to a client without `ctty`.
+    let mut s = ServerSession::new(ServerConfig::default(), now);
+    launch(&mut s, ctty_header(b"0,1,2", b"1,2", b"fds,ctty"), 3);
+    s.write_stderr(b"x");
+    assert!(!s.request_pty());
+    let mut s = ServerSession::new(ServerConfig::default(), now);
+    launch(&mut s, announcing_header(), 3);
+    assert!(!s.request_pty());
+}
+
+#[test]
+fn client_answers_p_before_f() {
+    let now = Instant::now();
+    let mut c = announcing_client();
+    c.handle_bytes(&mut wire(&[(b'P', b""), (b'F', b"fds,ctty")]))
+        .unwrap();
+    assert_eq!(
+        events(&mut c),
+        [
+            ClientEvent::PtyWanted,
+            ClientEvent::Extensions(Features::FDS | Features::CTTY)
+        ]
+    );
+    c.send_pty(now);
+    assert_eq!(&c.take_transmit()[..], &wire(&[(b'P', b"")])[..]);
+    // After `F`, or to a client that did not announce `ctty`, `P` is an error.
+    assert!(c.handle_bytes(&mut wire(&[(b'P', b"")])).is_err());
+    let config = ClientConfig {
+        announced: Features::FDS,
+        ..ClientConfig::default()
+    };
+    let mut c = ClientSession::new(config, now);
+    c.send_header(&Header::default(), now);
+    assert!(c.handle_bytes(&mut wire(&[(b'P', b"")])).is_err());
 }
 
 #[test]

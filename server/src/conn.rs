@@ -89,6 +89,9 @@ pub enum ConnState {
     Header,
     /// A command runs.
     Running(Running),
+    /// A plugin command: the client was asked for its pseudo-terminal (`P`), whose answer
+    /// comes before the command is queued.
+    AwaitingPty(Box<AwaitingPty>),
     /// A plugin command: waiting for a worker, or relayed to one.
     Plugin(PluginState),
     /// The exit code is queued; writing what is left.
@@ -109,6 +112,7 @@ impl ConnState {
         match self {
             ConnState::Header => "header",
             ConnState::Running(_) => "running",
+            ConnState::AwaitingPty(_) => "awaiting the pseudo-terminal",
             ConnState::Plugin(_) => "plugin",
             ConnState::Finishing => "finishing",
             ConnState::Draining { .. } => "draining",
@@ -182,6 +186,11 @@ impl Conn {
             ConnState::Header | ConnState::Running(_) | ConnState::Plugin(_) => {
                 self.session.poll_timeout()
             }
+            ConnState::AwaitingPty(w) => Some(
+                self.session
+                    .poll_timeout()
+                    .map_or(w.until, |t| t.min(w.until)),
+            ),
             ConnState::Draining { until } => Some(*until),
             ConnState::Finishing => Some(self.last_write + self.write_timeout()),
             ConnState::Closed => None,
@@ -292,12 +301,18 @@ impl Conn {
                 tracing::debug!(conn = self.serial, peer = %self.peer, "the client stopped reading its output");
                 self.state = ConnState::Closed;
             }
-            ConnState::Header | ConnState::Running(_) | ConnState::Plugin(_) => {
-                match self.session.handle_timeout(env.now) {
-                    Ok(()) => self.handle_events(env),
-                    Err(e) => self.protocol_error(env.core, e),
-                }
+            ConnState::AwaitingPty(ref w) if env.now >= w.until => {
+                tracing::debug!(conn = self.serial, peer = %self.peer, "no pseudo-terminal came: the command goes on without");
+                self.session.withdraw_pty();
+                self.pty_answered(env, None);
             }
+            ConnState::Header
+            | ConnState::Running(_)
+            | ConnState::AwaitingPty(_)
+            | ConnState::Plugin(_) => match self.session.handle_timeout(env.now) {
+                Ok(()) => self.handle_events(env),
+                Err(e) => self.protocol_error(env.core, e),
+            },
             _ => {}
         }
     }
@@ -329,7 +344,7 @@ impl Conn {
                     "ngd: command cancelled: the server is shutting down",
                 );
             }
-            ConnState::Header => {
+            ConnState::Header | ConnState::AwaitingPty(_) => {
                 self.finish(exit_codes::UNAVAILABLE, "ngd: the server is shutting down");
             }
             ConnState::Plugin(p) => p.terminate(host),
@@ -361,7 +376,8 @@ impl Conn {
                 // Resumed when the command reads (it notifies the loop).
                 return ReadBudget::Left;
             }
-            let read = if self.session.in_header() && matches!(self.stream, Stream::Unix(_)) {
+            let with_fds = self.session.in_header() || self.session.awaits_pty();
+            let read = if with_fds && matches!(self.stream, Stream::Unix(_)) {
                 self.read_header(env.scratch)
             } else {
                 self.stream.read(env.scratch)
@@ -399,8 +415,9 @@ impl Conn {
     }
 
     /// Reads a Unix connection's header with `recvmsg`: the client's descriptors ride with
-    /// its first byte (`fds`, docs/protocol.md). Descriptors the session cannot use (too
-    /// many, truncated, after `C`) are closed at once; the rest wait for the launch.
+    /// its first byte (`fds`, docs/protocol.md), and its pseudo-terminal with its `P`
+    /// (`ctty`). Descriptors the session cannot use (too many, truncated, after `C`
+    /// unless `P` is awaited) are closed at once; the rest wait for the launch.
     fn read_header(&mut self, scratch: &mut [u8]) -> io::Result<usize> {
         use std::os::fd::AsRawFd;
         let received = crate::sys::recv_with_fds(self.stream.as_raw_fd(), scratch)?;
@@ -459,7 +476,7 @@ impl Conn {
                 tracing::debug!(conn = self.serial, peer = %self.peer, "closed before the command");
                 self.state = ConnState::Closed;
             }
-            ConnState::Running(_) | ConnState::Plugin(_) => {
+            ConnState::Running(_) | ConnState::AwaitingPty(_) | ConnState::Plugin(_) => {
                 if let Err(e) = self.session.handle_eof() {
                     self.protocol_error(env.core, e);
                 }
@@ -477,6 +494,11 @@ impl Conn {
                 ServerEvent::Launch(request) => self.launch(env, request),
                 ServerEvent::Stdin(data) => self.stdin(env.host, data),
                 ServerEvent::StdinEof => self.stdin_eof(env.host),
+                ServerEvent::Pty => {
+                    let mut fds = std::mem::take(&mut self.client_fds);
+                    let slave = if fds.len() == 1 { fds.pop() } else { None };
+                    self.pty_answered(env, slave);
+                }
                 ServerEvent::ClientGone(reason) => {
                     let reason = match reason {
                         ng_proto::DisconnectReason::Eof => CancelReason::ClientGone,
@@ -612,12 +634,69 @@ impl Conn {
                 inline,
                 client_fds,
             } => self.start_nail(env, launch, nail, inline, client_fds),
-            crate::registry::Target::Plugin { pool } => self.queue_plugin(env, launch, pool),
+            crate::registry::Target::Plugin { pool } => self.start_plugin(env, launch, pool),
         }
+    }
+
+    /// A plugin command: when the client offered a pseudo-terminal and the pool's workers
+    /// may take one, it is asked for first (`P`, [`ConnState::AwaitingPty`]); then the
+    /// command is queued.
+    fn start_plugin(&mut self, env: &mut Env<'_>, mut launch: Launch, pool: usize) {
+        if launch
+            .passed
+            .as_ref()
+            .is_some_and(crate::passed_fds::PassedFds::pty_offered)
+        {
+            if env.host.may_take_ctty(pool) && self.session.request_pty() {
+                self.state = ConnState::AwaitingPty(Box::new(AwaitingPty {
+                    launch,
+                    pool,
+                    until: env.now + PTY_WAIT,
+                }));
+                return;
+            }
+            launch.passed = launch.passed.map(crate::passed_fds::PassedFds::without_pty);
+        }
+        self.queue_plugin(env, launch, pool);
+    }
+
+    /// The client's answer to `P` (its slave, or none), or none in time: the command is
+    /// queued, with the pseudo-terminal if it came.
+    fn pty_answered(&mut self, env: &mut Env<'_>, slave: Option<std::os::fd::OwnedFd>) {
+        if !matches!(self.state, ConnState::AwaitingPty(_)) {
+            return;
+        }
+        let ConnState::AwaitingPty(waiting) = std::mem::replace(&mut self.state, ConnState::Closed)
+        else {
+            return;
+        };
+        let AwaitingPty {
+            mut launch, pool, ..
+        } = *waiting;
+        launch.passed = launch.passed.map(|p| match slave {
+            Some(slave) => p.with_slave(slave),
+            None => p.without_pty(),
+        });
+        self.queue_plugin(env, launch, pool);
     }
 }
 
+/// How long the client may take to pass the pseudo-terminal it offered, once asked.
+const PTY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A plugin command waiting for the client's pseudo-terminal.
+#[derive(Debug)]
+pub struct AwaitingPty {
+    /// The command, with the client's descriptors.
+    launch: Launch,
+    /// Its plugin's pool.
+    pool: usize,
+    /// When to go on without the pseudo-terminal.
+    until: Instant,
+}
+
 /// A resolved command about to start, with what the client sent for it.
+#[derive(Debug)]
 struct Launch {
     /// The resolved command name.
     name: String,

@@ -412,7 +412,7 @@ fn remote(server: Option<ListenAddr>, command: &str, args: &[&str]) -> ExitCode 
                     return ExitCode::from(ng_proto::exit::status(code));
                 }
                 // This client announces no extensions, so these never come.
-                ClientEvent::Extensions(_) | ClientEvent::Stopped(_) => {}
+                ClientEvent::Extensions(_) | ClientEvent::Stopped(_) | ClientEvent::PtyWanted => {}
             }
         }
     }

@@ -304,6 +304,125 @@ fn ngd_c_client_in_a_terminal_over_tcp() {
     ngd_in_a_terminal(&bins::c_client(), Transport::Tcp);
 }
 
+/// What a scripted server saw of one `ng` session in a terminal.
+#[derive(Debug, PartialEq)]
+struct Offer {
+    /// Descriptors that rode with the header.
+    with_header: usize,
+    /// `NGD_CLIENT_PTY`'s map, and whether the slave was left out (offered).
+    pty: Option<String>,
+    offered: bool,
+    /// The answer to `P`: how many descriptors came with it, and whether the first is a
+    /// terminal.
+    answer: Option<(usize, bool)>,
+}
+
+/// `ng` run in a terminal against a server that reads its header, asks for the
+/// pseudo-terminal with `P` if `ask`, answers `F fds` and exits 0.
+fn pty_offer(ask: bool) -> Offer {
+    use ng_proto::{Features, ServerConfig, ServerEvent, ServerSession};
+    use std::io::Write as _;
+    use std::os::fd::AsRawFd as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let now = std::time::Instant::now();
+        let mut s = ServerSession::new(ServerConfig::default(), now);
+        let mut buf = ng_proto::bytes::BytesMut::new();
+        let mut scratch = vec![0u8; 65536];
+        let mut with_header = 0;
+        let mut answer = None;
+        let mut request = None;
+        loop {
+            let got = ng_sys::scm::recv_with_fds(conn.as_raw_fd(), &mut scratch, 8).unwrap();
+            assert!(got.len > 0, "the client closed");
+            if request.is_none() {
+                with_header += got.fds.len();
+                s.handle_passed_fds(got.fds.len());
+            } else if !got.fds.is_empty() {
+                s.handle_passed_fds(got.fds.len());
+                let tty = std::io::IsTerminal::is_terminal(&got.fds[0]);
+                answer = Some((got.fds.len(), tty));
+            }
+            buf.extend_from_slice(&scratch[..got.len]);
+            s.handle_bytes(&mut buf, now).unwrap();
+            let mut answered = false;
+            while let Some(event) = s.poll_event() {
+                match event {
+                    ServerEvent::Launch(r) => request = Some(r),
+                    ServerEvent::Pty => answered = true,
+                    _ => {}
+                }
+            }
+            let Some(r) = &request else { continue };
+            if ask && !answered && s.request_pty() {
+                conn.write_all(&s.take_transmit()).unwrap();
+                continue;
+            }
+            if ask && !answered {
+                continue;
+            }
+            if answered && answer.is_none() {
+                answer = Some((0, false));
+            }
+            s.accept_extensions(Features::FDS);
+            s.exit(0);
+            conn.write_all(&s.take_transmit()).unwrap();
+            let _ = conn.shutdown(std::net::Shutdown::Write);
+            let _ = std::io::Read::read_to_end(&mut conn, &mut Vec::new());
+            return Offer {
+                with_header,
+                pty: r.client.pty.map(|m| m.to_value()),
+                offered: r.client.pty_offered,
+                answer,
+            };
+        }
+    });
+    let ng = bins::ng();
+    let server_arg = format!("local:{}", path.display());
+    let mut pty = Pty::shell(
+        80,
+        24,
+        &[
+            ("NG", ng.as_os_str()),
+            ("NAILGUN_SERVER", OsStr::new(&server_arg)),
+        ],
+    )
+    .unwrap();
+    pty.line("$NG some-command; echo \"@@status=$?@@\"")
+        .unwrap();
+    let shown = pty.expect("@@\r\n").unwrap();
+    assert!(shown.ends_with("status=0@@\r\n"), "{}", pty.screen());
+    server.join().unwrap()
+}
+
+#[test]
+fn ours_offers_a_pseudo_terminal_and_opens_it_when_asked() {
+    // Asked with `P`: the slave rides with `ng`'s `P`, and nothing with the header but
+    // fds 0-2.
+    assert_eq!(
+        pty_offer(true),
+        Offer {
+            with_header: 3,
+            pty: Some("0,1,2".into()),
+            offered: true,
+            answer: Some((1, true)),
+        }
+    );
+    // Not asked (a built-in, or a worker that does not take `ctty`): none is passed.
+    assert_eq!(
+        pty_offer(false),
+        Offer {
+            with_header: 3,
+            pty: Some("0,1,2".into()),
+            offered: true,
+            answer: None,
+        }
+    );
+}
+
 /// Every scenario warm: the script is a file served by a fork-mode Python plugin (`python3
 /// -m ngw script NAME=FILE`), run through an `ng` symlink named after it, and compared
 /// with the same file run cold (`$PY` is the file itself, with a `#!` line naming

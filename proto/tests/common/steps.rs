@@ -394,6 +394,8 @@ impl ServerHarness {
                     assert_eq!(self.launches, 1, "stdin before launch");
                     self.s_outstanding = false;
                 }
+                // This harness never asks for a pseudo-terminal.
+                ServerEvent::Pty => panic!("a pseudo-terminal nobody asked for"),
             }
         }
         // An empty `0` spends the credit too, but makes no event: ask the model.
@@ -703,6 +705,7 @@ impl ClientHarness {
                 // chunks are protocol errors and these never come.
                 ClientEvent::Extensions(_)
                 | ClientEvent::Stopped(_)
+                | ClientEvent::PtyWanted
                 | ClientEvent::ExitBySignal { .. } => panic!("extension event {ev:?}"),
             }
         }

@@ -364,6 +364,14 @@ impl PluginHost {
             .filter(|w| w.serial == key.serial)
     }
 
+    /// Whether a session of `pool` may take the client's pseudo-terminal (`ctty`): its
+    /// workers' hello lists it, or no worker has said hello yet.
+    pub fn may_take_ctty(&self, pool: usize) -> bool {
+        self.pools
+            .get(pool)
+            .is_some_and(|p| p.takes_ctty != Some(false))
+    }
+
     /// Queues a plugin command's session (the connection holds its request meanwhile);
     /// a worker is bound when the host settles. Refused at once when `queue` sessions
     /// already wait.
@@ -1019,6 +1027,7 @@ impl PluginHost {
             return Ok(());
         }
         let p = &mut self.pools[pool];
+        p.takes_ctty = Some(self.workers[slot].machine.takes_ctty());
         if hello.class_names && !p.class_names {
             p.class_names = true;
             self.publish_routes(pool);

@@ -243,7 +243,7 @@ impl Machine {
 
     /// Both sides speak `ctty` (with `fds` and `signals`): the client's pseudo-terminal is
     /// offered with its descriptors.
-    fn takes_ctty(&self) -> bool {
+    pub fn takes_ctty(&self) -> bool {
         self.takes_fds() && self.speaks_signals() && self.both_speak(WorkerFeature::Ctty)
     }
 

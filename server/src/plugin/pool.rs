@@ -218,6 +218,9 @@ pub struct Pool {
     pub commands: Vec<String>,
     /// A worker's hello said it serves class names (the config may say so too).
     pub class_names: bool,
+    /// Whether its workers take the client's pseudo-terminal (`ctty`), as the last hello
+    /// said; `None` before the first.
+    pub takes_ctty: Option<bool>,
     /// Sessions completed.
     pub sessions: u64,
     /// The last [`NOTICES_KEPT`] notices, oldest first.
@@ -246,6 +249,7 @@ impl Pool {
             last_failure: None,
             commands,
             class_names: false,
+            takes_ctty: None,
             sessions: 0,
             notices: VecDeque::new(),
             notice_counts: BTreeMap::new(),
