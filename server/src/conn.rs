@@ -663,11 +663,9 @@ impl Conn {
     /// The client's answer to `P` (its slave, or none), or none in time: the command is
     /// queued, with the pseudo-terminal if it came.
     fn pty_answered(&mut self, env: &mut Env<'_>, slave: Option<std::os::fd::OwnedFd>) {
-        if !matches!(self.state, ConnState::AwaitingPty(_)) {
-            return;
-        }
-        let ConnState::AwaitingPty(waiting) = std::mem::replace(&mut self.state, ConnState::Closed)
-        else {
+        let state = std::mem::replace(&mut self.state, ConnState::Closed);
+        let ConnState::AwaitingPty(waiting) = state else {
+            self.state = state;
             return;
         };
         let AwaitingPty {
