@@ -363,9 +363,11 @@ impl MainLoop {
         Ok(())
     }
 
-    /// The server's answer came: with `ctty` the relay starts, otherwise the
-    /// pseudo-terminal is closed unused.
+    /// The server's answer came: with `ctty` the relay starts, otherwise a
+    /// pseudo-terminal passed with `P` is closed unused. No `P` comes after `F`: the
+    /// terminal kept for one is let go.
     fn start_relay(&mut self, accepted: Features) -> Result<(), ClientError> {
+        self.terminal = None;
         match &mut self.relay {
             Some(relay) if accepted.contains(Features::CTTY) => relay
                 .start()
