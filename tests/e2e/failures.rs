@@ -1,7 +1,6 @@
 //! The client's own failures and their exit codes (nailgun.md §3.1): 227 when the server
 //! goes away mid-command, 230 when nothing listens, 226 for bad arguments.
 
-use std::os::unix::net::UnixListener;
 use std::time::Duration;
 
 use ng_tests::RefusingPort;
@@ -49,9 +48,16 @@ both_clients! {
         let dir = tempfile::tempdir().unwrap();
         connect_fails(client, &Address::Unix(dir.path().join("missing.sock")));
 
+        // Bound by another process that is gone: a listener bound here could still be
+        // held, for an instant, by a child another test thread forks before its exec, and
+        // a connection would then be accepted and reset.
         let stale = dir.path().join("stale.sock");
-        drop(UnixListener::bind(&stale).unwrap());
-        assert!(stale.exists());
+        let bound = std::process::Command::new("python3")
+            .args(["-c", "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])"])
+            .arg(&stale)
+            .status()
+            .unwrap();
+        assert!(bound.success() && stale.exists());
         connect_fails(client, &Address::Unix(stale));
     }
 }
