@@ -30,10 +30,12 @@
 //! The plugin host ([`PluginHost`]) is a component of its own: the loop hands it worker
 //! readiness, client stdin, hangups and its timers, and gives it a [`crate::plugin::Clients`]
 //! view of the connections (`ConnClients`) for what sessions send back. Every timer of the
-//! server, connections' and the host's, is in one heap ([`Timer`]).
+//! server, connections' and the host's, is in one set ([`timers::Timers`], keyed by
+//! [`Timer`]): one entry per connection, worker or pool, however many sessions have run.
 
 mod clients;
 mod housekeeping;
+mod timers;
 
 use crate::conn::{Conn, Core, Env, ReadBudget};
 use crate::plugin::{HostInit, HostTimer, PluginConfig, PluginHost, FIRST_WORKER};
@@ -51,10 +53,9 @@ use ng_proto::ServerSession;
 use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
 use slab::Slab;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io::{self, ErrorKind};
 use std::time::{Duration, Instant};
+use timers::Timers;
 
 /// Command threads wake the loop through this token.
 pub const WAKER: Token = Token(0);
@@ -69,8 +70,8 @@ pub const MAX_LISTENERS: usize = FIRST_CONN - FIRST_LISTENER;
 /// they are closed at once.
 const REFUSAL_MARGIN: usize = 64;
 
-/// An entry of the server's one timer heap.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// The key of an entry in the server's one timer set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Timer {
     /// A connection's earliest deadline (slot, serial).
     Conn(usize, u64),
@@ -99,7 +100,7 @@ pub struct EventLoop {
     conns: Slab<Conn>,
     core: Core,
     ready: Receiver<ConnKey>,
-    timers: BinaryHeap<Reverse<(Instant, Timer)>>,
+    timers: Timers<Timer>,
     signals: Option<Signals>,
     stopping: Option<Stopping>,
     next_serial: u64,
@@ -187,7 +188,7 @@ impl EventLoop {
                 settings,
             },
             ready,
-            timers: BinaryHeap::new(),
+            timers: Timers::default(),
             signals,
             stopping: None,
             next_serial: 0,
@@ -327,7 +328,7 @@ impl EventLoop {
             }
         }
         for (at, timer) in self.host.take_timers() {
-            self.timers.push(Reverse((at, Timer::Host(timer))));
+            self.timers.set(Timer::Host(timer), at);
         }
         self.host.publish();
     }
@@ -336,7 +337,7 @@ impl EventLoop {
         if !self.revisit.is_empty() {
             return Some(Duration::ZERO);
         }
-        let mut next = self.timers.peek().map(|Reverse((t, _))| *t);
+        let mut next = self.timers.next_deadline();
         let mut consider = |t: Option<Instant>| {
             if let Some(t) = t {
                 next = Some(next.map_or(t, |n| n.min(t)));
@@ -479,6 +480,7 @@ impl EventLoop {
             return;
         }
         let conn = self.conns.remove(slot);
+        self.timers.cancel(Timer::Conn(slot, conn.serial));
         conn.release(&mut self.host, self.poll.registry());
         self.housekeeping.conn_closed(Instant::now());
     }
@@ -490,16 +492,15 @@ impl EventLoop {
         if let Some(deadline) = conn.deadline() {
             if conn.timer_at.is_none_or(|t| deadline < t) {
                 conn.timer_at = Some(deadline);
-                self.timers
-                    .push(Reverse((deadline, Timer::Conn(slot, conn.serial))));
+                self.timers.set(Timer::Conn(slot, conn.serial), deadline);
             }
         }
     }
 
-    /// Drops timer entries at the head of the heap that are no longer the earliest deadline
-    /// of what they name, so that closed connections and ended workers never wake the loop.
+    /// Drops timer entries at the head of the set that are no longer the earliest deadline
+    /// of what they name, so that ended workers never wake the loop.
     fn prune_timers(&mut self) {
-        while let Some(Reverse((at, timer))) = self.timers.peek().copied() {
+        while let Some((at, timer)) = self.timers.first() {
             let live = match timer {
                 Timer::Conn(slot, serial) => self
                     .conns
@@ -517,11 +518,7 @@ impl EventLoop {
     /// Fires the due timers: a connection's deadline goes to `Conn::on_timer` (then the
     /// connection is serviced), the host's to [`PluginHost::on_timer`].
     fn fire_timers(&mut self, now: Instant) {
-        while let Some(Reverse((at, timer))) = self.timers.peek().copied() {
-            if at > now {
-                return;
-            }
-            self.timers.pop();
+        while let Some((at, timer)) = self.timers.pop_due(now) {
             match timer {
                 Timer::Conn(slot, serial) => self.on_conn_timer(slot, serial, at, now),
                 Timer::Host(t) => {
