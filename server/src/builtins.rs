@@ -144,6 +144,10 @@ fn stats(ctx: &mut Context) -> i32 {
             "commands": commands,
             "plugins": plugins,
             "outdated": server.outdated(),
+            "memory": {
+                "rss_bytes": crate::sys::rss_bytes(std::process::id()),
+                "heap": crate::sys::heap_info(),
+            },
         });
         let _ = writeln!(out, "{doc}");
     } else {
@@ -158,6 +162,16 @@ fn stats(ctx: &mut Context) -> i32 {
             counters.protocol_errors,
             counters.unknown_commands,
         );
+        let rss = crate::sys::rss_bytes(std::process::id());
+        if let (Some(rss), Some(heap)) = (rss, crate::sys::heap_info()) {
+            let _ = writeln!(
+                out,
+                "memory: {:.1} MiB resident; heap {} KiB in use, {} KiB free",
+                rss as f64 / f64::from(1 << 20),
+                heap.in_use >> 10,
+                heap.free >> 10,
+            );
+        }
         if server.outdated() {
             let _ = writeln!(
                 out,

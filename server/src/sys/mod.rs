@@ -34,6 +34,41 @@ pub fn malloc_trim() -> bool {
     unsafe { libc::malloc_trim(0) == 1 }
 }
 
+/// What the allocator holds: glibc's `mallinfo2`, summed over every arena.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HeapInfo {
+    /// Bytes in chunks handed out and not freed (the live heap, plus the chunks glibc
+    /// keeps in each thread's cache, which it counts as in use).
+    pub in_use: u64,
+    /// Bytes the allocator got from the kernel for its arenas (`sbrk` and arena maps).
+    pub arena: u64,
+    /// Bytes in blocks mapped on their own (large allocations).
+    pub mapped: u64,
+    /// Free bytes the allocator keeps.
+    pub free: u64,
+}
+
+/// The allocator's statistics (`None` where the C library is not glibc).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn heap_info() -> Option<HeapInfo> {
+    // SAFETY: a plain glibc call that returns a struct by value; glibc locks each arena
+    // while it walks it, so it is safe while other threads allocate.
+    let m = unsafe { libc::mallinfo2() };
+    let n = |v: usize| v as u64;
+    Some(HeapInfo {
+        in_use: n(m.uordblks) + n(m.hblkhd),
+        arena: n(m.arena),
+        mapped: n(m.hblkhd),
+        free: n(m.fordblks),
+    })
+}
+
+/// The allocator's statistics (`None` where the C library is not glibc).
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn heap_info() -> Option<HeapInfo> {
+    None
+}
+
 // -- Peer credentials -----------------------------------------------------------------------
 
 /// The effective uid of the process at the other end of a connected Unix socket: Linux
