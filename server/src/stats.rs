@@ -2,7 +2,10 @@
 //!
 //! For each command: how often it ran, how many run now, how many failed (non-zero exit),
 //! and latency percentiles over its most recent [`LATENCY_WINDOW`] runs (a ring buffer, so
-//! memory stays flat however long the server lives). Plus server-wide connection counters.
+//! memory stays flat however long the server lives). At most [`MAX_COMMANDS`] commands are
+//! kept: a command's name can come from the client (a Java class name routed to a JVM
+//! worker), and a new name past that bound takes the place of the command used least
+//! recently that is not running. Plus server-wide connection counters.
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -13,6 +16,10 @@ use std::time::Duration;
 /// How many recent latencies each command keeps for its percentiles.
 pub const LATENCY_WINDOW: usize = 1024;
 
+/// How many commands have statistics at once (each at most [`LATENCY_WINDOW`] latencies),
+/// unless more than this are running at once: a running command is never evicted.
+pub const MAX_COMMANDS: usize = 512;
+
 #[derive(Debug, Default)]
 struct CommandStats {
     runs: u64,
@@ -22,6 +29,38 @@ struct CommandStats {
     recent: Vec<u64>,
     next: usize,
     max_us: u64,
+    /// When it was last started or finished, on [`Commands::clock`].
+    used: u64,
+}
+
+/// The commands' statistics by name, bounded by [`MAX_COMMANDS`].
+#[derive(Debug, Default)]
+struct Commands {
+    by_name: BTreeMap<String, CommandStats>,
+    /// Counts starts and finishes: the order in which commands were used.
+    clock: u64,
+}
+
+impl Commands {
+    /// `command`'s entry, made if it has none (evicting the least recently used idle
+    /// command at the bound), marked as used now.
+    fn entry(&mut self, command: &str) -> &mut CommandStats {
+        self.clock += 1;
+        if !self.by_name.contains_key(command) && self.by_name.len() >= MAX_COMMANDS {
+            let idle = self
+                .by_name
+                .iter()
+                .filter(|(_, s)| s.running == 0)
+                .min_by_key(|(_, s)| s.used)
+                .map(|(name, _)| name.clone());
+            if let Some(name) = idle {
+                self.by_name.remove(&name);
+            }
+        }
+        let s = self.by_name.entry(command.to_owned()).or_default();
+        s.used = self.clock;
+        s
+    }
 }
 
 /// A snapshot of one command's statistics.
@@ -61,7 +100,7 @@ pub struct ServerCounters {
 /// All statistics of one server.
 #[derive(Debug, Default)]
 pub struct Stats {
-    commands: Mutex<BTreeMap<String, CommandStats>>,
+    commands: Mutex<Commands>,
     accepted: AtomicU64,
     refused: AtomicU64,
     protocol_errors: AtomicU64,
@@ -72,7 +111,7 @@ impl Stats {
     /// A command started.
     pub fn started(&self, command: &str) {
         let mut map = self.commands.lock().unwrap_or_else(|p| p.into_inner());
-        let s = map.entry(command.to_owned()).or_default();
+        let s = map.entry(command);
         s.runs += 1;
         s.running += 1;
     }
@@ -80,7 +119,7 @@ impl Stats {
     /// A command finished with `code` after `elapsed`.
     pub fn finished(&self, command: &str, code: i32, elapsed: Duration) {
         let mut map = self.commands.lock().unwrap_or_else(|p| p.into_inner());
-        let s = map.entry(command.to_owned()).or_default();
+        let s = map.entry(command);
         s.running = s.running.saturating_sub(1);
         if code != 0 {
             s.failures += 1;
@@ -118,7 +157,8 @@ impl Stats {
     /// A snapshot of every command's statistics, sorted by name.
     pub fn commands(&self) -> Vec<CommandReport> {
         let map = self.commands.lock().unwrap_or_else(|p| p.into_inner());
-        map.iter()
+        map.by_name
+            .iter()
             .map(|(name, s)| {
                 let mut sorted = s.recent.clone();
                 sorted.sort_unstable();
@@ -181,6 +221,39 @@ mod tests {
         assert_eq!(r.running, 0);
         assert_eq!(r.failures, (LATENCY_WINDOW as u64 + 10) / 2);
         let map = s.commands.lock().unwrap();
-        assert_eq!(map["x"].recent.len(), LATENCY_WINDOW);
+        assert_eq!(map.by_name["x"].recent.len(), LATENCY_WINDOW);
+    }
+
+    #[test]
+    fn commands_are_bounded_and_the_least_recently_used_idle_one_goes() {
+        let s = Stats::default();
+        s.started("long");
+        s.started("kept");
+        for i in 0..(MAX_COMMANDS * 3) {
+            let name = format!("ngtest.Class{i}");
+            s.started(&name);
+            s.finished(&name, 0, Duration::from_micros(5));
+            if i % 100 == 0 {
+                s.started("kept");
+                s.finished("kept", 0, Duration::from_micros(5));
+            }
+        }
+        let reports = s.commands();
+        assert_eq!(reports.len(), MAX_COMMANDS);
+        let names: Vec<&str> = reports.iter().map(|r| r.command.as_str()).collect();
+        assert!(
+            names.contains(&"long"),
+            "a running command is never evicted"
+        );
+        assert!(names.contains(&"kept"), "a command in use stays");
+        assert!(names.contains(&format!("ngtest.Class{}", MAX_COMMANDS * 3 - 1).as_str()));
+        assert!(!names.contains(&"ngtest.Class0"));
+        s.finished("long", 0, Duration::from_micros(5));
+        let long = s
+            .commands()
+            .into_iter()
+            .find(|r| r.command == "long")
+            .unwrap();
+        assert_eq!((long.runs, long.running), (1, 0));
     }
 }
