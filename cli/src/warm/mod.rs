@@ -1,9 +1,10 @@
 //! `ngd warm NAME...`, `ngd unwarm NAME...`, `ngd list` and `ngd shims`: one command makes
 //! a program warm.
 //!
-//! `ngd warm NAME` finds `NAME` as a shell would (skipping shims), recognises what it is
-//! ([`kind::recognise`]: a Python script by its `#!` interpreter, a `nu_plugin_*`; else a
-//! fledge plugin's command by name; MCP servers come from `--mcp CONFIG.json`), writes one
+//! `ngd warm NAME` finds `NAME` as a shell would (skipping shims), identifies what it is
+//! ([`kind::identify`]: a Python script by its `#!` interpreter, a `nu_plugin_*`, a JVM
+//! program; else a fledge plugin's command by name; MCP servers come from `--mcp
+//! CONFIG.json`), writes one
 //! drop-in file `conf.d/NAME.toml` with its `[[plugin]]` table and a `[warm]` record, places
 //! a shim `NAME` (a symbolic link to `ng`) in the shims directory, and has the running
 //! server reload (or starts one). The commands of a plugin that learns them from its
@@ -12,6 +13,8 @@
 //! Nothing is half-written ([`store`]): the whole change happens under a lock, after the
 //! configuration with the new table has been validated as the server will read it, and
 //! every file is renamed into place; a shim that cannot be made takes its table back out.
+//! What the server serves is read from its typed report ([`PluginReport`], `ng-stats
+//! --json`).
 //! With `--check`, the program runs cold and warm (on a private server with only the new
 //! table) before anything is written, and a difference refuses it.
 //!
@@ -24,29 +27,17 @@ pub mod store;
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use ng_server::config::{Fragment, ServerConfig};
+use ng_server::plugin::pool::{PoolStatus, Residency};
+use ng_server::plugin::PluginReport;
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{self, Spec};
-use crate::config::{Fragment, ServerConfig};
-use kind::{Kind, Program};
+use crate::measure::{self, Spec};
+use kind::{Kind, Program, Record};
 use store::Layout;
-
-/// The `[warm]` record of a drop-in file `ngd warm` wrote.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Record {
-    /// What the program is.
-    pub kind: Kind,
-    /// The program (the script, the plugin, the MCP configuration file).
-    pub program: PathBuf,
-    /// The shims placed for it.
-    #[serde(default)]
-    pub shims: Vec<String>,
-}
 
 /// The exit statuses of `ngd warm`, `unwarm`, `list` and `shims`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -130,7 +121,7 @@ fn lock(layout: &Layout) -> Result<store::Lock, Failure> {
 }
 
 fn ng() -> Result<PathBuf, Failure> {
-    bench::ng_binary().ok_or((
+    measure::ng_binary().ok_or((
         Exit::Unavailable,
         "cannot find the ng client (next to ngd, or on PATH)".to_owned(),
     ))
@@ -243,7 +234,7 @@ fn find(name: &str, layout: &Layout) -> Result<Program, Failure> {
         ));
     }
     let shims = std::fs::canonicalize(&layout.shims).ok();
-    let found = bench::find_program(OsStr::new(name), |p| {
+    let found = measure::find_program(OsStr::new(name), |p| {
         store::is_shim(p)
             || p.parent()
                 .and_then(|d| std::fs::canonicalize(d).ok())
@@ -258,59 +249,13 @@ fn find(name: &str, layout: &Layout) -> Result<Program, Failure> {
             format!("{name}: not found on PATH (nor as a fledge plugin's command)"),
         ));
     };
-    let mut head = [0u8; 512];
-    let n = std::fs::File::open(&path)
-        .and_then(|mut f| f.read(&mut head))
-        .map_err(|e| (Exit::NotFound, format!("{}: {e}", path.display())))?;
-    let refused = |refusal: kind::Refusal| {
-        (
+    kind::identify(name, &path, kind::find_tool).map_err(|refusal| match refusal {
+        kind::Refusal::Unreadable { .. } => (Exit::NotFound, refusal.to_string()),
+        _ => (
             Exit::Unavailable,
             format!("{name}: {refusal}; no shim made"),
-        )
-    };
-    match kind::recognise(name, &path, &head[..n], which) {
-        Err(kind::Refusal::Script { path, interpreter })
-            if kind::is_shell(&interpreter) && mentions_java(&path) =>
-        {
-            let ngw_java = which(OsStr::new("ngw-java"))
-                .ok_or_else(|| refused(kind::Refusal::Jvm(path.clone())))?;
-            let java = bench::find_program(OsStr::new("java"), |_| false)
-                .and_then(|j| std::fs::canonicalize(j).ok())
-                .ok_or_else(|| refused(kind::Refusal::Jvm(path.clone())))?;
-            let java_args = kind::probe_java_launcher(&path, &java).map_err(|reason| {
-                refused(kind::Refusal::JavaLauncher {
-                    path: path.clone(),
-                    reason,
-                })
-            })?;
-            Ok(Program::Jvm {
-                launcher: path,
-                java_args,
-                ngw_java,
-            })
-        }
-        other => other.map_err(refused),
-    }
-}
-
-/// Finds a program for a recognised file: `ngw-java` next to `ngd` first (where
-/// `scripts/install` and the wheel put it), then on `PATH`.
-fn which(name: &OsStr) -> Option<PathBuf> {
-    if name == "ngw-java" {
-        let beside = std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|d| d.join("ngw-java")))
-            .filter(|p| p.is_file());
-        if beside.is_some() {
-            return beside;
-        }
-    }
-    bench::find_program(name, |_| false)
-}
-
-/// True when a shell script's text names `java` (a launcher worth probing).
-fn mentions_java(path: &Path) -> bool {
-    std::fs::read(path).is_ok_and(|text| text.windows(4).any(|w| w.eq_ignore_ascii_case(b"java")))
+        ),
+    })
 }
 
 /// What [`install`] did.
@@ -341,11 +286,11 @@ fn install(
     };
     let text = plan.program.fragment(name, &known_shims);
     let previous = std::fs::read_to_string(&table_path).ok();
-    let ours = previous
+    let previous_record = previous
         .as_deref()
         .and_then(|t| Fragment::parse(t, &table_path).ok())
-        .is_some_and(|f| f.warm.is_some());
-    if previous.is_some() && !ours {
+        .and_then(|f| Record::of(&f));
+    if previous.is_some() && previous_record.is_none() {
         return Err((
             Exit::Config,
             format!(
@@ -354,13 +299,9 @@ fn install(
             ),
         ));
     }
-    if let Some(previous) = &previous {
-        let same_program = Fragment::parse(previous, &table_path)
-            .ok()
-            .and_then(|f| f.warm)
-            .is_some_and(|r| r.kind == plan.program.kind() && r.program == plan.program.shown());
+    if let Some(record) = &previous_record {
         let shims_there = known_shims.iter().all(|s| store::is_shim(&layout.shim(s)));
-        if same_program && shims_there {
+        if record.describes(&plan.program) && shims_there {
             return Ok(Installed::Already);
         }
     }
@@ -449,20 +390,16 @@ fn undo_shims(made: &[PathBuf]) {
 
 /// `--check`: the program cold against the new table on a private server.
 fn check(plan: &Plan, args: &[OsString], ng: &Path) -> Result<(), Failure> {
-    let script = match &plan.program {
-        Program::Python { script, .. } => script,
-        Program::Jvm { launcher, .. } => launcher,
-        _ => {
-            return Err((
-                Exit::Usage,
-                format!(
-                    "{}: --check compares a program with its own cold run, and a {} plugin has \
+    let Some(script) = plan.program.cold_program() else {
+        return Err((
+            Exit::Usage,
+            format!(
+                "{}: --check compares a program with its own cold run, and a {} plugin has \
                  none; warm it without --check",
-                    plan.name,
-                    plan.program.kind().as_str()
-                ),
-            ))
-        }
+                plan.name,
+                plan.program.kind().as_str()
+            ),
+        ));
     };
     let args: Vec<OsString> = if args.is_empty() {
         vec!["--version".into()]
@@ -471,18 +408,18 @@ fn check(plan: &Plan, args: &[OsString], ng: &Path) -> Result<(), Failure> {
     };
     // The same table, its log kept with the private server (which leaves nothing behind).
     let table = plan.program.plugin_table(&plan.name);
-    let server = bench::AdHocServer::with_config(|dir| {
+    let server = measure::AdHocServer::with_config(|dir| {
         format!(
             "{table}log = {}\n",
             toml::Value::String(dir.join("plugin.log").to_string_lossy().into_owned())
         )
     })
     .map_err(|e| (Exit::Unavailable, e))?;
-    let mut warm_args = bench::ng_server_args(Some(&server.address()));
+    let mut warm_args = measure::ng_server_args(Some(&server.address()));
     warm_args.push(plan.name.clone().into());
     warm_args.extend(args.iter().cloned());
     let run = |spec: &Spec| {
-        bench::run_once(spec).map_err(|e| {
+        measure::run_once(spec).map_err(|e| {
             (
                 Exit::Unavailable,
                 format!("cannot run {}: {e}", spec.program.display()),
@@ -491,7 +428,7 @@ fn check(plan: &Plan, args: &[OsString], ng: &Path) -> Result<(), Failure> {
     };
     let cold = run(&Spec::new(script, args.clone()))?;
     let warm = run(&Spec::new(ng, warm_args))?;
-    let differences = bench::differences(&cold, &warm);
+    let differences = measure::differences(&cold, &warm);
     if differences.is_empty() {
         return Ok(());
     }
@@ -553,10 +490,9 @@ fn settle(plan: &Plan, layout: &Layout, ng: &Path) -> Result<Vec<String>, Failur
     let commands = loop {
         let report = plugin_reports(ng)?
             .into_iter()
-            .find(|p| p["name"] == plan.name.as_str());
-        if let Some(report) = &report {
-            if report["status"]["state"] == "disabled" {
-                let reason = report["status"]["reason"].as_str().unwrap_or("disabled");
+            .find(|p| p.name == plan.name);
+        match report.as_ref().map(readiness) {
+            Some(Readiness::Disabled(reason)) => {
                 return Err((
                     Exit::Unavailable,
                     format!(
@@ -565,18 +501,8 @@ fn settle(plan: &Plan, layout: &Layout, ng: &Path) -> Result<Vec<String>, Failur
                     ),
                 ));
             }
-            let commands: Vec<String> = report["commands"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|c| c.as_str().map(str::to_owned))
-                .collect();
-            let ready = ["idle", "busy"]
-                .iter()
-                .any(|k| report[*k].as_u64().unwrap_or(0) > 0);
-            if !commands.is_empty() && ready {
-                break commands;
-            }
+            Some(Readiness::Ready(commands)) => break commands,
+            Some(Readiness::Waiting) | None => {}
         }
         if Instant::now() > deadline {
             return Err((
@@ -610,8 +536,30 @@ fn settle(plan: &Plan, layout: &Layout, ng: &Path) -> Result<Vec<String>, Failur
     Ok(commands)
 }
 
+/// How far a plugin a reload added has come, by its report.
+#[derive(Debug, PartialEq, Eq)]
+enum Readiness {
+    /// The server gave up on it, for this reason.
+    Disabled(String),
+    /// It offers these commands, and a worker is ready for the first call.
+    Ready(Vec<String>),
+    /// Not yet: no commands learned, or no worker ready.
+    Waiting,
+}
+
+fn readiness(report: &PluginReport) -> Readiness {
+    if let PoolStatus::Disabled { reason } = &report.status {
+        return Readiness::Disabled(reason.clone());
+    }
+    if !report.commands.is_empty() && report.idle + report.busy > 0 {
+        Readiness::Ready(report.commands.clone())
+    } else {
+        Readiness::Waiting
+    }
+}
+
 /// The running server's plugins (`ng-stats --json`'s `plugins`); empty with no server.
-fn plugin_reports(ng: &Path) -> Result<Vec<serde_json::Value>, Failure> {
+fn plugin_reports(ng: &Path) -> Result<Vec<PluginReport>, Failure> {
     let out = std::process::Command::new(ng)
         .args(["ng-stats", "--json"])
         .env("NG_NO_AUTOSTART", "1")
@@ -627,8 +575,17 @@ fn plugin_reports(ng: &Path) -> Result<Vec<serde_json::Value>, Failure> {
     if !out.status.success() {
         return Ok(Vec::new());
     }
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    Ok(doc["plugins"].as_array().cloned().unwrap_or_default())
+    Ok(parse_plugins(&out.stdout))
+}
+
+/// The `plugins` of `ng-stats --json`'s document; none when it is not one.
+fn parse_plugins(stats: &[u8]) -> Vec<PluginReport> {
+    #[derive(Deserialize)]
+    struct Stats {
+        #[serde(default)]
+        plugins: Vec<PluginReport>,
+    }
+    serde_json::from_slice::<Stats>(stats).map_or_else(|_| Vec::new(), |s| s.plugins)
 }
 
 /// Says how to put the shims first on `PATH` when they are not.
@@ -673,11 +630,8 @@ fn unwarm_all(args: &UnwarmArgs) -> Result<Exit, Failure> {
         let record = text
             .as_deref()
             .and_then(|t| Fragment::parse(t, &table).ok())
-            .and_then(|f| f.warm);
-        let written_by_warm = record.is_some()
-            || text
-                .as_deref()
-                .is_some_and(|t| t.lines().any(|l| l.trim() == "[warm]"));
+            .and_then(|f| Record::of(&f));
+        let written_by_warm = record.is_some() || text.as_deref().is_some_and(Record::is_in);
         if text.is_some() && !written_by_warm {
             eprintln!(
                 "ngd unwarm: {} was not written by ngd warm: leaving it",
@@ -759,7 +713,7 @@ pub struct BenchRecord {
 
 /// `$XDG_STATE_HOME/ngd/bench/NAME.json`.
 pub fn bench_record_path(name: &str) -> PathBuf {
-    crate::plugin::config::state_dir()
+    ng_server::plugin::config::state_dir()
         .join("bench")
         .join(format!("{name}.json"))
 }
@@ -798,7 +752,7 @@ pub fn list(args: &ListArgs) -> u8 {
 
 fn list_rows() -> Result<Vec<Row>, Failure> {
     let layout = layout()?;
-    let reports = match bench::ng_binary() {
+    let reports = match measure::ng_binary() {
         Some(ng) => Some(plugin_reports(&ng)?).filter(|r| !r.is_empty() || server_running(&ng)),
         None => None,
     };
@@ -816,37 +770,15 @@ fn list_rows() -> Result<Vec<Row>, Failure> {
         else {
             continue;
         };
-        let Some(record) = Fragment::from_file(&file).ok().and_then(|f| f.warm) else {
+        let Some(record) = Fragment::from_file(&file).ok().and_then(|f| Record::of(&f)) else {
             continue;
         };
         let report = reports
             .as_ref()
-            .and_then(|r| r.iter().find(|p| p["name"] == name));
-        let state = match (&reports, report) {
-            (None, _) => "no server".to_owned(),
-            (Some(_), None) => "not loaded".to_owned(),
-            (Some(_), Some(r)) => match (
-                r["status"]["state"].as_str(),
-                r["status"]["reason"].as_str(),
-            ) {
-                (Some(state), Some(reason)) => format!("{state}: {reason}"),
-                (Some(state), None) => state.to_owned(),
-                (None, _) => r["status"].to_string(),
-            },
-        };
-        let workers = report.map_or(0, |r| {
-            ["starting", "idle", "busy"]
-                .iter()
-                .map(|k| r[*k].as_u64().unwrap_or(0))
-                .sum()
-        });
-        let memory_bytes = report.map_or(0, |r| r["memory_bytes"].as_u64().unwrap_or(0));
-        let state = match report.and_then(|r| r["residency"].as_str()) {
-            Some(residency) if residency != "awake" && state == "active" => {
-                format!("{state}, {residency}")
-            }
-            _ => state,
-        };
+            .and_then(|r| r.iter().find(|p| p.name == name));
+        let state = row_state(reports.is_some(), report);
+        let workers = report.map_or(0, |r| (r.starting + r.idle + r.busy) as u64);
+        let memory_bytes = report.map_or(0, |r| r.memory_bytes);
         let bench = std::fs::read_to_string(bench_record_path(name))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
@@ -873,6 +805,21 @@ fn server_running(ng: &Path) -> bool {
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// A row's state: `no server`, `not loaded` (the server has not read its table), or its
+/// plugin's status, with its residency when active and keeping no worker.
+fn row_state(server: bool, report: Option<&PluginReport>) -> String {
+    let Some(report) = report else {
+        return if server { "not loaded" } else { "no server" }.to_owned();
+    };
+    match (&report.status, report.residency) {
+        (PoolStatus::Disabled { reason }, _) => format!("disabled: {reason}"),
+        (PoolStatus::Retiring, _) => "retiring".to_owned(),
+        (PoolStatus::Active, Residency::Awake) => "active".to_owned(),
+        (PoolStatus::Active, Residency::Asleep) => "active, asleep".to_owned(),
+        (PoolStatus::Active, Residency::Evicted) => "active, evicted".to_owned(),
+    }
 }
 
 fn print_rows(rows: &[Row]) {
