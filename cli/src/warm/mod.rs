@@ -622,9 +622,21 @@ fn unwarm_all(args: &UnwarmArgs) -> Result<Exit, Failure> {
     let layout = layout()?;
     let ng = ng()?;
     let lock = lock(&layout)?;
+    let (worst, changed) = remove(&layout, &args.names);
+    drop(lock);
+    if changed {
+        reload(&ng, false)?;
+    }
+    Ok(worst)
+}
+
+/// Removes the tables `ngd warm` wrote for `names`, and their shims; says what it did for
+/// each. Returns the worst exit status and whether a table was removed (the server must
+/// reload).
+fn remove(layout: &Layout, names: &[String]) -> (Exit, bool) {
     let mut worst = Exit::Ok;
     let mut changed = false;
-    for name in &args.names {
+    for name in names {
         let table = layout.table(name);
         let text = std::fs::read_to_string(&table).ok();
         let record = text
@@ -673,11 +685,7 @@ fn unwarm_all(args: &UnwarmArgs) -> Result<Exit, Failure> {
             println!("{name} is not warm");
         }
     }
-    drop(lock);
-    if changed {
-        reload(&ng, false)?;
-    }
-    Ok(worst)
+    (worst, changed)
 }
 
 /// One row of `ngd list`.
@@ -756,6 +764,12 @@ fn list_rows() -> Result<Vec<Row>, Failure> {
         Some(ng) => Some(plugin_reports(&ng)?).filter(|r| !r.is_empty() || server_running(&ng)),
         None => None,
     };
+    Ok(rows(&layout, reports.as_deref()))
+}
+
+/// The rows of the drop-in files `ngd warm` wrote, with the running server's `reports`
+/// (`None`: no server runs).
+fn rows(layout: &Layout, reports: Option<&[PluginReport]>) -> Vec<Row> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(&layout.conf_d)
         .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
         .unwrap_or_default();
@@ -773,9 +787,7 @@ fn list_rows() -> Result<Vec<Row>, Failure> {
         let Some(record) = Fragment::from_file(&file).ok().and_then(|f| Record::of(&f)) else {
             continue;
         };
-        let report = reports
-            .as_ref()
-            .and_then(|r| r.iter().find(|p| p.name == name));
+        let report = reports.and_then(|r| r.iter().find(|p| p.name == name));
         let state = row_state(reports.is_some(), report);
         let workers = report.map_or(0, |r| (r.starting + r.idle + r.busy) as u64);
         let memory_bytes = report.map_or(0, |r| r.memory_bytes);
@@ -793,7 +805,7 @@ fn list_rows() -> Result<Vec<Row>, Failure> {
             bench,
         });
     }
-    Ok(rows)
+    rows
 }
 
 fn server_running(ng: &Path) -> bool {
@@ -878,4 +890,236 @@ fn shims_inner(args: &ShimsArgs) -> Result<Exit, Failure> {
         println!("  {name} -> {}", target.display());
     }
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ng_server::plugin::config::Protocol;
+    use ng_server::plugin::Notice;
+
+    fn report(name: &str, status: PoolStatus) -> PluginReport {
+        PluginReport {
+            name: name.to_owned(),
+            protocol: Protocol::Ngw,
+            status,
+            commands: Vec::new(),
+            starting: 0,
+            idle: 0,
+            busy: 0,
+            quitting: 0,
+            running: 0,
+            queued: 0,
+            sessions: 0,
+            restarts: 0,
+            failures: 0,
+            last_failure: None,
+            notices: Vec::new(),
+            notice_counts: BTreeMap::new(),
+            log: String::new(),
+            residency: Residency::Awake,
+            memory_bytes: 0,
+        }
+    }
+
+    /// A drop-in and a shims directory of its own, an `ng` to link to, and a Python script.
+    struct Scratch {
+        _dir: tempfile::TempDir,
+        layout: Layout,
+        ng: PathBuf,
+        script: PathBuf,
+    }
+
+    impl Scratch {
+        fn new() -> Scratch {
+            let dir = tempfile::tempdir().unwrap();
+            let ng = dir.path().join("bin/ng");
+            let script = dir.path().join("bin/tool");
+            std::fs::create_dir(dir.path().join("bin")).unwrap();
+            std::fs::write(&ng, "").unwrap();
+            std::fs::write(&script, "#!/usr/bin/python3\n").unwrap();
+            let layout = Layout {
+                conf_d: dir.path().join("conf.d"),
+                shims: dir.path().join("shims"),
+            };
+            Scratch {
+                _dir: dir,
+                layout,
+                ng,
+                script,
+            }
+        }
+
+        fn plan(&self) -> Plan {
+            Plan {
+                name: "tool".to_owned(),
+                program: Program::Python {
+                    script: self.script.clone(),
+                    interpreter: "/usr/bin/python3".into(),
+                },
+            }
+        }
+
+        fn install(&self, config: &mut ServerConfig) -> Result<Installed, Failure> {
+            let args = WarmArgs {
+                check: false,
+                mcp: None,
+                names: vec!["tool".to_owned()],
+                check_args: Vec::new(),
+            };
+            install(&self.plan(), &args, &self.layout, config, &self.ng)
+        }
+
+        fn record(&self) -> Option<Record> {
+            let f = Fragment::from_file(&self.layout.table("tool")).ok()?;
+            Record::of(&f)
+        }
+    }
+
+    #[test]
+    fn the_servers_reports_are_read_back_typed() {
+        let mut active = report("black", PoolStatus::Active);
+        active.commands = vec!["black".to_owned()];
+        active.idle = 1;
+        active.residency = Residency::Asleep;
+        active.notices = vec![Notice {
+            kind: "fallback".to_owned(),
+            message: "ran cold".to_owned(),
+            session: None,
+            pid: 7,
+            at_ms: 1,
+        }];
+        active.notice_counts.insert("fallback".to_owned(), 1);
+        let mut disabled = report(
+            "nu",
+            PoolStatus::Disabled {
+                reason: "exited".to_owned(),
+            },
+        );
+        disabled.protocol = Protocol::Nu;
+        let reports = vec![active, disabled, report("old", PoolStatus::Retiring)];
+        // As `ng-stats --json` writes it: the plugins beside the server's own figures.
+        let doc = serde_json::json!({"uptime_ms": 5, "commands": [], "plugins": reports});
+        let text = serde_json::to_vec(&doc).unwrap();
+        assert_eq!(parse_plugins(&text), reports);
+        assert_eq!(parse_plugins(b"{\"uptime_ms\": 5}"), []);
+        assert_eq!(parse_plugins(b"no server"), []);
+    }
+
+    #[test]
+    fn a_plugin_is_ready_with_its_commands_and_a_worker() {
+        let mut r = report("tool", PoolStatus::Active);
+        assert_eq!(readiness(&r), Readiness::Waiting);
+        r.starting = 1;
+        r.commands = vec!["tool".to_owned()];
+        assert_eq!(readiness(&r), Readiness::Waiting);
+        r.busy = 1;
+        assert_eq!(readiness(&r), Readiness::Ready(vec!["tool".to_owned()]));
+        r.status = PoolStatus::Disabled {
+            reason: "no python".to_owned(),
+        };
+        assert_eq!(readiness(&r), Readiness::Disabled("no python".to_owned()));
+    }
+
+    #[test]
+    fn list_states() {
+        assert_eq!(row_state(false, None), "no server");
+        assert_eq!(row_state(true, None), "not loaded");
+        let mut r = report("tool", PoolStatus::Active);
+        assert_eq!(row_state(true, Some(&r)), "active");
+        r.residency = Residency::Evicted;
+        assert_eq!(row_state(true, Some(&r)), "active, evicted");
+        r.residency = Residency::Asleep;
+        assert_eq!(row_state(true, Some(&r)), "active, asleep");
+        r.status = PoolStatus::Disabled {
+            reason: "gave up".to_owned(),
+        };
+        assert_eq!(row_state(true, Some(&r)), "disabled: gave up");
+        r.status = PoolStatus::Retiring;
+        assert_eq!(row_state(true, Some(&r)), "retiring");
+    }
+
+    #[test]
+    fn names_are_command_names() {
+        let s = Scratch::new();
+        for name in ["", "a/b", ".hidden", "../x"] {
+            let (code, message) = find(name, &s.layout).unwrap_err();
+            assert_eq!(code, Exit::Usage, "{name}: {message}");
+        }
+    }
+
+    #[test]
+    fn warm_writes_a_table_and_a_shim_once_and_unwarm_removes_both() {
+        let s = Scratch::new();
+        let mut config = ServerConfig::default();
+        assert!(matches!(s.install(&mut config), Ok(Installed::Written)));
+        assert!(s.record().is_some_and(|r| r.describes(&s.plan().program)));
+        assert!(store::is_shim(&s.layout.shim("tool")));
+        assert_eq!(config.plugins.len(), 1);
+        assert!(matches!(s.install(&mut config), Ok(Installed::Already)));
+
+        let reports = [report("tool", PoolStatus::Active)];
+        let rows = rows(&s.layout, Some(&reports));
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].kind, rows[0].state.as_str()),
+            (Kind::Python, "active")
+        );
+        assert_eq!(rows[0].shims, ["tool"]);
+
+        assert_eq!(remove(&s.layout, &["tool".to_owned()]), (Exit::Ok, true));
+        assert!(!s.layout.table("tool").exists());
+        assert!(s.layout.shim("tool").symlink_metadata().is_err());
+        assert_eq!(remove(&s.layout, &["tool".to_owned()]), (Exit::Ok, false));
+    }
+
+    #[test]
+    fn a_table_written_by_hand_is_neither_replaced_nor_removed() {
+        let s = Scratch::new();
+        std::fs::create_dir_all(&s.layout.conf_d).unwrap();
+        let table = s.layout.table("tool");
+        let text = "[[plugin]]\nname = \"tool\"\ncommand = [\"/bin/tool\"]\n";
+        std::fs::write(&table, text).unwrap();
+        let (code, message) = s.install(&mut ServerConfig::default()).unwrap_err();
+        assert_eq!(code, Exit::Config, "{message}");
+        assert!(message.contains("not written by ngd warm"), "{message}");
+        assert_eq!(
+            remove(&s.layout, &["tool".to_owned()]),
+            (Exit::Config, false)
+        );
+        assert_eq!(std::fs::read_to_string(&table).unwrap(), text);
+        assert!(rows(&s.layout, None).is_empty());
+    }
+
+    #[test]
+    fn a_file_where_the_shim_goes_takes_the_table_back_out() {
+        let s = Scratch::new();
+        std::fs::create_dir_all(&s.layout.shims).unwrap();
+        std::fs::write(s.layout.shim("tool"), "mine").unwrap();
+        let (code, message) = s.install(&mut ServerConfig::default()).unwrap_err();
+        assert_eq!(code, Exit::CantCreate, "{message}");
+        assert!(!s.layout.table("tool").exists());
+        assert_eq!(std::fs::read(s.layout.shim("tool")).unwrap(), b"mine");
+    }
+
+    #[test]
+    fn a_name_another_plugin_serves_is_left_to_it() {
+        let s = Scratch::new();
+        let mut config = ServerConfig::from_toml_str(
+            "[[plugin]]\nname = \"other\"\ncommand = [\"/bin/other\"]\ncommands = [\"tool\"]\n",
+        )
+        .unwrap();
+        let (code, message) = s.install(&mut config).unwrap_err();
+        assert_eq!(code, Exit::Unavailable, "{message}");
+        assert!(message.contains("plugin 'other'"), "{message}");
+        assert!(!s.layout.table("tool").exists());
+    }
+
+    #[test]
+    fn the_path_line_puts_the_shims_first() {
+        assert_eq!(
+            path_line(Path::new("/h/.local/share/ngd/shims")),
+            "export PATH=\"/h/.local/share/ngd/shims:$PATH\""
+        );
+    }
 }
