@@ -66,6 +66,13 @@ pub struct BenchArgs {
     pub command: Vec<OsString>,
 }
 
+/// Runs `ngd bench` and returns its exit status.
+pub fn run(args: &BenchArgs) -> u8 {
+    measure::conclude("ngd bench", bench(args), args.json, print_report, |r| {
+        r.identical
+    })
+}
+
 /// The measured result, as `--json` prints it.
 #[derive(Debug, serde::Serialize)]
 pub struct Report {
@@ -97,13 +104,6 @@ pub struct Report {
     pub differences: Vec<String>,
     /// The first cold run's exit code.
     pub exit_code: i32,
-}
-
-/// Runs `ngd bench` and returns its exit status.
-pub fn run(args: &BenchArgs) -> u8 {
-    measure::conclude("ngd bench", bench(args), args.json, print_report, |r| {
-        r.identical
-    })
 }
 
 /// The floor: `/bin/true`.
