@@ -892,4 +892,61 @@ mod tests {
         assert_eq!(python_shebang(&write("c", "#!/bin/sh\n")), None);
         assert_eq!(python_shebang(&write("d", "\x7fELF")), None);
     }
+
+    #[test]
+    fn identify_reads_the_file_a_shell_would_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        assert!(matches!(
+            identify("x", &missing, which),
+            Err(Refusal::Unreadable { path, .. }) if path == missing
+        ));
+        let script = dir.path().join("tool");
+        std::fs::write(&script, "#!/usr/bin/env python3\nimport tool\n").unwrap();
+        let program = identify("tool", &script, which).unwrap();
+        assert_eq!(program.cold_program(), Some(script.as_path()));
+        assert!(program.commands_known());
+        // A shell script that does not name java is not probed.
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        assert!(matches!(
+            identify("tool", &script, which),
+            Err(Refusal::Script { interpreter, .. }) if interpreter == "/bin/sh"
+        ));
+        // One that does needs ngw-java, which this `which` does not find.
+        std::fs::write(&script, "#!/bin/sh\nexec java -jar x.jar \"$@\"\n").unwrap();
+        assert_eq!(identify("tool", &script, which), Err(Refusal::Jvm(script)));
+    }
+
+    #[test]
+    fn shells() {
+        assert!(is_shell("/bin/sh"));
+        assert!(is_shell("/usr/bin/env bash"));
+        assert!(!is_shell("/usr/bin/env python3"));
+        assert!(!is_shell(""));
+    }
+
+    #[test]
+    fn records_of_drop_in_files() {
+        let path = Path::new("/c/ngd/conf.d/tool.toml");
+        let record = |text: &str| Record::of(&Fragment::parse(text, path).unwrap());
+        let written = "[warm]\nkind = \"nu\"\nprogram = \"/p/nu_plugin_inc\"\n";
+        assert_eq!(
+            record(written),
+            Some(Record {
+                kind: Kind::Nu,
+                program: "/p/nu_plugin_inc".into(),
+                shims: Vec::new(),
+            })
+        );
+        assert!(record(written).unwrap().describes(&Program::Nu {
+            path: "/p/nu_plugin_inc".into()
+        }));
+        // Another kind, an unknown key: a [warm] table, but not a record this version reads.
+        assert_eq!(record("[warm]\nkind = \"ruby\"\nprogram = \"/x\"\n"), None);
+        let extra = "[warm]\nkind = \"nu\"\nprogram = \"/x\"\nmore = 1\n";
+        assert_eq!(record(extra), None);
+        assert!(Record::is_in(extra));
+        assert_eq!(record("[aliases]\nx = \"ng-true\"\n"), None);
+        assert!(!Record::is_in("[aliases]\nx = \"ng-true\"\n"));
+    }
 }
