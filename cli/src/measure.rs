@@ -31,7 +31,7 @@ pub const EXIT_UNAVAILABLE: u8 = 69;
 /// Exit status: a program could not be started (`EX_OSERR`).
 pub const EXIT_OSERR: u8 = 71;
 
-/// How long an ad hoc server may take to become ready (it starts a Python worker).
+/// How long an ad hoc server may take to become ready (it starts its plugins' workers).
 const AD_HOC_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One way of running the command.
