@@ -18,7 +18,7 @@
 //! * [`remote`]: `status`, `reload` and `stop`, built-in commands run over the protocol.
 //! * [`logging`]: where the log goes (stderr or a file), text or JSON, colour on terminals.
 //! * [`measure`]: running a program and comparing runs, for [`bench`], [`check`] and
-//!   [`warm`]`--check`.
+//!   `ngd warm --check`.
 //! * [`bench`], [`check`]: `ngd bench` and `ngd check`, cold against warm runs.
 //! * [`warm`]: `ngd warm`, `unwarm`, `list` and `shims`.
 //! * [`cli_docs`]: completions and man pages.
