@@ -256,6 +256,31 @@ impl Serialize for ListenAddr {
     }
 }
 
+/// The log line format (`log_format`, `ngd serve --log-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!(
+                "unknown log format '{other}' (expected text or json)"
+            )),
+        }
+    }
+}
+
 /// Everything `ngd.toml` can set. Each field's doc names its key and default.
 ///
 /// Unknown keys are rejected. New sections extend this struct as new fields (the plugin
@@ -302,7 +327,7 @@ pub struct ServerConfig {
     /// `log_file` (default unset: stderr): append the log to this file instead.
     pub log_file: Option<PathBuf>,
     /// `log_format` (default `"text"`): `"text"` lines, or `"json"`, one object per line.
-    pub log_format: crate::logging::LogFormat,
+    pub log_format: LogFormat,
     /// `idle_exit_ms` (default unset): stop after this long without any connection; 0
     /// never. Unset: a server started by `ng`'s auto-start stops after
     /// [`ServerConfig::DEFAULT_AUTOSTART_IDLE_EXIT_MS`], one started by hand never does.
@@ -592,7 +617,7 @@ impl Default for ServerConfig {
             shutdown_grace_ms: Self::DEFAULT_SHUTDOWN_GRACE_MS,
             log_level: None,
             log_file: None,
-            log_format: crate::logging::LogFormat::Text,
+            log_format: LogFormat::Text,
             idle_exit_ms: None,
             memory_budget_mb: Self::DEFAULT_MEMORY_BUDGET_MB,
             aliases: BTreeMap::new(),
@@ -626,8 +651,9 @@ pub fn conf_d_of(config: &Path) -> PathBuf {
 
 /// One file of the drop-in directory: `[[plugin]]` tables and `[aliases]`, nothing that
 /// concerns the server as a whole, and optionally the `[warm]` record of `ngd warm`, which
-/// wrote the file. Unknown keys are errors, as in the configuration file.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+/// wrote the file. Unknown keys are errors, as in the configuration file; the `[warm]`
+/// table is the tool's own, kept as it is and read by `ngd warm`, `unwarm` and `list`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Fragment {
     /// `[[plugin]]`.
@@ -636,9 +662,9 @@ pub struct Fragment {
     /// `[aliases]`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub aliases: BTreeMap<String, String>,
-    /// `[warm]`: what `ngd warm` made this file for.
+    /// `[warm]`: what `ngd warm` made this file for, uninterpreted.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub warm: Option<crate::warm::Record>,
+    pub warm: Option<toml::Table>,
 }
 
 impl Fragment {
@@ -703,6 +729,13 @@ pub fn config_path_for(xdg_config_home: Option<&OsStr>, home: Option<&OsStr>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_formats_parse() {
+        assert_eq!("text".parse(), Ok(LogFormat::Text));
+        assert_eq!("json".parse(), Ok(LogFormat::Json));
+        assert!("xml".parse::<LogFormat>().unwrap_err().contains("xml"));
+    }
 
     #[test]
     fn defaults_are_the_documented_values() {

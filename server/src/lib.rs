@@ -1,9 +1,10 @@
-//! `ngd`: a persistent command server that speaks the Nailgun protocol.
+//! `ngd`'s server as a library: a persistent command server that speaks the Nailgun protocol.
 //!
 //! Programs that are slow to start stay warm inside `ngd`; short-lived clients (`ng`, the
 //! stock Nailgun C client, `ng.py`) send argv, environment, working directory and stdin, and
-//! get stdout, stderr and an exit code back. This crate is the server and a library: build
-//! your own server binary with your own warm Rust commands ([`Nail`]s) on top of it.
+//! get stdout, stderr and an exit code back. This crate is the server; the `ngd` binary (the
+//! `ngd` crate, `cli/`) is its command line. Build your own server binary with your own warm
+//! Rust commands ([`Nail`]s) on top of it.
 //!
 //! # Layout
 //!
@@ -18,24 +19,19 @@
 //! * [`transport`]: TCP and Unix listeners and streams.
 //! * [`security`]: the private runtime directory, socket files, peer credentials.
 //! * [`config`]: the TOML configuration.
-//! * [`logging`]: where the log goes (stderr or a file), text or JSON, colour on terminals.
 //! * [`idle`]: the idle exit of servers started on demand.
 //! * [`activation`]: systemd socket activation and readiness notification.
-//! * [`bench`], [`check`]: `ngd bench` and `ngd check`, cold against warm runs.
-//! * [`cli_docs`]: completions and man pages.
 //!
 //! The protocol itself (framing, session rules) is `ng-proto`'s; nothing here parses bytes.
+//! The library installs no `tracing` subscriber: the program that embeds it chooses where
+//! its log goes.
 
 pub mod activation;
-pub mod bench;
 pub mod builtins;
-pub mod check;
-pub mod cli_docs;
 pub mod config;
 pub mod conn;
 pub mod event_loop;
 pub mod idle;
-pub mod logging;
 pub mod memory;
 pub mod nail;
 pub mod passed_fds;
@@ -49,7 +45,6 @@ pub mod stats;
 pub mod sys;
 pub mod transport;
 pub mod upgrade;
-pub mod warm;
 
 pub use nail::{ClientFds, Context, Nail, Output, Stdin};
 pub use session_io::CancelReason;
@@ -64,18 +59,6 @@ use mio::{Poll, Waker};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Logs to stderr as `ngd` does: `level` (a level or a `tracing` filter), else `RUST_LOG`,
-/// else `info`; colour only on a terminal. For server binaries built on this library
-/// ([`logging::init`] for a file or JSON).
-pub fn init_logging(level: Option<&str>) {
-    let options = logging::LogOptions {
-        level: level.map(str::to_owned),
-        ..Default::default()
-    };
-    // Without a file there is nothing to open, so nothing can fail.
-    let _ = logging::init(&options);
-}
 
 /// The exit codes `ngd` itself sends (commands choose their own).
 ///

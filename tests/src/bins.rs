@@ -25,7 +25,7 @@ pub fn ng() -> PathBuf {
 
 /// Our server, `ngd`.
 pub fn ngd() -> PathBuf {
-    our_binary("ngd", "NGD_BIN", "cargo build -p ng-server")
+    our_binary("ngd", "NGD_BIN", "cargo build -p ngd")
 }
 
 /// The test-bed server, `ngd-testbed` (this package's binary: `ngd` with the test nails).

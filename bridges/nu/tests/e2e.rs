@@ -2,7 +2,7 @@
 //! real `ng` client reached through `inc` and `from` symlinks, against the real plugins.
 //!
 //! `ngd` and `ng` are found next to the test executable (`target/<profile>/`), or through
-//! `NGD_BIN` / `NG_BIN`; build them first (`cargo build -p ng-server -p ng-client`, or
+//! `NGD_BIN` / `NG_BIN`; build them first (`cargo build -p ngd -p ng-client`, or
 //! `cargo build --workspace --bins` as `scripts/test` does).
 
 mod common;

@@ -251,7 +251,7 @@ impl PluginHost {
             .map(|(i, p)| {
                 let mut r = PluginReport {
                     name: p.config.name.clone(),
-                    protocol: p.config.protocol.as_str(),
+                    protocol: p.config.protocol,
                     status: p.status.clone(),
                     commands: p.commands.clone(),
                     starting: 0,

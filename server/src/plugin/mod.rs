@@ -35,7 +35,7 @@ pub use host::{HostInit, HostTimer, PluginHost, FIRST_WORKER};
 pub use machine::{WorkerEnd, WorkerKey};
 use ngw::WorkerFeature;
 pub use pool::{Notice, PoolStatus, Refusal};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use session::StdinBuffer;
 use std::collections::BTreeMap;
 
@@ -110,13 +110,14 @@ pub trait Clients {
     fn take_queued(&mut self, conn: ConnKey) -> Option<Queued>;
 }
 
-/// A snapshot of one pool for `ng-stats` and `ngd status`.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+/// A snapshot of one pool for `ng-stats` and `ngd status`; `ngd warm` and `ngd list` read
+/// it back from `ng-stats --json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct PluginReport {
     /// The plugin's name.
     pub name: String,
     /// What its program speaks (`ngw`, or a bridged protocol).
-    pub protocol: &'static str,
+    pub protocol: config::Protocol,
     /// Active, disabled (with the reason) or retiring.
     pub status: PoolStatus,
     /// Commands routed to it.

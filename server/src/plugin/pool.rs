@@ -23,7 +23,7 @@ use super::config::PluginConfig;
 use crate::exit_codes;
 use crate::session_io::ConnKey;
 use ngw::restart::{Backoff, Decision, GiveUp, RestartPolicy};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -36,7 +36,7 @@ pub const NOTICES_KEPT: usize = 8;
 pub const NOTICE_DISABLED: &str = "disabled";
 
 /// Whether a pool takes sessions.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum PoolStatus {
     /// Serving (or starting workers).
@@ -103,7 +103,7 @@ pub struct Waiting {
 }
 
 /// A worker's notice (`n` chunk), as kept and shown.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Notice {
     /// `fallback`, `stale`, `retire` or another word.
     pub kind: String,
@@ -128,7 +128,7 @@ impl Notice {
 }
 
 /// Whether a pool keeps its workers running between sessions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Residency {
     /// Keeps `min_workers` running.

@@ -36,6 +36,21 @@ use std::time::Duration;
 use ng_server::config::{ListenAddr, ServerConfig};
 use ng_server::{Context, Server};
 
+/// Logs to stderr as `ngd` does (the library installs no subscriber): `level`, a level or a
+/// `tracing` filter, else `RUST_LOG`, else `info`; colour only on a terminal.
+fn init_logging(level: Option<&str>) {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::EnvFilter;
+    let default = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(level.map_or_else(default, EnvFilter::new))
+        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    // An error only means a subscriber is already installed.
+    let _ = subscriber.try_init();
+}
+
 /// The command-line options.
 #[derive(Debug, Default)]
 struct Options {
@@ -91,7 +106,7 @@ fn main() -> ExitCode {
             return ExitCode::from(78);
         }
     };
-    ng_server::init_logging(config.log_level.as_deref());
+    init_logging(config.log_level.as_deref());
     if !options.listen.is_empty() {
         config.listen = options.listen;
     }

@@ -93,7 +93,7 @@ pub fn ngd() -> PathBuf {
         .get_or_init(|| {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let st = Command::new(cargo)
-                .args(["build", "-q", "-p", "ng-server", "--bin", "ngd"])
+                .args(["build", "-q", "-p", "ngd"])
                 .current_dir(workspace())
                 .status()
                 .expect("cargo build ngd");

@@ -28,13 +28,13 @@ impl Layout {
     /// The default places, from `XDG_CONFIG_HOME`, `XDG_DATA_HOME` and `HOME`; `None`
     /// without a home directory.
     pub fn from_env() -> Option<Layout> {
-        let config = crate::config::default_config_path()?;
+        let config = ng_server::config::default_config_path()?;
         let shims = shims_dir_for(
             std::env::var_os("XDG_DATA_HOME").as_deref(),
             std::env::var_os("HOME").as_deref(),
         )?;
         Some(Layout {
-            conf_d: crate::config::conf_d_of(&config),
+            conf_d: ng_server::config::conf_d_of(&config),
             shims,
         })
     }
@@ -57,7 +57,7 @@ impl Layout {
             .truncate(false)
             .write(true)
             .open(self.conf_d.join(".lock"))?;
-        crate::sys::lock_exclusive(file.as_raw_fd())?;
+        ng_sys::fd::lock_exclusive(file.as_raw_fd())?;
         Ok(Lock { _file: file })
     }
 }

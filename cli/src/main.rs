@@ -1,6 +1,7 @@
 //! The `ngd` binary: `ngd serve`, `ngd status`, `ngd reload`, `ngd stop`, and the tools
 //! around them: `ngd warm`, `ngd unwarm`, `ngd list`, `ngd shims`, `ngd bench`, `ngd check`,
-//! `ngd completions`, `ngd man`.
+//! `ngd completions`, `ngd man`. The server itself is the `ng-server` library; this crate is
+//! its command line, its logging set-up, and the tools.
 //!
 //! `ngd bridge <protocol> -- <command...>` (hidden) is how ngd runs a plugin that speaks
 //! another protocol than ngw (`docs/ngw.md` §15.2): the bridge is an ngw worker that owns
@@ -9,21 +10,35 @@
 //!
 //! `serve` runs the server in the foreground and prints one line saying where it listens
 //! once it accepts connections (and notifies `NOTIFY_SOCKET`, when set, with `READY=1`);
-//! it serves on sockets passed by systemd socket activation when there are any. `status`, `reload` and `stop` talk to a running server over
-//! the Nailgun protocol (they run its `ng-stats`, `ng-reload` and `ng-stop` commands), on `--server ADDR` or
-//! the default Unix socket, then `127.0.0.1:2113`.
+//! it serves on sockets passed by systemd socket activation when there are any. `status`,
+//! `reload` and `stop` talk to a running server ([`remote`]).
+//!
+//! # Layout
+//!
+//! * [`remote`]: `status`, `reload` and `stop`, built-in commands run over the protocol.
+//! * [`logging`]: where the log goes (stderr or a file), text or JSON, colour on terminals.
+//! * [`measure`]: running a program and comparing runs, for [`bench`], [`check`] and
+//!   `ngd warm --check`.
+//! * [`bench`], [`check`]: `ngd bench` and `ngd check`, cold against warm runs.
+//! * [`warm`]: `ngd warm`, `unwarm`, `list` and `shims`.
+//! * [`cli_docs`]: completions and man pages.
+
+mod bench;
+mod check;
+mod cli_docs;
+mod logging;
+mod measure;
+mod remote;
+mod warm;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
-use ng_proto::{ClientConfig, ClientEvent, ClientSession, Header};
-use ng_server::config::{ListenAddr, ServerConfig};
-use ng_server::logging::LogFormat;
+use ng_server::config::{ListenAddr, LogFormat, ServerConfig};
 use ng_server::plugin::config::Protocol;
 use ng_server::Server;
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -98,17 +113,17 @@ enum Command {
         command: Vec<OsString>,
     },
     /// Measure a command's start-up: cold (exec) against warm (through ngd).
-    Bench(ng_server::bench::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Run a configured command cold and warm and report any difference.
-    Check(ng_server::check::CheckArgs),
+    Check(check::CheckArgs),
     /// Make programs warm: a drop-in table, a shim, the server reloaded.
-    Warm(ng_server::warm::WarmArgs),
+    Warm(warm::WarmArgs),
     /// Undo `ngd warm`: remove the table and the shims, reload.
-    Unwarm(ng_server::warm::UnwarmArgs),
+    Unwarm(warm::UnwarmArgs),
     /// Show what is warm: kind, state, workers, last bench figures.
-    List(ng_server::warm::ListArgs),
+    List(warm::ListArgs),
     /// Show the shims directory (and `--path`: the line that puts it first on PATH).
-    Shims(ng_server::warm::ShimsArgs),
+    Shims(warm::ShimsArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -145,22 +160,22 @@ fn main() -> ExitCode {
         }),
         Command::Status { json, server } => {
             let args: &[&str] = if json { &["--json"] } else { &[] };
-            remote(server, "ng-stats", args)
+            remote::run(server, "ng-stats", args)
         }
-        Command::Reload { server } => remote(server, "ng-reload", &[]),
-        Command::Stop { server } => remote(server, "ng-stop", &[]),
+        Command::Reload { server } => remote::run(server, "ng-reload", &[]),
+        Command::Stop { server } => remote::run(server, "ng-stop", &[]),
         Command::Bridge { protocol, command } => bridge(&protocol, command),
-        Command::Bench(args) => ExitCode::from(ng_server::bench::run(&args)),
-        Command::Check(args) => ExitCode::from(ng_server::check::run(&args)),
-        Command::Warm(args) => ExitCode::from(ng_server::warm::warm(&args)),
-        Command::Unwarm(args) => ExitCode::from(ng_server::warm::unwarm(&args)),
-        Command::List(args) => ExitCode::from(ng_server::warm::list(&args)),
-        Command::Shims(args) => ExitCode::from(ng_server::warm::shims(&args)),
+        Command::Bench(args) => ExitCode::from(bench::run(&args)),
+        Command::Check(args) => ExitCode::from(check::run(&args)),
+        Command::Warm(args) => ExitCode::from(warm::warm(&args)),
+        Command::Unwarm(args) => ExitCode::from(warm::unwarm(&args)),
+        Command::List(args) => ExitCode::from(warm::list(&args)),
+        Command::Shims(args) => ExitCode::from(warm::shims(&args)),
         Command::Completions { shell } => {
-            ng_server::cli_docs::completions(shell, Cli::command(), &mut std::io::stdout());
+            cli_docs::completions(shell, Cli::command(), &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-        Command::Man { dir } => match ng_server::cli_docs::write_man_pages(&dir, Cli::command()) {
+        Command::Man { dir } => match cli_docs::write_man_pages(&dir, Cli::command()) {
             Ok(files) => {
                 for f in files {
                     println!("{}", f.display());
@@ -239,12 +254,12 @@ fn serve(options: ServeOptions) -> ExitCode {
             return ExitCode::from(78); // EX_CONFIG
         }
     };
-    let log = ng_server::logging::LogOptions {
+    let log = logging::LogOptions {
         level: log_level.or_else(|| config.log_level.clone()),
         format: log_format.unwrap_or(config.log_format),
         file: log_file.or_else(|| config.log_file.clone()),
     };
-    if let Err(e) = ng_server::logging::init(&log) {
+    if let Err(e) = logging::init(&log) {
         eprintln!("ngd: {e}");
         return ExitCode::from(73); // EX_CANTCREAT
     }
@@ -316,104 +331,6 @@ fn serve(options: ServeOptions) -> ExitCode {
         Err(e) => {
             eprintln!("ngd: {e}");
             ExitCode::from(1)
-        }
-    }
-}
-
-/// A blocking connection to a running server, split into read and write halves.
-type Halves = (Box<dyn Read>, Box<dyn Write>);
-
-fn connect(addr: &ListenAddr) -> std::io::Result<Halves> {
-    match addr {
-        ListenAddr::Tcp(a) => {
-            let s = std::net::TcpStream::connect(a)?;
-            s.set_nodelay(true)?;
-            Ok((Box::new(s.try_clone()?), Box::new(s)))
-        }
-        ListenAddr::Unix(p) => {
-            let s = std::os::unix::net::UnixStream::connect(p)?;
-            Ok((Box::new(s.try_clone()?), Box::new(s)))
-        }
-    }
-}
-
-/// Runs one built-in command on a running server and relays its output.
-fn remote(server: Option<ListenAddr>, command: &str, args: &[&str]) -> ExitCode {
-    let candidates = match server {
-        Some(a) => vec![a],
-        None => ServerConfig::default().listen_addrs(),
-    };
-    let mut conn = None;
-    let mut errors = Vec::new();
-    for addr in &candidates {
-        match connect(addr) {
-            Ok(c) => {
-                conn = Some(c);
-                break;
-            }
-            Err(e) => errors.push(format!("{addr}: {e}")),
-        }
-    }
-    let Some((mut reader, mut writer)) = conn else {
-        eprintln!("ngd: no server is running ({})", errors.join("; "));
-        return ExitCode::from(1);
-    };
-    let now = Instant::now();
-    let mut session = ClientSession::new(ClientConfig::default(), now);
-    let header = Header {
-        command: command.as_bytes().to_vec(),
-        args: args
-            .iter()
-            .map(|a| ng_proto::HeaderArg::Plain(a.as_bytes().to_vec()))
-            .collect(),
-        env: Vec::new(),
-        cwd: std::env::current_dir()
-            .map(|p| p.into_os_string().into_encoded_bytes())
-            .unwrap_or_default(),
-    };
-    session.send_header(&header, now);
-    if let Err(e) = writer.write_all(&session.take_transmit()) {
-        eprintln!("ngd: send: {e}");
-        return ExitCode::from(1);
-    }
-    let mut buf = bytes::BytesMut::with_capacity(64 << 10);
-    let mut chunk = vec![0u8; 64 << 10];
-    loop {
-        let n = match reader.read(&mut chunk) {
-            Ok(n) => n,
-            Err(e) => {
-                eprintln!("ngd: recv: {e}");
-                return ExitCode::from(1);
-            }
-        };
-        if n == 0 {
-            eprintln!("ngd: the server closed the connection early");
-            return ExitCode::from(1);
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Err(e) = session.handle_bytes(&mut buf) {
-            eprintln!("ngd: {e}");
-            return ExitCode::from(1);
-        }
-        while let Some(event) = session.poll_event() {
-            match event {
-                ClientEvent::Stdout(b) => {
-                    let _ = std::io::stdout().write_all(&b);
-                }
-                ClientEvent::Stderr(b) => {
-                    let _ = std::io::stderr().write_all(&b);
-                }
-                ClientEvent::StdinRequested => {
-                    session.send_stdin_eof(Instant::now());
-                    let _ = writer.write_all(&session.take_transmit());
-                }
-                ClientEvent::Exit(code) | ClientEvent::ExitBySignal { code, .. } => {
-                    let _ = std::io::stdout().flush();
-                    return ExitCode::from(ng_proto::exit::status(code));
-                }
-                // This client announces no extensions, so these never come.
-                ClientEvent::Extensions(_) | ClientEvent::Stopped(_) | ClientEvent::PtyWanted => {}
-            }
         }
     }
 }

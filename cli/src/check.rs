@@ -1,5 +1,6 @@
 //! `ngd check NAME [ARGS...]`: runs a command cold and warm with the same argv,
-//! environment, directory and stdin, and reports any difference, with both timings.
+//! environment, directory and stdin, and reports any difference, with both timings, on the
+//! runner of [`crate::measure`].
 //!
 //! The tool to run before trusting a program to ngd. **Cold** is the program a shell would
 //! find for `NAME` on `PATH` (skipping symbolic links to `ng` itself, which is how warm
@@ -21,11 +22,12 @@
 
 use std::ffi::OsString;
 use std::io::{IsTerminal as _, Read as _};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::bench::{self, Outcome, Spec, Summary};
-use crate::config::ListenAddr;
+use ng_server::config::ListenAddr;
+
+use crate::measure::{self, is_ng, Outcome, Spec, Summary};
 
 /// Most bytes of stdin `ngd check` reads to feed both runs.
 pub const MAX_STDIN: u64 = 64 << 20;
@@ -91,33 +93,22 @@ pub struct CheckReport {
 
 /// Runs `ngd check` and returns its exit status.
 pub fn run(args: &CheckArgs) -> u8 {
-    bench::conclude("ngd check", check(args), args.json, print_report, |r| {
+    measure::conclude("ngd check", check(args), args.json, print_report, |r| {
         r.identical
     })
 }
 
-/// Whether `candidate` is the `ng` client (a link to it, or a copy at the same path).
-pub(crate) fn is_ng(candidate: &Path, ng: Option<&Path>) -> bool {
-    let real = std::fs::canonicalize(candidate).ok();
-    let ng_real = ng.and_then(|p| std::fs::canonicalize(p).ok());
-    real.is_some() && real == ng_real
-        || real
-            .as_deref()
-            .and_then(Path::file_name)
-            .is_some_and(|f| f == "ng")
-}
-
 fn check(args: &CheckArgs) -> Result<CheckReport, (u8, String)> {
-    let ng = bench::ng_binary().ok_or((
-        bench::EXIT_UNAVAILABLE,
+    let ng = measure::ng_binary().ok_or((
+        measure::EXIT_UNAVAILABLE,
         "cannot find the ng client (next to ngd, or on PATH)".to_owned(),
     ))?;
     let cold_program = match &args.cold {
         Some(p) => p.clone(),
         None => {
-            bench::find_program(args.name.as_ref(), |p| is_ng(p, Some(&ng))).ok_or_else(|| {
+            measure::find_program(args.name.as_ref(), |p| is_ng(p, Some(&ng))).ok_or_else(|| {
                 (
-                    bench::EXIT_NOT_FOUND,
+                    measure::EXIT_NOT_FOUND,
                     format!(
                         "no program '{}' on PATH to run cold (links to ng do not count); \
                          name one with --cold",
@@ -127,10 +118,10 @@ fn check(args: &CheckArgs) -> Result<CheckReport, (u8, String)> {
             })?
         }
     };
-    let offered = bench::server_commands(&ng, args.server.as_ref())
-        .map_err(|e| (bench::EXIT_UNAVAILABLE, e))?;
+    let offered = measure::server_commands(&ng, args.server.as_ref())
+        .map_err(|e| (measure::EXIT_UNAVAILABLE, e))?;
     if !offered.contains(&args.name) {
-        return Err((bench::EXIT_UNAVAILABLE, no_server_offers(&args.name)));
+        return Err((measure::EXIT_UNAVAILABLE, no_server_offers(&args.name)));
     }
     let stdin = if std::io::stdin().is_terminal() {
         None
@@ -139,7 +130,7 @@ fn check(args: &CheckArgs) -> Result<CheckReport, (u8, String)> {
         std::io::stdin()
             .take(MAX_STDIN + 1)
             .read_to_end(&mut buf)
-            .map_err(|e| (bench::EXIT_OSERR, format!("reading stdin: {e}")))?;
+            .map_err(|e| (measure::EXIT_OSERR, format!("reading stdin: {e}")))?;
         if buf.len() as u64 > MAX_STDIN {
             return Err((
                 64,
@@ -153,7 +144,7 @@ fn check(args: &CheckArgs) -> Result<CheckReport, (u8, String)> {
         args: args.args.clone(),
         stdin: stdin.clone(),
     };
-    let mut warm_args = bench::ng_server_args(args.server.as_ref());
+    let mut warm_args = measure::ng_server_args(args.server.as_ref());
     warm_args.push(args.name.clone().into());
     warm_args.extend(args.args.iter().cloned());
     let warm = Spec {
@@ -162,9 +153,9 @@ fn check(args: &CheckArgs) -> Result<CheckReport, (u8, String)> {
         stdin,
     };
     let run = |spec: &Spec| {
-        bench::run_once(spec).map_err(|e| {
+        measure::run_once(spec).map_err(|e| {
             (
-                bench::EXIT_OSERR,
+                measure::EXIT_OSERR,
                 format!("cannot run {}: {e}", spec.program.display()),
             )
         })
@@ -194,7 +185,7 @@ fn check(args: &CheckArgs) -> Result<CheckReport, (u8, String)> {
             .chain(warms.iter().map(|o| ("warm", o)))
             .find_map(|(kind, o)| {
                 (get(o) != get(reference)).then(|| {
-                    let d = bench::differences(reference, o);
+                    let d = measure::differences(reference, o);
                     let line = d
                         .into_iter()
                         .find(|l| l.starts_with(what))
@@ -222,7 +213,7 @@ fn check(args: &CheckArgs) -> Result<CheckReport, (u8, String)> {
 }
 
 /// The message for a command no server offers.
-pub(crate) fn no_server_offers(name: &str) -> String {
+fn no_server_offers(name: &str) -> String {
     format!(
         "no server offers '{name}' (`ng ng-commands` lists what it offers): \
          `ngd warm {name}` serves it, or add a [[plugin]] for it to the configuration"
@@ -253,23 +244,4 @@ fn print_report(r: &CheckReport) {
             "result: DIFFERENT"
         }
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn links_to_ng_are_not_cold_programs() {
-        let dir = tempfile::tempdir().unwrap();
-        let ng = dir.path().join("ng");
-        std::fs::write(&ng, "").unwrap();
-        let link = dir.path().join("tool");
-        std::os::unix::fs::symlink(&ng, &link).unwrap();
-        let other = dir.path().join("other");
-        std::fs::write(&other, "").unwrap();
-        assert!(is_ng(&link, Some(&ng)));
-        assert!(is_ng(&ng, None));
-        assert!(!is_ng(&other, Some(&ng)));
-    }
 }

@@ -1,4 +1,5 @@
-//! Where the server's log goes and what it looks like.
+//! Where `ngd serve`'s log goes and what it looks like: the one `tracing` subscriber of the
+//! `ngd` binary (the library installs none).
 //!
 //! * **Destination**: stderr, or a file (`ngd serve --log-file PATH`, `log_file` in the
 //!   configuration), opened for appending and created with mode 0600.
@@ -13,33 +14,9 @@ use std::fs::OpenOptions;
 use std::io::IsTerminal as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Mutex;
 
-/// The log line format.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-impl FromStr for LogFormat {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "text" => Ok(LogFormat::Text),
-            "json" => Ok(LogFormat::Json),
-            other => Err(format!(
-                "unknown log format '{other}' (expected text or json)"
-            )),
-        }
-    }
-}
+use ng_server::config::LogFormat;
 
 /// How to log.
 #[derive(Clone, Debug, Default)]
@@ -118,13 +95,6 @@ pub fn init(options: &LogOptions) -> Result<(), LogError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn formats_parse() {
-        assert_eq!("text".parse(), Ok(LogFormat::Text));
-        assert_eq!("json".parse(), Ok(LogFormat::Json));
-        assert!("xml".parse::<LogFormat>().unwrap_err().contains("xml"));
-    }
 
     #[test]
     fn log_file_is_private_and_appended() {

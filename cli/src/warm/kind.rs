@@ -1,11 +1,13 @@
 //! What a program is, and the `[[plugin]]` table that serves it.
 //!
-//! [`recognise`] looks at the file a shell would run for a name: its first bytes (a `#!`
-//! line, an ELF header) and its name. What ngd can serve exactly becomes a [`Program`];
+//! [`identify`] looks at the file a shell would run for a name: its first bytes (a `#!`
+//! line, an ELF header) and its name ([`recognise`]), and runs a shell script that may
+//! launch `java` once to learn how. What ngd can serve exactly becomes a [`Program`];
 //! everything else a [`Refusal`] that says why. [`Program::fragment`] writes the drop-in
-//! file's text. MCP servers are not found on `PATH` but read from a client's configuration
-//! file ([`mcp_servers`]), and fledge plugins from fledge's plugins directory
-//! ([`fledge_plugin`]).
+//! file's text, with the [`Record`] that says what the file is for. MCP servers are not found
+//! on `PATH` but read from a client's configuration file ([`mcp_servers`]), and fledge
+//! plugins from fledge's plugins directory ([`fledge_plugin`]). [`python_shebang`] gives
+//! the interpreter of a Python script for `ngd bench`'s ad hoc server.
 //!
 //! JVM programs are served by the JVM worker's launcher `ngw-java`, which takes `java`'s
 //! command line: an executable jar becomes `ngw-java -jar JAR`, and a shell script that
@@ -14,11 +16,47 @@
 //! records its arguments ([`probe_java_launcher`]).
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+use std::io::Read as _;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
+use ng_server::config::Fragment;
 use serde::{Deserialize, Serialize};
+
+use crate::measure::find_program;
+
+/// The `[warm]` record of a drop-in file `ngd warm` wrote.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    /// What the program is.
+    pub kind: Kind,
+    /// The program (the script, the plugin, the MCP configuration file).
+    pub program: PathBuf,
+    /// The shims placed for it.
+    #[serde(default)]
+    pub shims: Vec<String>,
+}
+
+impl Record {
+    /// The record of a drop-in file; `None` when it has no `[warm]` table, or one that is
+    /// not a record `ngd warm` writes.
+    pub fn of(fragment: &Fragment) -> Option<Record> {
+        let table = fragment.warm.clone()?;
+        toml::Value::Table(table).try_into().ok()
+    }
+
+    /// Whether it was written for `program`.
+    pub fn describes(&self, program: &Program) -> bool {
+        self.kind == program.kind() && self.program == program.shown()
+    }
+
+    /// Whether a drop-in file's text has a `[warm]` table, read or not: `ngd warm` wrote it.
+    pub fn is_in(text: &str) -> bool {
+        text.lines().any(|l| l.trim() == "[warm]")
+    }
+}
 
 /// The kinds of program `ngd warm` serves (the `[warm]` record's `kind`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, Serialize)]
@@ -154,9 +192,76 @@ pub enum Refusal {
         /// What went wrong.
         reason: String,
     },
+    /// The file cannot be read.
+    #[error("{}: {reason}", .path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        reason: String,
+    },
     /// Neither `#!` nor a known binary format.
     #[error("{} is neither a script with a #! line nor a program ngd knows", .0.display())]
     Unknown(PathBuf),
+}
+
+/// Identifies the program at `path`, found on `PATH` for `name`: [`recognise`] on its first
+/// bytes, and for a shell script that names `java`, the `java` command line it runs
+/// ([`probe_java_launcher`]), served by `ngw-java`. `which` finds the programs a recognised
+/// file needs (an interpreter, `ngw-java`, `java`): [`find_tool`] for `ngd warm`.
+pub fn identify(
+    name: &str,
+    path: &Path,
+    which: impl Fn(&OsStr) -> Option<PathBuf>,
+) -> Result<Program, Refusal> {
+    let mut head = [0u8; 512];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| Refusal::Unreadable {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    match recognise(name, path, &head[..n], &which) {
+        Err(Refusal::Script { path, interpreter })
+            if is_shell(&interpreter) && mentions_java(&path) =>
+        {
+            let ngw_java = which(OsStr::new("ngw-java")).ok_or(Refusal::Jvm(path.clone()))?;
+            let java = which(OsStr::new("java"))
+                .and_then(|j| std::fs::canonicalize(j).ok())
+                .ok_or(Refusal::Jvm(path.clone()))?;
+            let java_args =
+                probe_java_launcher(&path, &java).map_err(|reason| Refusal::JavaLauncher {
+                    path: path.clone(),
+                    reason,
+                })?;
+            Ok(Program::Jvm {
+                launcher: path,
+                java_args,
+                ngw_java,
+            })
+        }
+        other => other,
+    }
+}
+
+/// Finds a program a recognised file needs: `ngw-java` next to `ngd` first (where
+/// `scripts/install` and the wheel put it), then on `PATH`.
+pub fn find_tool(name: &OsStr) -> Option<PathBuf> {
+    if name == "ngw-java" {
+        let beside = std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("ngw-java")))
+            .filter(|p| p.is_file());
+        if beside.is_some() {
+            return beside;
+        }
+    }
+    find_program(name, |_| false)
+}
+
+/// True when a shell script's text names `java` (a launcher worth probing).
+fn mentions_java(path: &Path) -> bool {
+    std::fs::read(path).is_ok_and(|text| text.windows(4).any(|w| w.eq_ignore_ascii_case(b"java")))
 }
 
 /// Recognises the program at `path` (found for `name`) from its first bytes `head`;
@@ -284,6 +389,16 @@ impl Program {
         )
     }
 
+    /// What runs it cold, for a comparison with a warm run: the script or the launcher;
+    /// `None` for plugins, which have no cold run of their own.
+    pub fn cold_program(&self) -> Option<&Path> {
+        match self {
+            Program::Python { script, .. } => Some(script),
+            Program::Jvm { launcher, .. } => Some(launcher),
+            Program::Nu { .. } | Program::Fledge { .. } | Program::Mcp { .. } => None,
+        }
+    }
+
     /// The `[[plugin]]` table serving it as `name` (the plugin's name).
     pub fn plugin_table(&self, name: &str) -> String {
         let mut t = format!("[[plugin]]\nname = {}\n", q(name));
@@ -363,7 +478,7 @@ impl Program {
 }
 
 /// True for a `#!` interpreter that is a POSIX shell (whose scripts may launch `java`).
-pub fn is_shell(interpreter: &str) -> bool {
+fn is_shell(interpreter: &str) -> bool {
     let words: Vec<&str> = interpreter.split_whitespace().collect();
     let program = match words.first() {
         Some(first) if basename(first) == "env" => words.get(1),
@@ -464,6 +579,27 @@ fn sh_quote(s: &str) -> String {
 /// A TOML string holding `s`.
 fn q(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
+}
+
+/// The interpreter named by a Python script's `#!` line (with `env`, its arguments), as
+/// `ngd bench` runs it for an ad hoc server: any word naming a `python*` program makes it
+/// one.
+pub fn python_shebang(program: &Path) -> Option<Vec<OsString>> {
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(program).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&c| c == b'\n')?];
+    let words: Vec<OsString> = line
+        .split(|c| c.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+        .map(|w| OsStr::from_bytes(w).to_os_string())
+        .collect();
+    let is_python = words.iter().any(|w| {
+        Path::new(w)
+            .file_name()
+            .is_some_and(|f| f.as_bytes().starts_with(b"python"))
+    });
+    (is_python && !words.is_empty()).then_some(words)
 }
 
 /// fledge's plugins directory: `$XDG_CONFIG_HOME/fledge/plugins`, else
@@ -672,9 +808,11 @@ mod tests {
         ];
         for p in programs {
             let text = p.fragment("tool", &["tool".to_owned()]);
-            let f = crate::config::Fragment::parse(&text, Path::new("/c/ngd/conf.d/tool.toml"))
+            let f = Fragment::parse(&text, Path::new("/c/ngd/conf.d/tool.toml"))
                 .unwrap_or_else(|e| panic!("{e}\n{text}"));
-            let record = f.warm.unwrap();
+            let record = Record::of(&f).unwrap();
+            assert!(record.describes(&p));
+            assert!(Record::is_in(&text));
             assert_eq!(record.kind, p.kind());
             assert_eq!(record.program, p.shown());
             assert_eq!(f.plugins.len(), 1);
@@ -684,7 +822,10 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}\n{text}"));
             if let Program::Python { interpreter, .. } = &p {
                 assert_eq!(f.plugins[0].command[0], interpreter.to_string_lossy());
-                assert_eq!(f.plugins[0].sdk, Some(crate::plugin::config::Sdk::Python));
+                assert_eq!(
+                    f.plugins[0].sdk,
+                    Some(ng_server::plugin::config::Sdk::Python)
+                );
             }
         }
     }
@@ -730,5 +871,82 @@ mod tests {
             })
         );
         assert_eq!(fledge_plugin(dir.path(), "other"), None);
+    }
+
+    #[test]
+    fn shebangs() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        assert_eq!(
+            python_shebang(&write("a", "#!/usr/bin/python3.11\nimport x\n")),
+            Some(vec!["/usr/bin/python3.11".into()])
+        );
+        assert_eq!(
+            python_shebang(&write("b", "#!/usr/bin/env python3\n")),
+            Some(vec!["/usr/bin/env".into(), "python3".into()])
+        );
+        assert_eq!(python_shebang(&write("c", "#!/bin/sh\n")), None);
+        assert_eq!(python_shebang(&write("d", "\x7fELF")), None);
+    }
+
+    #[test]
+    fn identify_reads_the_file_a_shell_would_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        assert!(matches!(
+            identify("x", &missing, which),
+            Err(Refusal::Unreadable { path, .. }) if path == missing
+        ));
+        let script = dir.path().join("tool");
+        std::fs::write(&script, "#!/usr/bin/env python3\nimport tool\n").unwrap();
+        let program = identify("tool", &script, which).unwrap();
+        assert_eq!(program.cold_program(), Some(script.as_path()));
+        assert!(program.commands_known());
+        // A shell script that does not name java is not probed.
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        assert!(matches!(
+            identify("tool", &script, which),
+            Err(Refusal::Script { interpreter, .. }) if interpreter == "/bin/sh"
+        ));
+        // One that does needs ngw-java, which this `which` does not find.
+        std::fs::write(&script, "#!/bin/sh\nexec java -jar x.jar \"$@\"\n").unwrap();
+        assert_eq!(identify("tool", &script, which), Err(Refusal::Jvm(script)));
+    }
+
+    #[test]
+    fn shells() {
+        assert!(is_shell("/bin/sh"));
+        assert!(is_shell("/usr/bin/env bash"));
+        assert!(!is_shell("/usr/bin/env python3"));
+        assert!(!is_shell(""));
+    }
+
+    #[test]
+    fn records_of_drop_in_files() {
+        let path = Path::new("/c/ngd/conf.d/tool.toml");
+        let record = |text: &str| Record::of(&Fragment::parse(text, path).unwrap());
+        let written = "[warm]\nkind = \"nu\"\nprogram = \"/p/nu_plugin_inc\"\n";
+        assert_eq!(
+            record(written),
+            Some(Record {
+                kind: Kind::Nu,
+                program: "/p/nu_plugin_inc".into(),
+                shims: Vec::new(),
+            })
+        );
+        assert!(record(written).unwrap().describes(&Program::Nu {
+            path: "/p/nu_plugin_inc".into()
+        }));
+        // Another kind, an unknown key: a [warm] table, but not a record this version reads.
+        assert_eq!(record("[warm]\nkind = \"ruby\"\nprogram = \"/x\"\n"), None);
+        let extra = "[warm]\nkind = \"nu\"\nprogram = \"/x\"\nmore = 1\n";
+        assert_eq!(record(extra), None);
+        assert!(Record::is_in(extra));
+        assert_eq!(record("[aliases]\nx = \"ng-true\"\n"), None);
+        assert!(!Record::is_in("[aliases]\nx = \"ng-true\"\n"));
     }
 }

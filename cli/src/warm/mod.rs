@@ -1,9 +1,10 @@
 //! `ngd warm NAME...`, `ngd unwarm NAME...`, `ngd list` and `ngd shims`: one command makes
 //! a program warm.
 //!
-//! `ngd warm NAME` finds `NAME` as a shell would (skipping shims), recognises what it is
-//! ([`kind::recognise`]: a Python script by its `#!` interpreter, a `nu_plugin_*`; else a
-//! fledge plugin's command by name; MCP servers come from `--mcp CONFIG.json`), writes one
+//! `ngd warm NAME` finds `NAME` as a shell would (skipping shims), identifies what it is
+//! ([`kind::identify`]: a Python script by its `#!` interpreter, a `nu_plugin_*`, a JVM
+//! program; else a fledge plugin's command by name; MCP servers come from `--mcp
+//! CONFIG.json`), writes one
 //! drop-in file `conf.d/NAME.toml` with its `[[plugin]]` table and a `[warm]` record, places
 //! a shim `NAME` (a symbolic link to `ng`) in the shims directory, and has the running
 //! server reload (or starts one). The commands of a plugin that learns them from its
@@ -12,6 +13,8 @@
 //! Nothing is half-written ([`store`]): the whole change happens under a lock, after the
 //! configuration with the new table has been validated as the server will read it, and
 //! every file is renamed into place; a shim that cannot be made takes its table back out.
+//! What the server serves is read from its typed report ([`PluginReport`], `ng-stats
+//! --json`).
 //! With `--check`, the program runs cold and warm (on a private server with only the new
 //! table) before anything is written, and a difference refuses it.
 //!
@@ -24,29 +27,17 @@ pub mod store;
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use ng_server::config::{Fragment, ServerConfig};
+use ng_server::plugin::pool::{PoolStatus, Residency};
+use ng_server::plugin::PluginReport;
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{self, Spec};
-use crate::config::{Fragment, ServerConfig};
-use kind::{Kind, Program};
+use crate::measure::{self, Spec};
+use kind::{Kind, Program, Record};
 use store::Layout;
-
-/// The `[warm]` record of a drop-in file `ngd warm` wrote.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Record {
-    /// What the program is.
-    pub kind: Kind,
-    /// The program (the script, the plugin, the MCP configuration file).
-    pub program: PathBuf,
-    /// The shims placed for it.
-    #[serde(default)]
-    pub shims: Vec<String>,
-}
 
 /// The exit statuses of `ngd warm`, `unwarm`, `list` and `shims`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -130,7 +121,7 @@ fn lock(layout: &Layout) -> Result<store::Lock, Failure> {
 }
 
 fn ng() -> Result<PathBuf, Failure> {
-    bench::ng_binary().ok_or((
+    measure::ng_binary().ok_or((
         Exit::Unavailable,
         "cannot find the ng client (next to ngd, or on PATH)".to_owned(),
     ))
@@ -243,7 +234,7 @@ fn find(name: &str, layout: &Layout) -> Result<Program, Failure> {
         ));
     }
     let shims = std::fs::canonicalize(&layout.shims).ok();
-    let found = bench::find_program(OsStr::new(name), |p| {
+    let found = measure::find_program(OsStr::new(name), |p| {
         store::is_shim(p)
             || p.parent()
                 .and_then(|d| std::fs::canonicalize(d).ok())
@@ -258,59 +249,13 @@ fn find(name: &str, layout: &Layout) -> Result<Program, Failure> {
             format!("{name}: not found on PATH (nor as a fledge plugin's command)"),
         ));
     };
-    let mut head = [0u8; 512];
-    let n = std::fs::File::open(&path)
-        .and_then(|mut f| f.read(&mut head))
-        .map_err(|e| (Exit::NotFound, format!("{}: {e}", path.display())))?;
-    let refused = |refusal: kind::Refusal| {
-        (
+    kind::identify(name, &path, kind::find_tool).map_err(|refusal| match refusal {
+        kind::Refusal::Unreadable { .. } => (Exit::NotFound, refusal.to_string()),
+        _ => (
             Exit::Unavailable,
             format!("{name}: {refusal}; no shim made"),
-        )
-    };
-    match kind::recognise(name, &path, &head[..n], which) {
-        Err(kind::Refusal::Script { path, interpreter })
-            if kind::is_shell(&interpreter) && mentions_java(&path) =>
-        {
-            let ngw_java = which(OsStr::new("ngw-java"))
-                .ok_or_else(|| refused(kind::Refusal::Jvm(path.clone())))?;
-            let java = bench::find_program(OsStr::new("java"), |_| false)
-                .and_then(|j| std::fs::canonicalize(j).ok())
-                .ok_or_else(|| refused(kind::Refusal::Jvm(path.clone())))?;
-            let java_args = kind::probe_java_launcher(&path, &java).map_err(|reason| {
-                refused(kind::Refusal::JavaLauncher {
-                    path: path.clone(),
-                    reason,
-                })
-            })?;
-            Ok(Program::Jvm {
-                launcher: path,
-                java_args,
-                ngw_java,
-            })
-        }
-        other => other.map_err(refused),
-    }
-}
-
-/// Finds a program for a recognised file: `ngw-java` next to `ngd` first (where
-/// `scripts/install` and the wheel put it), then on `PATH`.
-fn which(name: &OsStr) -> Option<PathBuf> {
-    if name == "ngw-java" {
-        let beside = std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|d| d.join("ngw-java")))
-            .filter(|p| p.is_file());
-        if beside.is_some() {
-            return beside;
-        }
-    }
-    bench::find_program(name, |_| false)
-}
-
-/// True when a shell script's text names `java` (a launcher worth probing).
-fn mentions_java(path: &Path) -> bool {
-    std::fs::read(path).is_ok_and(|text| text.windows(4).any(|w| w.eq_ignore_ascii_case(b"java")))
+        ),
+    })
 }
 
 /// What [`install`] did.
@@ -341,11 +286,11 @@ fn install(
     };
     let text = plan.program.fragment(name, &known_shims);
     let previous = std::fs::read_to_string(&table_path).ok();
-    let ours = previous
+    let previous_record = previous
         .as_deref()
         .and_then(|t| Fragment::parse(t, &table_path).ok())
-        .is_some_and(|f| f.warm.is_some());
-    if previous.is_some() && !ours {
+        .and_then(|f| Record::of(&f));
+    if previous.is_some() && previous_record.is_none() {
         return Err((
             Exit::Config,
             format!(
@@ -354,13 +299,9 @@ fn install(
             ),
         ));
     }
-    if let Some(previous) = &previous {
-        let same_program = Fragment::parse(previous, &table_path)
-            .ok()
-            .and_then(|f| f.warm)
-            .is_some_and(|r| r.kind == plan.program.kind() && r.program == plan.program.shown());
+    if let Some(record) = &previous_record {
         let shims_there = known_shims.iter().all(|s| store::is_shim(&layout.shim(s)));
-        if same_program && shims_there {
+        if record.describes(&plan.program) && shims_there {
             return Ok(Installed::Already);
         }
     }
@@ -449,20 +390,16 @@ fn undo_shims(made: &[PathBuf]) {
 
 /// `--check`: the program cold against the new table on a private server.
 fn check(plan: &Plan, args: &[OsString], ng: &Path) -> Result<(), Failure> {
-    let script = match &plan.program {
-        Program::Python { script, .. } => script,
-        Program::Jvm { launcher, .. } => launcher,
-        _ => {
-            return Err((
-                Exit::Usage,
-                format!(
-                    "{}: --check compares a program with its own cold run, and a {} plugin has \
+    let Some(script) = plan.program.cold_program() else {
+        return Err((
+            Exit::Usage,
+            format!(
+                "{}: --check compares a program with its own cold run, and a {} plugin has \
                  none; warm it without --check",
-                    plan.name,
-                    plan.program.kind().as_str()
-                ),
-            ))
-        }
+                plan.name,
+                plan.program.kind().as_str()
+            ),
+        ));
     };
     let args: Vec<OsString> = if args.is_empty() {
         vec!["--version".into()]
@@ -471,18 +408,18 @@ fn check(plan: &Plan, args: &[OsString], ng: &Path) -> Result<(), Failure> {
     };
     // The same table, its log kept with the private server (which leaves nothing behind).
     let table = plan.program.plugin_table(&plan.name);
-    let server = bench::AdHocServer::with_config(|dir| {
+    let server = measure::AdHocServer::with_config(|dir| {
         format!(
             "{table}log = {}\n",
             toml::Value::String(dir.join("plugin.log").to_string_lossy().into_owned())
         )
     })
     .map_err(|e| (Exit::Unavailable, e))?;
-    let mut warm_args = bench::ng_server_args(Some(&server.address()));
+    let mut warm_args = measure::ng_server_args(Some(&server.address()));
     warm_args.push(plan.name.clone().into());
     warm_args.extend(args.iter().cloned());
     let run = |spec: &Spec| {
-        bench::run_once(spec).map_err(|e| {
+        measure::run_once(spec).map_err(|e| {
             (
                 Exit::Unavailable,
                 format!("cannot run {}: {e}", spec.program.display()),
@@ -491,7 +428,7 @@ fn check(plan: &Plan, args: &[OsString], ng: &Path) -> Result<(), Failure> {
     };
     let cold = run(&Spec::new(script, args.clone()))?;
     let warm = run(&Spec::new(ng, warm_args))?;
-    let differences = bench::differences(&cold, &warm);
+    let differences = measure::differences(&cold, &warm);
     if differences.is_empty() {
         return Ok(());
     }
@@ -553,10 +490,9 @@ fn settle(plan: &Plan, layout: &Layout, ng: &Path) -> Result<Vec<String>, Failur
     let commands = loop {
         let report = plugin_reports(ng)?
             .into_iter()
-            .find(|p| p["name"] == plan.name.as_str());
-        if let Some(report) = &report {
-            if report["status"]["state"] == "disabled" {
-                let reason = report["status"]["reason"].as_str().unwrap_or("disabled");
+            .find(|p| p.name == plan.name);
+        match report.as_ref().map(readiness) {
+            Some(Readiness::Disabled(reason)) => {
                 return Err((
                     Exit::Unavailable,
                     format!(
@@ -565,18 +501,8 @@ fn settle(plan: &Plan, layout: &Layout, ng: &Path) -> Result<Vec<String>, Failur
                     ),
                 ));
             }
-            let commands: Vec<String> = report["commands"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|c| c.as_str().map(str::to_owned))
-                .collect();
-            let ready = ["idle", "busy"]
-                .iter()
-                .any(|k| report[*k].as_u64().unwrap_or(0) > 0);
-            if !commands.is_empty() && ready {
-                break commands;
-            }
+            Some(Readiness::Ready(commands)) => break commands,
+            Some(Readiness::Waiting) | None => {}
         }
         if Instant::now() > deadline {
             return Err((
@@ -610,8 +536,30 @@ fn settle(plan: &Plan, layout: &Layout, ng: &Path) -> Result<Vec<String>, Failur
     Ok(commands)
 }
 
+/// How far a plugin a reload added has come, by its report.
+#[derive(Debug, PartialEq, Eq)]
+enum Readiness {
+    /// The server gave up on it, for this reason.
+    Disabled(String),
+    /// It offers these commands, and a worker is ready for the first call.
+    Ready(Vec<String>),
+    /// Not yet: no commands learned, or no worker ready.
+    Waiting,
+}
+
+fn readiness(report: &PluginReport) -> Readiness {
+    if let PoolStatus::Disabled { reason } = &report.status {
+        return Readiness::Disabled(reason.clone());
+    }
+    if !report.commands.is_empty() && report.idle + report.busy > 0 {
+        Readiness::Ready(report.commands.clone())
+    } else {
+        Readiness::Waiting
+    }
+}
+
 /// The running server's plugins (`ng-stats --json`'s `plugins`); empty with no server.
-fn plugin_reports(ng: &Path) -> Result<Vec<serde_json::Value>, Failure> {
+fn plugin_reports(ng: &Path) -> Result<Vec<PluginReport>, Failure> {
     let out = std::process::Command::new(ng)
         .args(["ng-stats", "--json"])
         .env("NG_NO_AUTOSTART", "1")
@@ -627,8 +575,17 @@ fn plugin_reports(ng: &Path) -> Result<Vec<serde_json::Value>, Failure> {
     if !out.status.success() {
         return Ok(Vec::new());
     }
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    Ok(doc["plugins"].as_array().cloned().unwrap_or_default())
+    Ok(parse_plugins(&out.stdout))
+}
+
+/// The `plugins` of `ng-stats --json`'s document; none when it is not one.
+fn parse_plugins(stats: &[u8]) -> Vec<PluginReport> {
+    #[derive(Deserialize)]
+    struct Stats {
+        #[serde(default)]
+        plugins: Vec<PluginReport>,
+    }
+    serde_json::from_slice::<Stats>(stats).map_or_else(|_| Vec::new(), |s| s.plugins)
 }
 
 /// Says how to put the shims first on `PATH` when they are not.
@@ -665,19 +622,28 @@ fn unwarm_all(args: &UnwarmArgs) -> Result<Exit, Failure> {
     let layout = layout()?;
     let ng = ng()?;
     let lock = lock(&layout)?;
+    let (worst, changed) = remove(&layout, &args.names);
+    drop(lock);
+    if changed {
+        reload(&ng, false)?;
+    }
+    Ok(worst)
+}
+
+/// Removes the tables `ngd warm` wrote for `names`, and their shims; says what it did for
+/// each. Returns the worst exit status and whether a table was removed (the server must
+/// reload).
+fn remove(layout: &Layout, names: &[String]) -> (Exit, bool) {
     let mut worst = Exit::Ok;
     let mut changed = false;
-    for name in &args.names {
+    for name in names {
         let table = layout.table(name);
         let text = std::fs::read_to_string(&table).ok();
         let record = text
             .as_deref()
             .and_then(|t| Fragment::parse(t, &table).ok())
-            .and_then(|f| f.warm);
-        let written_by_warm = record.is_some()
-            || text
-                .as_deref()
-                .is_some_and(|t| t.lines().any(|l| l.trim() == "[warm]"));
+            .and_then(|f| Record::of(&f));
+        let written_by_warm = record.is_some() || text.as_deref().is_some_and(Record::is_in);
         if text.is_some() && !written_by_warm {
             eprintln!(
                 "ngd unwarm: {} was not written by ngd warm: leaving it",
@@ -719,11 +685,7 @@ fn unwarm_all(args: &UnwarmArgs) -> Result<Exit, Failure> {
             println!("{name} is not warm");
         }
     }
-    drop(lock);
-    if changed {
-        reload(&ng, false)?;
-    }
-    Ok(worst)
+    (worst, changed)
 }
 
 /// One row of `ngd list`.
@@ -759,7 +721,7 @@ pub struct BenchRecord {
 
 /// `$XDG_STATE_HOME/ngd/bench/NAME.json`.
 pub fn bench_record_path(name: &str) -> PathBuf {
-    crate::plugin::config::state_dir()
+    ng_server::plugin::config::state_dir()
         .join("bench")
         .join(format!("{name}.json"))
 }
@@ -798,10 +760,16 @@ pub fn list(args: &ListArgs) -> u8 {
 
 fn list_rows() -> Result<Vec<Row>, Failure> {
     let layout = layout()?;
-    let reports = match bench::ng_binary() {
+    let reports = match measure::ng_binary() {
         Some(ng) => Some(plugin_reports(&ng)?).filter(|r| !r.is_empty() || server_running(&ng)),
         None => None,
     };
+    Ok(rows(&layout, reports.as_deref()))
+}
+
+/// The rows of the drop-in files `ngd warm` wrote, with the running server's `reports`
+/// (`None`: no server runs).
+fn rows(layout: &Layout, reports: Option<&[PluginReport]>) -> Vec<Row> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(&layout.conf_d)
         .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
         .unwrap_or_default();
@@ -816,37 +784,13 @@ fn list_rows() -> Result<Vec<Row>, Failure> {
         else {
             continue;
         };
-        let Some(record) = Fragment::from_file(&file).ok().and_then(|f| f.warm) else {
+        let Some(record) = Fragment::from_file(&file).ok().and_then(|f| Record::of(&f)) else {
             continue;
         };
-        let report = reports
-            .as_ref()
-            .and_then(|r| r.iter().find(|p| p["name"] == name));
-        let state = match (&reports, report) {
-            (None, _) => "no server".to_owned(),
-            (Some(_), None) => "not loaded".to_owned(),
-            (Some(_), Some(r)) => match (
-                r["status"]["state"].as_str(),
-                r["status"]["reason"].as_str(),
-            ) {
-                (Some(state), Some(reason)) => format!("{state}: {reason}"),
-                (Some(state), None) => state.to_owned(),
-                (None, _) => r["status"].to_string(),
-            },
-        };
-        let workers = report.map_or(0, |r| {
-            ["starting", "idle", "busy"]
-                .iter()
-                .map(|k| r[*k].as_u64().unwrap_or(0))
-                .sum()
-        });
-        let memory_bytes = report.map_or(0, |r| r["memory_bytes"].as_u64().unwrap_or(0));
-        let state = match report.and_then(|r| r["residency"].as_str()) {
-            Some(residency) if residency != "awake" && state == "active" => {
-                format!("{state}, {residency}")
-            }
-            _ => state,
-        };
+        let report = reports.and_then(|r| r.iter().find(|p| p.name == name));
+        let state = row_state(reports.is_some(), report);
+        let workers = report.map_or(0, |r| (r.starting + r.idle + r.busy) as u64);
+        let memory_bytes = report.map_or(0, |r| r.memory_bytes);
         let bench = std::fs::read_to_string(bench_record_path(name))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
@@ -861,7 +805,7 @@ fn list_rows() -> Result<Vec<Row>, Failure> {
             bench,
         });
     }
-    Ok(rows)
+    rows
 }
 
 fn server_running(ng: &Path) -> bool {
@@ -873,6 +817,21 @@ fn server_running(ng: &Path) -> bool {
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// A row's state: `no server`, `not loaded` (the server has not read its table), or its
+/// plugin's status, with its residency when active and keeping no worker.
+fn row_state(server: bool, report: Option<&PluginReport>) -> String {
+    let Some(report) = report else {
+        return if server { "not loaded" } else { "no server" }.to_owned();
+    };
+    match (&report.status, report.residency) {
+        (PoolStatus::Disabled { reason }, _) => format!("disabled: {reason}"),
+        (PoolStatus::Retiring, _) => "retiring".to_owned(),
+        (PoolStatus::Active, Residency::Awake) => "active".to_owned(),
+        (PoolStatus::Active, Residency::Asleep) => "active, asleep".to_owned(),
+        (PoolStatus::Active, Residency::Evicted) => "active, evicted".to_owned(),
+    }
 }
 
 fn print_rows(rows: &[Row]) {
@@ -931,4 +890,236 @@ fn shims_inner(args: &ShimsArgs) -> Result<Exit, Failure> {
         println!("  {name} -> {}", target.display());
     }
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ng_server::plugin::config::Protocol;
+    use ng_server::plugin::Notice;
+
+    fn report(name: &str, status: PoolStatus) -> PluginReport {
+        PluginReport {
+            name: name.to_owned(),
+            protocol: Protocol::Ngw,
+            status,
+            commands: Vec::new(),
+            starting: 0,
+            idle: 0,
+            busy: 0,
+            quitting: 0,
+            running: 0,
+            queued: 0,
+            sessions: 0,
+            restarts: 0,
+            failures: 0,
+            last_failure: None,
+            notices: Vec::new(),
+            notice_counts: BTreeMap::new(),
+            log: String::new(),
+            residency: Residency::Awake,
+            memory_bytes: 0,
+        }
+    }
+
+    /// A drop-in and a shims directory of its own, an `ng` to link to, and a Python script.
+    struct Scratch {
+        _dir: tempfile::TempDir,
+        layout: Layout,
+        ng: PathBuf,
+        script: PathBuf,
+    }
+
+    impl Scratch {
+        fn new() -> Scratch {
+            let dir = tempfile::tempdir().unwrap();
+            let ng = dir.path().join("bin/ng");
+            let script = dir.path().join("bin/tool");
+            std::fs::create_dir(dir.path().join("bin")).unwrap();
+            std::fs::write(&ng, "").unwrap();
+            std::fs::write(&script, "#!/usr/bin/python3\n").unwrap();
+            let layout = Layout {
+                conf_d: dir.path().join("conf.d"),
+                shims: dir.path().join("shims"),
+            };
+            Scratch {
+                _dir: dir,
+                layout,
+                ng,
+                script,
+            }
+        }
+
+        fn plan(&self) -> Plan {
+            Plan {
+                name: "tool".to_owned(),
+                program: Program::Python {
+                    script: self.script.clone(),
+                    interpreter: "/usr/bin/python3".into(),
+                },
+            }
+        }
+
+        fn install(&self, config: &mut ServerConfig) -> Result<Installed, Failure> {
+            let args = WarmArgs {
+                check: false,
+                mcp: None,
+                names: vec!["tool".to_owned()],
+                check_args: Vec::new(),
+            };
+            install(&self.plan(), &args, &self.layout, config, &self.ng)
+        }
+
+        fn record(&self) -> Option<Record> {
+            let f = Fragment::from_file(&self.layout.table("tool")).ok()?;
+            Record::of(&f)
+        }
+    }
+
+    #[test]
+    fn the_servers_reports_are_read_back_typed() {
+        let mut active = report("black", PoolStatus::Active);
+        active.commands = vec!["black".to_owned()];
+        active.idle = 1;
+        active.residency = Residency::Asleep;
+        active.notices = vec![Notice {
+            kind: "fallback".to_owned(),
+            message: "ran cold".to_owned(),
+            session: None,
+            pid: 7,
+            at_ms: 1,
+        }];
+        active.notice_counts.insert("fallback".to_owned(), 1);
+        let mut disabled = report(
+            "nu",
+            PoolStatus::Disabled {
+                reason: "exited".to_owned(),
+            },
+        );
+        disabled.protocol = Protocol::Nu;
+        let reports = vec![active, disabled, report("old", PoolStatus::Retiring)];
+        // As `ng-stats --json` writes it: the plugins beside the server's own figures.
+        let doc = serde_json::json!({"uptime_ms": 5, "commands": [], "plugins": reports});
+        let text = serde_json::to_vec(&doc).unwrap();
+        assert_eq!(parse_plugins(&text), reports);
+        assert_eq!(parse_plugins(b"{\"uptime_ms\": 5}"), []);
+        assert_eq!(parse_plugins(b"no server"), []);
+    }
+
+    #[test]
+    fn a_plugin_is_ready_with_its_commands_and_a_worker() {
+        let mut r = report("tool", PoolStatus::Active);
+        assert_eq!(readiness(&r), Readiness::Waiting);
+        r.starting = 1;
+        r.commands = vec!["tool".to_owned()];
+        assert_eq!(readiness(&r), Readiness::Waiting);
+        r.busy = 1;
+        assert_eq!(readiness(&r), Readiness::Ready(vec!["tool".to_owned()]));
+        r.status = PoolStatus::Disabled {
+            reason: "no python".to_owned(),
+        };
+        assert_eq!(readiness(&r), Readiness::Disabled("no python".to_owned()));
+    }
+
+    #[test]
+    fn list_states() {
+        assert_eq!(row_state(false, None), "no server");
+        assert_eq!(row_state(true, None), "not loaded");
+        let mut r = report("tool", PoolStatus::Active);
+        assert_eq!(row_state(true, Some(&r)), "active");
+        r.residency = Residency::Evicted;
+        assert_eq!(row_state(true, Some(&r)), "active, evicted");
+        r.residency = Residency::Asleep;
+        assert_eq!(row_state(true, Some(&r)), "active, asleep");
+        r.status = PoolStatus::Disabled {
+            reason: "gave up".to_owned(),
+        };
+        assert_eq!(row_state(true, Some(&r)), "disabled: gave up");
+        r.status = PoolStatus::Retiring;
+        assert_eq!(row_state(true, Some(&r)), "retiring");
+    }
+
+    #[test]
+    fn names_are_command_names() {
+        let s = Scratch::new();
+        for name in ["", "a/b", ".hidden", "../x"] {
+            let (code, message) = find(name, &s.layout).unwrap_err();
+            assert_eq!(code, Exit::Usage, "{name}: {message}");
+        }
+    }
+
+    #[test]
+    fn warm_writes_a_table_and_a_shim_once_and_unwarm_removes_both() {
+        let s = Scratch::new();
+        let mut config = ServerConfig::default();
+        assert!(matches!(s.install(&mut config), Ok(Installed::Written)));
+        assert!(s.record().is_some_and(|r| r.describes(&s.plan().program)));
+        assert!(store::is_shim(&s.layout.shim("tool")));
+        assert_eq!(config.plugins.len(), 1);
+        assert!(matches!(s.install(&mut config), Ok(Installed::Already)));
+
+        let reports = [report("tool", PoolStatus::Active)];
+        let rows = rows(&s.layout, Some(&reports));
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].kind, rows[0].state.as_str()),
+            (Kind::Python, "active")
+        );
+        assert_eq!(rows[0].shims, ["tool"]);
+
+        assert_eq!(remove(&s.layout, &["tool".to_owned()]), (Exit::Ok, true));
+        assert!(!s.layout.table("tool").exists());
+        assert!(s.layout.shim("tool").symlink_metadata().is_err());
+        assert_eq!(remove(&s.layout, &["tool".to_owned()]), (Exit::Ok, false));
+    }
+
+    #[test]
+    fn a_table_written_by_hand_is_neither_replaced_nor_removed() {
+        let s = Scratch::new();
+        std::fs::create_dir_all(&s.layout.conf_d).unwrap();
+        let table = s.layout.table("tool");
+        let text = "[[plugin]]\nname = \"tool\"\ncommand = [\"/bin/tool\"]\n";
+        std::fs::write(&table, text).unwrap();
+        let (code, message) = s.install(&mut ServerConfig::default()).unwrap_err();
+        assert_eq!(code, Exit::Config, "{message}");
+        assert!(message.contains("not written by ngd warm"), "{message}");
+        assert_eq!(
+            remove(&s.layout, &["tool".to_owned()]),
+            (Exit::Config, false)
+        );
+        assert_eq!(std::fs::read_to_string(&table).unwrap(), text);
+        assert!(rows(&s.layout, None).is_empty());
+    }
+
+    #[test]
+    fn a_file_where_the_shim_goes_takes_the_table_back_out() {
+        let s = Scratch::new();
+        std::fs::create_dir_all(&s.layout.shims).unwrap();
+        std::fs::write(s.layout.shim("tool"), "mine").unwrap();
+        let (code, message) = s.install(&mut ServerConfig::default()).unwrap_err();
+        assert_eq!(code, Exit::CantCreate, "{message}");
+        assert!(!s.layout.table("tool").exists());
+        assert_eq!(std::fs::read(s.layout.shim("tool")).unwrap(), b"mine");
+    }
+
+    #[test]
+    fn a_name_another_plugin_serves_is_left_to_it() {
+        let s = Scratch::new();
+        let mut config = ServerConfig::from_toml_str(
+            "[[plugin]]\nname = \"other\"\ncommand = [\"/bin/other\"]\ncommands = [\"tool\"]\n",
+        )
+        .unwrap();
+        let (code, message) = s.install(&mut config).unwrap_err();
+        assert_eq!(code, Exit::Unavailable, "{message}");
+        assert!(message.contains("plugin 'other'"), "{message}");
+        assert!(!s.layout.table("tool").exists());
+    }
+
+    #[test]
+    fn the_path_line_puts_the_shims_first() {
+        assert_eq!(
+            path_line(Path::new("/h/.local/share/ngd/shims")),
+            "export PATH=\"/h/.local/share/ngd/shims:$PATH\""
+        );
+    }
 }
