@@ -70,6 +70,7 @@ mod args;
 mod autostart;
 mod exit;
 mod help;
+mod io;
 mod pty;
 mod request;
 mod session;
