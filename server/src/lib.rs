@@ -10,6 +10,8 @@
 //! * [`event_loop`]: one `mio` loop for every socket; timers; graceful shutdown.
 //! * [`conn`]: one connection's buffers and lifecycle state machine.
 //! * [`session_io`]: what a running command shares with the loop (bounded both ways).
+//! * [`passed_fds`]: the client's own descriptors (and pseudo-terminal) passed with its
+//!   header, held until a command takes them.
 //! * [`nail`]: the public [`Nail`] trait and its [`Context`].
 //! * [`pool`]: the elastic thread pool commands run on.
 //! * [`plugin`]: warm worker processes in any language, over the ngw protocol.
@@ -20,8 +22,13 @@
 //! * [`config`]: the TOML configuration.
 //! * [`logging`]: where the log goes (stderr or a file), text or JSON, colour on terminals.
 //! * [`idle`]: the idle exit of servers started on demand.
+//! * [`memory`]: freed heap memory given back to the kernel once the server goes quiet.
+//! * [`upgrade`]: a server notices that its own binary changed on disk.
 //! * [`activation`]: systemd socket activation and readiness notification.
+//! * [`python_sdk`]: the Python SDK carried inside the binary, for `sdk = "python"`.
+//! * [`sys`]: the raw system calls of the server alone (the shared ones are `ng_sys`'s).
 //! * [`bench`], [`check`]: `ngd bench` and `ngd check`, cold against warm runs.
+//! * [`warm`]: `ngd warm`, `unwarm`, `list` and `shims`: one command makes a program warm.
 //! * [`cli_docs`]: completions and man pages.
 //!
 //! The protocol itself (framing, session rules) is `ng-proto`'s; nothing here parses bytes.
