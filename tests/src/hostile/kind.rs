@@ -253,7 +253,8 @@ impl Kind {
         let peak_per_attempt_kib = match self {
             // Refused after the 5-byte header: nothing of the 64 MiB may be held.
             Kind::Arg64MiB => Some(1024),
-            // Output queued per connection is bounded by the output mark (512 KiB now);
+            // Output queued per connection is bounded by the output mark (512 KiB,
+            // `session_io::OUTPUT_HIGH_WATER`);
             // 6 MiB each leaves room for buffers being swapped and encoded.
             Kind::NeverReads | Kind::NeverReadsFinished | Kind::NeverReadsAlive => Some(6 * 1024),
             _ => None,
