@@ -18,8 +18,8 @@
 //!
 //! Two bugs of the reference are fixed, as the protocol intends:
 //!
-//! * `--nailgun-filearg FILE` before the command no longer makes FILE the command; the file
-//!   becomes the first argument.
+//! * `--nailgun-filearg FILE` before the command does not make FILE the command, as the
+//!   reference's does; the file becomes the first argument.
 //! * `--nailgun-D<name>=<value>` (advertised but forwarded as a literal argument by the
 //!   reference) sets or overrides `<name>` in the environment sent to the server.
 //!   `--nailgun-D<name>` without `=` sets it to the empty string; an empty name is a bad

@@ -14,6 +14,8 @@
 //!   heartbeats, forwarded signals; also how a broken stdout pipe ends the client.
 //! * [`signals`]: the forwarded signals, and stopping or dying by a signal like the command.
 //! * [`pty`]: the controlling terminal (`ctty`): a pseudo-terminal relayed to the user's.
+//! * [`io`]: whole writes and stdin reads on the user's descriptors, for both of those.
+//! * [`sys`]: the client's own raw system call (the rest are `ng_sys`'s).
 //! * [`exit`]: every client failure and its exit code (226–231, 141, 69).
 //! * [`usage`]: the usage text.
 //! * [`anchor`]: `ng` as the anchor that keeps job control working for a warm command that
@@ -70,6 +72,7 @@ mod args;
 mod autostart;
 mod exit;
 mod help;
+mod io;
 mod pty;
 mod request;
 mod session;

@@ -232,7 +232,7 @@ impl Relay {
             break;
         }
         if filled > 0 {
-            crate::session::write_out(self.terminal.fd, &self.output[..filled])?;
+            crate::io::write_out(self.terminal.fd, &self.output[..filled])?;
         }
         if ended {
             self.end();

@@ -69,6 +69,7 @@
 //! [`Ending::Signal`]: `main` re-raises it ([`crate::signals::die_by`]).
 
 use crate::exit::ClientError;
+use crate::io::{read_stdin, write_out};
 use crate::pty::{Relay, Terminal};
 use crate::signals::{self, Catcher};
 use crate::transport::Socket;
@@ -619,51 +620,4 @@ fn stdin_loop(shared: &Shared) {
             return;
         }
     }
-}
-
-/// One `read(2)` on fd 0, retried on `EINTR` and waited out on `EAGAIN` (a non-blocking
-/// stdin inherited from the parent).
-fn read_stdin(buf: &mut [u8]) -> io::Result<usize> {
-    loop {
-        let err = match ng_sys::fd::read(libc::STDIN_FILENO, buf) {
-            Ok(n) => return Ok(n),
-            Err(e) => e,
-        };
-        match err.kind() {
-            io::ErrorKind::Interrupted => {}
-            io::ErrorKind::WouldBlock => wait_for(libc::STDIN_FILENO, libc::POLLIN),
-            _ => return Err(err),
-        }
-    }
-}
-
-/// Writes all of `data` to `fd` (1 or 2, or the user's terminal), unbuffered.
-pub fn write_out(fd: libc::c_int, mut data: &[u8]) -> Result<(), ClientError> {
-    while !data.is_empty() {
-        let err = match ng_sys::fd::write(fd, data) {
-            Ok(n) => {
-                data = &data[n..];
-                continue;
-            }
-            Err(e) => e,
-        };
-        match err.kind() {
-            io::ErrorKind::Interrupted => {}
-            io::ErrorKind::WouldBlock => wait_for(fd, libc::POLLOUT),
-            io::ErrorKind::BrokenPipe => return Err(ClientError::BrokenPipe),
-            _ => return Err(ClientError::broken("write", &err)),
-        }
-    }
-    Ok(())
-}
-
-/// Blocks until `fd` is ready for `events`.
-fn wait_for(fd: libc::c_int, events: libc::c_short) {
-    let mut pfd = [libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    }];
-    // Errors (EINTR) just make the caller retry.
-    let _ = ng_sys::fd::poll(&mut pfd, -1);
 }

@@ -33,6 +33,8 @@
 
 use std::fmt;
 
+pub use crate::signal::SignalName;
+
 /// The environment entry that announces the client's features.
 pub const FEATURES_VAR: &[u8] = b"NGD_CLIENT_FEATURES";
 /// The environment entry that names the descriptors passed with the header.
@@ -298,61 +300,6 @@ pub fn parse_grant(payload: &[u8]) -> Option<u32> {
 
 /// The most stdin credit one `S` may grant, and the most a client may hold: 64 MiB.
 pub const MAX_STDIN_GRANT: u32 = 64 << 20;
-
-/// The name of a signal, `SIG` and 1 to 12 upper-case letters, digits or `+`
-/// (`SIGINT`, `SIGRTMIN+3`). Its number is looked up by whoever delivers it.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct SignalName {
-    len: u8,
-    bytes: [u8; 15],
-}
-
-impl SignalName {
-    /// The longest name accepted, `SIG` included.
-    pub const MAX_LEN: usize = 15;
-
-    /// Validates a name.
-    pub fn new(name: &[u8]) -> Option<Self> {
-        let rest = name.strip_prefix(b"SIG")?;
-        if rest.is_empty()
-            || name.len() > Self::MAX_LEN
-            || !rest
-                .iter()
-                .all(|&b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'+')
-        {
-            return None;
-        }
-        let mut bytes = [0; 15];
-        bytes[..name.len()].copy_from_slice(name);
-        Some(Self {
-            len: name.len() as u8,
-            bytes,
-        })
-    }
-
-    /// The name's bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len)]
-    }
-
-    /// The name as text.
-    pub fn as_str(&self) -> &str {
-        // Only ASCII is ever stored.
-        std::str::from_utf8(self.as_bytes()).unwrap_or("SIG?")
-    }
-}
-
-impl fmt::Debug for SignalName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Display for SignalName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Where a forwarded signal goes on the server (docs/protocol.md, "Signals").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,6 @@
 //! sends that are not in the table stay [`SignalName`]s, and whoever delivers signals
 //! decides what to do with them.
 
-use crate::ext::SignalName;
 use std::fmt;
 
 /// A signal ngd knows by name and number.
@@ -160,6 +159,61 @@ impl Signal {
 impl fmt::Display for Signal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// The name of a signal, `SIG` and 1 to 12 upper-case letters, digits or `+`
+/// (`SIGINT`, `SIGRTMIN+3`). Its number is looked up by whoever delivers it.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SignalName {
+    len: u8,
+    bytes: [u8; 15],
+}
+
+impl SignalName {
+    /// The longest name accepted, `SIG` included.
+    pub const MAX_LEN: usize = 15;
+
+    /// Validates a name.
+    pub fn new(name: &[u8]) -> Option<Self> {
+        let rest = name.strip_prefix(b"SIG")?;
+        if rest.is_empty()
+            || name.len() > Self::MAX_LEN
+            || !rest
+                .iter()
+                .all(|&b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'+')
+        {
+            return None;
+        }
+        let mut bytes = [0; 15];
+        bytes[..name.len()].copy_from_slice(name);
+        Some(Self {
+            len: name.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The name's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII is ever stored.
+        std::str::from_utf8(self.as_bytes()).unwrap_or("SIG?")
+    }
+}
+
+impl fmt::Debug for SignalName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for SignalName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -1,6 +1,6 @@
 //! Server configuration: the `ngd.toml` file, its defaults, and listen addresses.
 //!
-//! `ngd` reads one TOML file (DESIGN.md decision 8): the one named by `--config FILE`, or
+//! `ngd` reads one TOML file: the one named by `--config FILE`, or
 //! else `$XDG_CONFIG_HOME/ngd/ngd.toml` (`~/.config/ngd/ngd.toml` when `XDG_CONFIG_HOME` is
 //! unset or relative). With no file at the default place `ngd` runs on the defaults below; a
 //! file named explicitly must exist. Unknown keys are errors, reported with their line and
@@ -18,8 +18,8 @@
 //! header_timeout_ms = 10000     # the A/E/D.../C header must arrive within this (0: no limit)
 //! max_chunk_bytes = 8388608     # largest single chunk accepted (8 MiB)
 //! max_header_bytes = 16777216   # largest header (all A/E/D/L chunks together, 16 MiB)
-//! max_connections = 1024        # connections served at once; more wait in the backlog
-//! nail_threads = 64             # default: 512 (an elastic bound)
+//! max_connections = 1024        # connections served at once; the next 64 are refused (exit 69)
+//! nail_threads = 512            # in-process commands running at once (an elastic bound)
 //! shutdown_grace_ms = 5000      # how long running commands get to finish on shutdown
 //! log_level = "info"            # tracing filter; absent: RUST_LOG, else "info"
 //! memory_budget_mb = 1024       # all plugins' workers together; least recently used give way
@@ -53,7 +53,7 @@ pub const CONFIG_FILE_NAME: &str = "ngd.toml";
 /// `--nailgun-server local:/path`.
 pub const UNIX_PREFIX: &str = "local:";
 
-/// Chunk lengths at or above 2^31 are protocol errors (research/nailgun.md §8 item 7).
+/// Chunk lengths at or above 2^31 are protocol errors (docs/protocol.md, "Framing").
 const MAX_CHUNK_CEILING: u32 = i32::MAX as u32;
 
 /// Why the configuration could not be loaded or is not acceptable.

@@ -11,6 +11,8 @@
 //! * [`event_loop`]: one `mio` loop for every socket; timers; graceful shutdown.
 //! * [`conn`]: one connection's buffers and lifecycle state machine.
 //! * [`session_io`]: what a running command shares with the loop (bounded both ways).
+//! * [`passed_fds`]: the client's own descriptors (and pseudo-terminal) passed with its
+//!   header, held until a command takes them.
 //! * [`nail`]: the public [`Nail`] trait and its [`Context`].
 //! * [`pool`]: the elastic thread pool commands run on.
 //! * [`plugin`]: warm worker processes in any language, over the ngw protocol.
@@ -20,7 +22,11 @@
 //! * [`security`]: the private runtime directory, socket files, peer credentials.
 //! * [`config`]: the TOML configuration.
 //! * [`idle`]: the idle exit of servers started on demand.
+//! * [`memory`]: freed heap memory given back to the kernel once the server goes quiet.
+//! * [`upgrade`]: a server notices that its own binary changed on disk.
 //! * [`activation`]: systemd socket activation and readiness notification.
+//! * [`python_sdk`]: the Python SDK carried inside the binary, for `sdk = "python"`.
+//! * [`sys`]: the raw system calls of the server alone (the shared ones are `ng_sys`'s).
 //!
 //! The protocol itself (framing, session rules) is `ng-proto`'s; nothing here parses bytes.
 //! The library installs no `tracing` subscriber: the program that embeds it chooses where

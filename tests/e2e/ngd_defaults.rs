@@ -1,6 +1,6 @@
-//! Default addresses (DESIGN.md decision 7): `ngd serve` with no `--listen` listens on its
-//! private runtime directory's socket and on `127.0.0.1:2113`, and our `ng` with no server
-//! named finds it there.
+//! Default addresses: `ngd serve` with no `--listen` listens on its private runtime
+//! directory's socket and on `127.0.0.1:2113`, and our `ng` with no server named finds it
+//! there.
 //!
 //! `XDG_RUNTIME_DIR` points into a temporary directory for the server and the clients, so
 //! the test never meets a developer's real server socket. Port 2113 is global, though: if

@@ -1,6 +1,5 @@
-//! Another user is refused (DESIGN.md decision 2): the peer's uid is checked on every
-//! connection, over loopback TCP (`/proc/net/tcp`) and over a Unix socket
-//! (`SO_PEERCRED`).
+//! Another user is refused: the peer's uid is checked on every connection, over loopback
+//! TCP (`sock_diag`, else `/proc/net/tcp`) and over a Unix socket (`SO_PEERCRED`).
 //!
 //! The client runs as `nobody` through `setpriv`, which needs root; as another user the
 //! test says so loudly and returns. To exercise the credential check itself rather than

@@ -15,8 +15,8 @@ fn filearg_file() -> (tempfile::NamedTempFile, Vec<u8>) {
     (file, content)
 }
 
-/// `--nailgun-filearg FILE` before the command no longer makes FILE the command: the
-/// nail runs. The reference server drops `L` chunks, so the nail sees only the ordinary
+/// `--nailgun-filearg FILE` before the command does not make FILE the command (the C
+/// client's bug): the nail runs. The reference server drops `L` chunks, so the nail sees only the ordinary
 /// arguments.
 #[test]
 fn filearg_before_the_command_runs_the_command() {

@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn requests_match_the_reference_host_bytes() {
-        // From captures/nexoai-0.4.0.txt.
+        // As nexoai 0.4.0's host sends them (captured on the wire).
         assert_eq!(
             request(8, "tools/list", None),
             br#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#

@@ -672,7 +672,7 @@ mod tests {
 
     #[test]
     fn engine_messages_are_byte_exact() {
-        // From captures/nu-0.115.1-plugins.txt (nu_plugin_inc.8779.in), apart from the
+        // As nu 0.115.1 sends them to nu_plugin_inc (captured on the wire), apart from the
         // features: the bridge advertises none (it does not do LocalSocket).
         assert_eq!(
             Encoding::Json.encode(&call_metadata(0)),

@@ -552,7 +552,7 @@ class HeldDescriptors(unittest.TestCase):
 
 
 class OneZygote(Zygotes):
-    """NGW_MAX_ZYGOTES=1: no sub-zygote, every other key runs cold (as before)."""
+    """NGW_MAX_ZYGOTES=1: no sub-zygote, every other key runs cold."""
 
     max_zygotes = 1
 

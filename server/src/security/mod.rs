@@ -2,7 +2,8 @@
 //! peer-uid check every accepted connection goes through.
 //!
 //! `ngd` runs commands with its owner's rights, so it must only ever serve its owner
-//! (DESIGN.md decision 2). This module owns the three guards that make that true by default:
+//! (docs/ARCHITECTURE.md, "Security"). This module owns the three guards that make that true
+//! by default:
 //!
 //! - [`RuntimeDir`]: the directory holding the default socket is created with mode 0700 and,
 //!   when it already exists, must be a real directory (not a symlink) that we own. A wrong
@@ -14,8 +15,8 @@
 //!   front. The returned [`SocketFileGuard`] removes the socket file on drop, but only if the
 //!   path still names the very socket we created.
 //! - [`PeerCheck`]: given an accepted connection, finds out which uid is on the other end
-//!   (`SO_PEERCRED` for Unix sockets; on Linux, the owner of the client's socket in
-//!   `/proc/net/tcp{,6}` for TCP) and decides [`PeerVerdict::Allow`] or
+//!   (`SO_PEERCRED` for Unix sockets; on Linux, for TCP, the owner of the client's socket,
+//!   asked of the kernel with `sock_diag`, else found in `/proc/net/tcp{,6}`) and decides [`PeerVerdict::Allow`] or
 //!   [`PeerVerdict::Refuse`] with a message meant for the user at the other end. A peer whose
 //!   uid cannot be determined is refused: the check fails closed.
 //!

@@ -21,8 +21,8 @@ pub fn peer_uid_unix(sock: &impl AsRawFd) -> io::Result<u32> {
 /// The uid owning the client end of a TCP connection we accepted, when it is on this host.
 ///
 /// `local` is our address on the connection and `peer` the client's. The client's socket is
-/// the row of `/proc/net/tcp` (or `tcp6`) whose local address is `peer` and whose remote
-/// address is `local`. Returns `Ok(None)` when no such live row exists (the client is on
+/// the one whose local address is `peer` and whose remote address is `local`: asked of the
+/// kernel over netlink (`sock_diag`), else the row of `/proc/net/tcp` (or `tcp6`) that says so. Returns `Ok(None)` when no such live row exists (the client is on
 /// another machine, in another network namespace, or already gone), and an error when the
 /// tables cannot be read. Linux only: elsewhere the error is `Unsupported`.
 pub fn peer_uid_tcp(local: SocketAddr, peer: SocketAddr) -> io::Result<Option<u32>> {

@@ -1,46 +1,11 @@
-//! The attacks by name: [`Kind`], what each must get ([`Outcome`]s, by when), and the
-//! function that carries it out.
+//! The attacks by name: [`Kind`], and what each must get ([`Outcome`]s, by when); the
+//! function that carries one out is [`attacks::of`](super::attacks::of).
 
 use std::fmt;
 use std::time::Duration;
 
-use super::attempt::Attempt;
-use super::response::Seen;
-use super::{attacks, Limits, Plan, DRAIN_LINGER, EXIT_PROTOCOL, EXIT_UNAVAILABLE, EXIT_UNKNOWN};
-
-/// How one attempt ended, as the client saw it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Outcome {
-    /// `X n` with no `ngd: ` message: the command ran.
-    Served(i32),
-    /// A `2` chunk starting `ngd: ` and `X n`: the server refused, saying why.
-    Refused(i32),
-    /// The server closed the connection (end of file or reset) without an `X`.
-    Closed,
-    /// The attacker closed first, by design (connect-and-close, reset mid-output).
-    Dropped,
-    /// The connection could not be made.
-    ConnectFailed,
-    /// Nothing conclusive within the time allowed.
-    Hung,
-    /// The server broke the protocol (an unknown chunk type, a malformed `X`, output that
-    /// should not exist).
-    Broken,
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Outcome::Served(n) => write!(f, "served {n}"),
-            Outcome::Refused(n) => write!(f, "refused {n}"),
-            Outcome::Closed => f.write_str("closed"),
-            Outcome::Dropped => f.write_str("dropped"),
-            Outcome::ConnectFailed => f.write_str("connect failed"),
-            Outcome::Hung => f.write_str("HUNG"),
-            Outcome::Broken => f.write_str("BROKEN"),
-        }
-    }
-}
+use super::response::Outcome;
+use super::{Limits, Plan, DRAIN_LINGER, EXIT_PROTOCOL, EXIT_UNAVAILABLE, EXIT_UNKNOWN};
 
 /// Every attack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -253,7 +218,8 @@ impl Kind {
         let peak_per_attempt_kib = match self {
             // Refused after the 5-byte header: nothing of the 64 MiB may be held.
             Kind::Arg64MiB => Some(1024),
-            // Output queued per connection is bounded by the output mark (512 KiB now);
+            // Output queued per connection is bounded by the output mark (512 KiB,
+            // `session_io::OUTPUT_HIGH_WATER`);
             // 6 MiB each leaves room for buffers being swapped and encoded.
             Kind::NeverReads | Kind::NeverReadsFinished | Kind::NeverReadsAlive => Some(6 * 1024),
             _ => None,
@@ -263,37 +229,6 @@ impl Kind {
             due,
             required,
             peak_per_attempt_kib,
-        }
-    }
-
-    /// The function that carries out one attempt of the kind.
-    pub(super) fn attack(self) -> fn(&Attempt<'_>) -> Seen {
-        use attacks::{flood, framing, header, output, sequence, slow};
-        match self {
-            Kind::Length2p31 | Kind::Length2p32m1 => framing::huge_length,
-            Kind::CutMidHeader => framing::cut_mid_header,
-            Kind::CutMidPayload => framing::cut_mid_payload,
-            Kind::CutMidStdin => framing::cut_mid_stdin,
-            Kind::UnknownBeforeCommand => sequence::unknown_before_command,
-            Kind::UnknownAfterCommand => sequence::unknown_after_command,
-            Kind::StdinBeforeCredit => sequence::stdin_before_credit,
-            Kind::StdinAfterEof => sequence::stdin_after_eof,
-            Kind::EnvWithoutEquals => header::env_without_equals,
-            Kind::NonUtf8Header => header::non_utf8_header,
-            Kind::NonUtf8Command => header::non_utf8_command,
-            Kind::Args100k => header::args_100k,
-            Kind::HeaderTooLarge => header::header_too_large,
-            Kind::Arg64MiB => header::arg_64mib,
-            Kind::NoCommand => header::no_command,
-            Kind::Slowloris => slow::slowloris,
-            Kind::SlowlorisTrickle => slow::slowloris_trickle,
-            Kind::HeartbeatsOnly => slow::heartbeats_only,
-            Kind::ConnectClose => slow::connect_close,
-            Kind::RstMidOutput => output::rst_mid_output,
-            Kind::NeverReads | Kind::NeverReadsFinished => output::never_reads,
-            Kind::NeverReadsAlive => output::never_reads_alive,
-            Kind::JunkAfterExit => output::junk_after_exit,
-            Kind::FloodHold | Kind::FloodRequests => flood::flood,
         }
     }
 

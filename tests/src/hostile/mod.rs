@@ -56,8 +56,9 @@ use std::time::Duration;
 
 use ng_testkit::{procfs, Address};
 
-pub use kind::{Kind, Outcome};
+pub use kind::Kind;
 pub use matrix::{failure_details, matrix};
+pub use response::Outcome;
 pub use run::{run_kind, KindReport};
 pub use warm::{probe, warm_up, Baseline};
 

@@ -5,12 +5,45 @@
 //! are checked per type before anything is read. [`classify`] turns a [`Response`] into
 //! the [`Outcome`] the attack tables speak of.
 
+use std::fmt;
 use std::io::{self, Read};
 use std::time::Instant;
 
 use ng_testkit::{Head, Stream};
 
-use super::Outcome;
+/// How one attempt ended, as the client saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    /// `X n` with no `ngd: ` message: the command ran.
+    Served(i32),
+    /// A `2` chunk starting `ngd: ` and `X n`: the server refused, saying why.
+    Refused(i32),
+    /// The server closed the connection (end of file or reset) without an `X`.
+    Closed,
+    /// The attacker closed first, by design (connect-and-close, reset mid-output).
+    Dropped,
+    /// The connection could not be made.
+    ConnectFailed,
+    /// Nothing conclusive within the time allowed.
+    Hung,
+    /// The server broke the protocol (an unknown chunk type, a malformed `X`, output that
+    /// should not exist).
+    Broken,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Served(n) => write!(f, "served {n}"),
+            Outcome::Refused(n) => write!(f, "refused {n}"),
+            Outcome::Closed => f.write_str("closed"),
+            Outcome::Dropped => f.write_str("dropped"),
+            Outcome::ConnectFailed => f.write_str("connect failed"),
+            Outcome::Hung => f.write_str("HUNG"),
+            Outcome::Broken => f.write_str("BROKEN"),
+        }
+    }
+}
 
 /// How reading a response ended.
 #[derive(Debug)]

@@ -231,7 +231,7 @@ fn fire_round(
                         deadline: t0 + bound,
                         gate: kind.is_flood().then_some(gate),
                     };
-                    let seen = kind.attack()(&attempt);
+                    let seen = super::attacks::of(kind)(&attempt);
                     results
                         .lock()
                         .unwrap()

@@ -1,5 +1,5 @@
-//! Byte-exact tests of the core against captures/nexoai-0.4.0.txt and MCP/StreamNook
-//! exchanges.
+//! Byte-exact tests of the core against exchanges captured from nexoai 0.4.0, MCP servers
+//! and StreamNook.
 
 use super::*;
 use crate::config::Options;

@@ -251,7 +251,7 @@ def install():
     md.entry_points = entry_points
     try:
         _fill()
-    except Exception as e:  # noqa: BLE001 - a broken distribution: lookups go on as before
+    except Exception as e:  # noqa: BLE001 - a broken distribution: lookups go on unmemoised
         sys.stderr.write("ngw_contrib.metadata_memo: not filled: %s: %s\n"
                          % (type(e).__name__, e))
     after_imports(_fill)
