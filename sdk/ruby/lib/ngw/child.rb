@@ -1,0 +1,96 @@
+# frozen_string_literal: true
+
+module Ngw
+  # A session's child, forked from the zygote: it makes itself what a cold `ruby` started
+  # by the client would be (process group, standard streams on the client's descriptors or
+  # the worker's pipes, ignored signals, umask, directory, environment, `$0` and `ARGV`),
+  # then runs the program as Ruby runs its main script. It runs inside `fork { }`, so
+  # Ruby ends it as it ends a main program: `at_exit` hooks, an uncaught exception's
+  # message and backtrace, `exit!`, death by an uncaught signal.
+  module Child
+    module_function
+
+    # The signal dispositions a fresh ruby has that the zygote changed.
+    def reset_signals
+      Signal.trap('CHLD', 'SYSTEM_DEFAULT')
+    end
+
+    # Puts `ios` ({fd => IO}) on the standard streams: each IO object (STDIN, STDOUT,
+    # STDERR) is reopened on its descriptor, so it takes the descriptor's kind (a terminal
+    # or not, hence Ruby's buffering) as it would at start-up. An fd missing from `ios` is
+    # closed, as for a cold run started with it closed.
+    def standard_streams(ios)
+      [STDIN, STDOUT, STDERR].each_with_index do |std, fd|
+        io = ios[fd]
+        if io
+          std.reopen(io)
+          io.close unless io.fileno == fd
+        else
+          std.close
+        end
+      end
+      STDOUT.sync = false unless STDOUT.closed?
+      STDERR.sync = true unless STDERR.closed?
+      $stdin = STDIN
+      $stdout = STDOUT
+      $stderr = STDERR
+    end
+
+    # Sets the umask, directory and environment of the session; `delta` is what Ruby's
+    # start-up and the preload changed in the environment, done again.
+    def environment(session, delta)
+      session.sigign.each { |sig| Signal.trap(sig, 'IGNORE') }
+      File.umask(session.umask) if session.umask
+      Dir.chdir(session.dir) if session.dir
+      ENV.replace(session.env)
+      delta.each { |k, v| v.nil? ? ENV.delete(k) : ENV[k] = v }
+    end
+
+    # Replaces the process with the program, the cold way.
+    def exec_cold(argv0, program, args)
+      if program
+        if File.executable?(program)
+          exec([program, program], *args)
+        else
+          exec([RbConfig.ruby, argv0], program, *args)
+        end
+      else
+        exec([RbConfig.ruby, argv0], *args)
+      end
+    end
+
+    # Runs `script` (a path, relative to the directory) as Ruby runs its main program:
+    # compiled as a file (so `__FILE__` and `__dir__` are as cold, and its top frame is
+    # `<main>`), `DATA` after `__END__`. An exception escaping it has the worker's frames
+    # removed from its backtrace, so Ruby prints what a cold run prints.
+    def run_main(script)
+      iseq = RubyVM::InstructionSequence.compile_file(script)
+      data_after_end(script)
+      depth = caller_locations(0).size
+      begin
+        iseq.eval
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        trim_backtrace(e, depth)
+        raise
+      end
+    end
+
+    def trim_backtrace(error, depth)
+      bt = error.backtrace
+      return unless bt && bt.size > depth
+
+      error.set_backtrace(bt[0, bt.size - depth - 1])
+      trim_backtrace(error.cause, depth) if error.cause && !error.cause.equal?(error)
+    end
+
+    def data_after_end(script)
+      text = File.binread(script)
+      at = text.index(/^__END__\r?\n/)
+      return unless at && !Object.const_defined?(:DATA)
+
+      file = File.open(script)
+      file.seek(at + text[at..].index("\n") + 1)
+      Object.const_set(:DATA, file)
+    end
+  end
+end
