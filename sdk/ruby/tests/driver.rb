@@ -83,12 +83,12 @@ module NgwTest
     # `stdin` (a string) answers the worker's `S`; `during` is called with the driver after
     # the header is sent and before output is read (to send interrupts).
     def session(command, args = [], env: ENV.to_h, dir: Dir.pwd, fds: nil, stdin: '',
-                umask: '0022', extra: [], on_output: nil)
+                umask: '0022', extra: [], on_output: nil, fd_map: nil)
       chunks = args.map { |a| ['A', a] }
       chunks += env.map { |k, v| ['E', "#{k}=#{v}"] }
       chunks << ['E', "NGW_UMASK=#{umask}"] << ['E', 'NGW_SESSION=7']
       chunks += extra.map { |e| ['E', e] }
-      chunks << ['E', "NGW_CLIENT_FDS=#{fds.keys.sort.join(',')}"] if fds
+      chunks << ['E', "NGW_CLIENT_FDS=#{fd_map || fds.keys.sort.join(',')}"] if fds
       chunks << ['D', dir] if dir
       chunks << ['C', command]
       data = chunks.map { |t, p| [p.bytesize].pack('N') + t + p.b }.join
@@ -144,9 +144,17 @@ module NgwTest
     end
 
     def close
-      send_chunk('q') rescue nil # rubocop:disable Style/RescueModifier
-      @sock.close
+      unless @sock.closed?
+        begin
+          send_chunk('q')
+        rescue Errno::EPIPE
+          nil
+        end
+        @sock.close
+      end
       Timeout.timeout(10) { Process.wait(@pid) }
+    rescue Errno::ECHILD
+      nil
     rescue Timeout::Error
       Process.kill('KILL', -@pid)
       Process.wait(@pid)
@@ -157,6 +165,11 @@ module NgwTest
     # The worker's exit status, once it exits on its own.
     def wait_exit(timeout = 10)
       Timeout.timeout(timeout) { Process.wait2(@pid)[1] }
+    end
+
+    # Closes ngd's end of the channel, as when ngd dies.
+    def drop_channel
+      @sock.close
     end
   end
 
