@@ -61,26 +61,34 @@ module Ngw
 
     # Runs `script` (a path, relative to the directory) as Ruby runs its main program:
     # compiled as a file (so `__FILE__` and `__dir__` are as cold, and its top frame is
-    # `<main>`), `DATA` after `__END__`. An exception escaping it has the worker's frames
-    # removed from its backtrace, so Ruby prints what a cold run prints.
+    # `<main>`), `DATA` after `__END__`. The worker's own frames, below the program's
+    # `<main>`, are hidden from every backtrace (HideFrames), so that what Ruby prints for
+    # an uncaught exception, and what a program prints of one (rake does), is as cold.
     def run_main(script)
       iseq = RubyVM::InstructionSequence.compile_file(script)
       data_after_end(script)
-      depth = caller_locations(0).size
-      begin
-        iseq.eval
-      rescue Exception => e # rubocop:disable Lint/RescueException
-        trim_backtrace(e, depth)
-        raise
-      end
+      Exception.prepend(HideFrames)
+      iseq.eval
     end
 
-    def trim_backtrace(error, depth)
-      bt = error.backtrace
-      return unless bt && bt.size > depth
+    # The worker's files (bin/ and lib/): frames in them are the worker's.
+    SDK_DIRS = %w[bin lib].map { |d| "#{File.expand_path("../../#{d}", __dir__)}/" }.freeze
 
-      error.set_backtrace(bt[0, bt.size - depth - 1])
-      trim_backtrace(error.cause, depth) if error.cause && !error.cause.equal?(error)
+    def self.ours?(path)
+      SDK_DIRS.any? { |d| path.start_with?(d) }
+    end
+
+    # Exception#backtrace and #backtrace_locations without the worker's frames.
+    module HideFrames
+      def backtrace
+        bt = super
+        bt&.reject { |line| Child.ours?(line) }
+      end
+
+      def backtrace_locations
+        bt = super
+        bt&.reject { |loc| Child.ours?(loc.absolute_path.to_s) || Child.ours?(loc.path.to_s) }
+      end
     end
 
     def data_after_end(script)

@@ -87,19 +87,48 @@ module Ngw
       end
     end
 
-    # At exit (after the program's own hooks), the features the session loaded beyond the
-    # zygote's go to the worker, which learns them as preloads.
-    def report(base)
+    # Records the outermost requires the session makes (a require made while no other is
+    # running: the program's own, not those a library makes while it loads), and at exit,
+    # after the program's own hooks, sends the files they loaded to the worker, which
+    # learns them as preloads. Requiring those files in that order rebuilds what the
+    # program had loaded, each library whole.
+    def report(_base)
       me = Process.pid
       w = @report_w
+      Kernel.prepend(RequireHook)
       at_exit do
         if Process.pid == me
           begin
-            w.write($LOADED_FEATURES[base..].join("\n"))
+            w.write(RequireHook.roots.join("\n"))
             w.close
           rescue StandardError
             nil
           end
+        end
+      end
+    end
+
+    # Kernel#require, noting which file each outermost require loaded.
+    module RequireHook
+      @depth = 0
+      @roots = []
+
+      class << self
+        attr_accessor :depth
+        attr_reader :roots
+      end
+
+      def require(path)
+        return super unless RequireHook.depth.zero?
+
+        before = $LOADED_FEATURES.size
+        RequireHook.depth = 1
+        begin
+          super
+        ensure
+          RequireHook.depth = 0
+          top = $LOADED_FEATURES[before..]&.last
+          RequireHook.roots << top if top
         end
       end
     end
@@ -311,8 +340,8 @@ module Ngw
         end
         @report_r.close
       end
-      @chan.send_chunk('X', exit_payload)
       learn
+      @chan.send_chunk('X', exit_payload)
     end
 
     def exit_payload
