@@ -110,14 +110,16 @@ module Ngw
         log("preloading started #{Thread.list.size - 1} thread(s); sessions are forked anyway")
       end
       @features = OWN_FEATURES + FEATURES.select { |f| @host.include?(f) }
+      unless error
+        log("serving #{commands.map(&:name).join(', ')}; preloaded #{@zygote.preloaded.size} " \
+            "feature(s), watching #{@zygote.watched_count} file(s), key #{@zygote.key_vars.join(' ')}")
+      end
       hello(error)
       if error
         log("worker cannot start: #{error}")
         @chan.flush_all
         exit 78
       end
-      log("serving #{commands.map(&:name).join(', ')}; preloaded #{@zygote.preloaded.size} " \
-          "feature(s), watching #{@zygote.watched_count} file(s), key #{@zygote.key_vars.join(' ')}")
       @chld_r, @chld_w = IO.pipe
       Signal.trap('CHLD') { @chld_w.write_nonblock('.', exception: false) }
       idle_loop
