@@ -308,3 +308,71 @@ both_clients! {
         s.assert_all_warm();
     }
 }
+
+/// A script on the terminal, in a shell in a real pseudo-terminal: it opens `/dev/tty`,
+/// sees its streams as terminals, is stopped by `^Z` and continued by `fg`, and `^C`
+/// reaches its trap. Run cold (`ruby`) and warm (our `ng` through a link named `ruby`, so
+/// the typed lines are the same), the transcripts must be identical byte for byte.
+#[test]
+fn terminal_as_cold() {
+    use ng_tests::bins;
+    use ng_tests::pty::{Pty, PROMPT};
+    use std::ffi::OsStr;
+
+    const TTY_SCRIPT: &str = r#"File.open('/dev/tty', 'w') { |t| t.puts 'tty opens' }
+p [STDIN.tty?, STDOUT.tty?, STDERR.tty?, STDOUT.sync]
+trap('INT') do
+  puts 'caught INT'
+  exit 42
+end
+puts 'ready'
+$stdin.gets
+puts 'not interrupted'
+"#;
+    let s = setup();
+    let (_d, dir) = scratch("ruby-tty-");
+    std::fs::write(dir.join("tty.rb"), TTY_SCRIPT).unwrap();
+    let link = dir.join("bin/ruby");
+    std::fs::create_dir(dir.join("bin")).unwrap();
+    std::os::unix::fs::symlink(bins::ng(), &link).unwrap();
+    let address = s.server.address(Transport::Unix);
+    let server_arg = address.client_args()[1].to_string_lossy().into_owned();
+    let transcript = |rb: &Path| -> String {
+        let env: Vec<(&str, &OsStr)> = vec![
+            ("RB", rb.as_os_str()),
+            ("NAILGUN_SERVER", OsStr::new(&server_arg)),
+            (TAG_VAR, OsStr::new(s.server.tag())),
+        ];
+        let mut pty = Pty::shell(80, 24, &env).unwrap();
+        pty.line(&format!("cd {}", dir.display())).unwrap();
+        let mut shown = pty.expect(PROMPT).unwrap();
+        pty.line("\"$RB\" tty.rb").unwrap();
+        shown.push_str(&pty.expect("ready\r\n").unwrap());
+        pty.send(b"\x1a").unwrap();
+        shown.push_str(&pty.expect(PROMPT).unwrap());
+        pty.line("fg").unwrap();
+        shown.push_str(&pty.expect("tty.rb\r\n").unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        pty.send(b"\x03").unwrap();
+        shown.push_str(&pty.expect(PROMPT).unwrap());
+        pty.line("echo \"@@status=$?@@\"").unwrap();
+        shown.push_str(&pty.expect("@@\r\n").unwrap());
+        shown.replace("\r\n", "\n")
+    };
+    let cold = transcript(Path::new("/usr/bin/ruby"));
+    assert!(
+        cold.contains("tty opens\n[true, true, true, false]\nready\n"),
+        "{cold}"
+    );
+    assert!(cold.contains("Stopped"), "{cold}");
+    assert!(cold.contains("caught INT"), "{cold}");
+    assert!(cold.contains("@@status=42@@"), "{cold}");
+    let warm = transcript(&link);
+    assert_eq!(
+        cold,
+        warm,
+        "warm differs from cold\nlog:\n{}",
+        s.server.plugin_log("ruby")
+    );
+    s.assert_all_warm();
+}

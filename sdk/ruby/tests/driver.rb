@@ -83,17 +83,20 @@ module NgwTest
     # `stdin` (a string) answers the worker's `S`; `during` is called with the driver after
     # the header is sent and before output is read (to send interrupts).
     def session(command, args = [], env: ENV.to_h, dir: Dir.pwd, fds: nil, stdin: '',
-                umask: '0022', extra: [], on_output: nil, fd_map: nil)
+                umask: '0022', extra: [], on_output: nil, fd_map: nil, pty: nil)
       chunks = args.map { |a| ['A', a] }
       chunks += env.map { |k, v| ['E', "#{k}=#{v}"] }
       chunks << ['E', "NGW_UMASK=#{umask}"] << ['E', 'NGW_SESSION=7']
       chunks += extra.map { |e| ['E', e] }
       chunks << ['E', "NGW_CLIENT_FDS=#{fd_map || fds.keys.sort.join(',')}"] if fds
+      chunks << ['E', "NGW_CLIENT_PTY=#{pty[1]}"] if pty
       chunks << ['D', dir] if dir
       chunks << ['C', command]
       data = chunks.map { |t, p| [p.bytesize].pack('N') + t + p.b }.join
       if fds
-        @sock.sendmsg(data, 0, nil, Socket::AncillaryData.unix_rights(*fds.sort.map(&:last)))
+        ios = fds.sort.map(&:last)
+        ios << pty[0] if pty
+        @sock.sendmsg(data, 0, nil, Socket::AncillaryData.unix_rights(*ios))
       else
         @sock.write(data)
       end

@@ -23,17 +23,55 @@ module Ngw
       [STDIN, STDOUT, STDERR].each_with_index do |std, fd|
         io = ios[fd]
         if io
-          std.reopen(io)
-          io.close unless io.fileno == fd
+          std.reopen(io) unless io.equal?(std)
         else
           std.close
         end
       end
+      ios.each_value { |io| io.close unless io.closed? || io.fileno <= 2 }
       STDOUT.sync = false unless STDOUT.closed?
       STDERR.sync = true unless STDERR.closed?
       $stdin = STDIN
       $stdout = STDOUT
       $stderr = STDERR
+    end
+
+    TIOCSCTTY = 0x540E
+    # argv[0] that makes `ng` a job's anchor (client/src/anchor.rs).
+    ANCHOR_ARGV0 = 'ng:anchor'
+
+    # Makes `pty` (the client's pseudo-terminal) the controlling terminal of a new session
+    # this process leads; its process group is then the terminal's foreground group.
+    # Starts the job's anchor (`anchor`, ngd's `ng`, NGW_ANCHOR), which puts a member with
+    # a parent in the session into this group, so that the group is not orphaned and the
+    # terminal's stop keys work (docs/ngw.md 15.7); returns its pid, or nil without one.
+    def controlling_terminal(pty, anchor)
+      Process.setsid
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 2
+      begin
+        pty.ioctl(TIOCSCTTY, 0)
+      rescue Errno::EPERM
+        # The leader of an earlier session on this terminal may still be exiting.
+        raise if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+
+        sleep 0.005
+        retry
+      end
+      return nil unless anchor
+
+      Process.spawn([anchor, ANCHOR_ARGV0], Process.pid.to_s, in: File::NULL, out: File::NULL,
+                                                              err: File::NULL)
+    rescue SystemCallError => e
+      raise if e.is_a?(Errno::EPERM) || !anchor
+
+      nil
+    end
+
+    # Waits for the anchor, which has exited once its member joined this group.
+    def settle_anchor(pid)
+      Process.wait(pid)
+    rescue SystemCallError
+      nil
     end
 
     # Sets the umask, directory and environment of the session; `delta` is what Ruby's

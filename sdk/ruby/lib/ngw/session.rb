@@ -15,11 +15,12 @@ module Ngw
     # can hold its pipes open).
     DRAIN = 0.1
 
-    def self.run(worker, req, command, ios, cold)
-      new(worker, req, command, ios, cold).run
+    def self.run(worker, req, command, ios, cold, pty)
+      new(worker, req, command, ios, cold, pty).run
     end
 
-    def initialize(worker, req, command, ios, cold)
+    def initialize(worker, req, command, ios, cold, pty)
+      @pty, @pty_fds = pty
       @worker = worker
       @chan = worker.chan
       @req = req
@@ -39,11 +40,14 @@ module Ngw
       @worker_pid = Process.pid
       @pid = fork { child_main }
       begin
-        Process.setpgid(@pid, @pid)
+        # A child on a controlling terminal leads a session (setsid, which a group leader
+        # cannot call); any other is a process group in the worker's session.
+        Process.setpgid(@pid, @pid) unless @pty
       rescue SystemCallError
         nil
       end
       (@ios || @child_ios).each_value(&:close)
+      @pty&.close
       @report_w&.close
       @worker.notice('fallback', "#{@cold}; ran cold", @req.id) if @cold
       relay
@@ -55,14 +59,22 @@ module Ngw
       base = $LOADED_FEATURES.size
       begin
         Child.reset_signals
-        Process.setpgid(0, 0)
         Sys.parent_death_signal('KILL')
         exit!(1) if Process.ppid != @worker_pid
         [@chan.io, @worker.chld_r, @worker.chld_w, @report_r, @in_w, @out_r, @err_r].each do |io|
           io.close if io && !io.closed?
         end
+        if @pty
+          anchor = Child.controlling_terminal(@pty, @worker.anchor)
+          @pty_fds.each { |fd| @ios[fd].close unless @ios[fd].equal?(@pty) }
+          @pty_fds.each { |fd| @ios[fd] = @pty }
+        else
+          Process.setpgid(0, 0)
+        end
         Child.standard_streams(@ios || @child_ios)
+
         Child.environment(@req, @worker.zygote.delta)
+        Child.settle_anchor(anchor) if anchor && @cold
         args = @req.args.dup
         if @command.interpreter?
           argv0 = @command.name
@@ -75,6 +87,7 @@ module Ngw
         end
         $0 = script
         ARGV.replace(args)
+        Child.settle_anchor(anchor) if anchor
       rescue SystemCallError, ArgumentError, IOError => e
         (STDERR.closed? ? $stderr : STDERR).write("ngw: cannot start #{@command.name}: #{e.message}\n")
         exit!(126)

@@ -17,7 +17,7 @@ module Ngw
   class Worker
     # Features this worker speaks (docs/ngw.md section 15); the hello lists those that
     # ngd offers.
-    FEATURES = %w[fds signals notices stdin-window].freeze
+    FEATURES = %w[fds signals notices stdin-window ctty].freeze
     # Features that need nothing from ngd.
     OWN_FEATURES = %w[interrupt fork].freeze
     KILL_GRACE = 2.0
@@ -25,7 +25,7 @@ module Ngw
     OUT_HIGH = 1 << 20
 
     # One session's header: what ngd sent, decoded.
-    Request = Struct.new(:args, :env, :dir, :command, :fds, :fd_map, :umask, :sigign,
+    Request = Struct.new(:args, :env, :dir, :command, :fds, :fd_map, :pty_map, :umask, :sigign,
                          :id, keyword_init: true)
 
     def self.main(argv)
@@ -95,6 +95,7 @@ module Ngw
       @chan = Channel.new(sock)
       @host = ENV.fetch('NGW_HOST_FEATURES', '').split(',')
       @anchor = ENV.delete('NGW_ANCHOR')
+      @anchor = nil unless @anchor && File.executable?(@anchor)
       preloads, commands, state = parse_args
       Sys.prepare
       @zygote = Zygote.new(commands, state_dir: state, preloads: preloads, log: method(:log))
@@ -110,6 +111,8 @@ module Ngw
         log("preloading started #{Thread.list.size - 1} thread(s); sessions are forked anyway")
       end
       @features = OWN_FEATURES + FEATURES.select { |f| @host.include?(f) }
+      # A controlling terminal needs the client's descriptors and its signals.
+      @features.delete('ctty') unless feature?('fds') && feature?('signals')
       unless error
         log("serving #{commands.map(&:name).join(', ')}; preloaded #{@zygote.preloaded.size} " \
             "feature(s), watching #{@zygote.watched_count} file(s), key #{@zygote.key_vars.join(' ')}")
@@ -242,6 +245,7 @@ module Ngw
         command: header[:command].force_encoding(locale),
         fds: header[:fds],
         fd_map: meta['NGW_CLIENT_FDS'],
+        pty_map: meta['NGW_CLIENT_PTY'],
         umask: meta['NGW_UMASK'] && Integer(meta['NGW_UMASK'], 8),
         sigign: meta.fetch('NGW_SIGIGN', '').split(',').map { |s| s.delete_prefix('SIG') }
                     .select { |s| Signal.list.key?(s) },
@@ -249,44 +253,59 @@ module Ngw
       )
     rescue ArgumentError
       session = Request.new(args: [], env: env || {}, dir: nil, command: header[:command].to_s,
-                            fds: header[:fds], fd_map: nil, umask: nil, sigign: [], id: nil)
+                            fds: header[:fds], fd_map: nil, pty_map: nil, umask: nil, sigign: [], id: nil)
       session
     end
 
-    # The client's descriptors as {fd => IO}, when the map matches what arrived; else nil
+    # The client's descriptors as {fd => IO}, when the map matches what arrived, and the
+    # pseudo-terminal that came after them with its map ([IO, [fd...]]) or nil; else nil
     # (and they are closed).
     def client_fds(session)
       return nil if session.fds.empty?
 
-      map = session.fd_map.to_s.split(',')
-      fds = map.map { |s| Integer(s, exception: false) }
-      if feature?('fds') && !fds.empty? && fds.size == session.fds.size &&
-         fds.all? { |f| f && f.between?(0, 2) } && fds.each_cons(2).all? { |a, b| a < b }
-        return fds.zip(session.fds).to_h
+      fds = fd_list(session.fd_map)
+      pty = session.pty_map ? fd_list(session.pty_map) : []
+      arrived = session.fds.dup
+      slave = arrived.pop if !pty.empty? && arrived.size == fds.size + 1
+      if feature?('fds') && !fds.empty? && fds.size == arrived.size && (pty - fds).empty?
+        if slave && !feature?('ctty')
+          slave.close
+          slave = nil
+        end
+        return [fds.zip(arrived).to_h, slave && [slave, pty]]
       end
 
       session.fds.each(&:close)
       nil
     end
 
+    # "0,1,2" as [0, 1, 2]: strictly increasing fds among 0-2, or [] if it is not.
+    def fd_list(map)
+      fds = map.to_s.split(',').map { |s| Integer(s, exception: false) }
+      return [] unless fds.all? { |f| f&.between?(0, 2) } && fds.each_cons(2).all? { |a, b| a < b }
+
+      fds
+    end
+
     # One session, from its header to its `X`.
     def run_session(header)
       session = decode(header)
       command = @zygote.commands.find { |c| c.name == session.command }
-      ios = client_fds(session)
+      ios, pty = client_fds(session)
       if ios
-        @chan.send_chunk('t')
+        @chan.send_chunk('t', pty ? 'ctty' : '')
       elsif !session.fds.empty?
         @chan.send_chunk('t', 'relay')
       end
       unless command
         ios&.each_value(&:close)
+        pty&.first&.close
         @chan.send_chunk('2', "ngw-ruby: unknown command #{session.command}\n") unless ios
         @chan.send_chunk('X', "127\n")
         return
       end
       cold = cold_reason(session, command)
-      Ngw::Session.run(self, session, command, ios, cold)
+      Ngw::Session.run(self, session, command, ios, cold, pty)
     end
 
     # Why this session must run the cold way (the real program, exec'd), or nil.
@@ -308,7 +327,7 @@ module Ngw
       nil
     end
 
-    attr_reader :chan, :chld_r, :chld_w, :zygote, :quit
+    attr_reader :chan, :chld_r, :chld_w, :zygote, :quit, :anchor
     attr_accessor :retiring
 
     def learn?
