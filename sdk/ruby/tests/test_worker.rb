@@ -222,6 +222,23 @@ class TestClientDescriptors < Minitest::Test
     assert_as_cold cold([FIXTURE, 'interleave'], merge: true), warm_fds([FIXTURE, 'interleave'], merge: true)
   end
 
+  # A write to a pipe whose reader is gone kills the program with SIGPIPE, silently, as
+  # cold (`ruby prog | head`), rather than raising Errno::EPIPE.
+  def test_closed_pipe_is_sigpipe
+    r, w = IO.pipe
+    err_r, err_w = IO.pipe
+    reader = Thread.new do
+      r.read(10)
+      r.close
+    end
+    res = @w.session('ruby', [FIXTURE, 'yes'], env: env, dir: @dir, fds: { 1 => w, 2 => err_w })
+    [w, err_w].each(&:close)
+    reader.join
+    assert_equal "141 SIGPIPE\n", res.exit
+    assert_equal '', err_r.read
+    err_r.close
+  end
+
   def test_large_stdin_on_the_clients_pipe
     data = 'x' * (3 << 20)
     assert_as_cold cold([FIXTURE, 'stdin'], stdin: data), warm_fds([FIXTURE, 'stdin'], stdin: data)

@@ -15,15 +15,22 @@ module Ngw
       Signal.trap('CHLD', 'SYSTEM_DEFAULT')
     end
 
-    # Puts `ios` ({fd => IO}) on the standard streams: each IO object (STDIN, STDOUT,
-    # STDERR) is reopened on its descriptor, so it takes the descriptor's kind (a terminal
-    # or not, hence Ruby's buffering) as it would at start-up. An fd missing from `ios` is
-    # closed, as for a cold run started with it closed.
+    # Puts `ios` ({fd => IO}) on the standard streams as Ruby's start-up would have built
+    # them there. A terminal is reopened on (`IO#reopen`), so that STDIN, STDOUT or STDERR
+    # takes the terminal's mode (Ruby writes through to a terminal and buffers anything
+    # else). Anything else is put under the stream's fd with dup2, keeping the IO object
+    # Ruby made at the worker's start (not a terminal: the log), which alone has the
+    # start-up flag that makes a write to a closed pipe on STDOUT or STDERR a death by
+    # SIGPIPE, as cold, rather than Errno::EPIPE. An fd missing from `ios` is closed, as
+    # for a cold run started with it closed.
     def standard_streams(ios)
       [STDIN, STDOUT, STDERR].each_with_index do |std, fd|
         io = ios[fd]
         if io
-          std.reopen(io) unless io.equal?(std)
+          next if io.equal?(std)
+
+          std.flush unless fd.zero?
+          std.reopen(io) unless !io.tty? && Sys.dup2(io.fileno, fd)
         else
           std.close
         end
