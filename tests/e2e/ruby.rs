@@ -282,7 +282,7 @@ both_clients! {
         let script = dir.join("exact.rb");
         std::fs::copy(repo_root().join("sdk/ruby/tests/fixtures/exact.rb"), &script).unwrap();
         let big: Vec<u8> = (0..150_000).flat_map(|i| format!("line {i}\n").into_bytes()).collect();
-        for mode in ["info", "interleave", "fork", "atexit", "raise", "kill"] {
+        for mode in ["info", "interleave", "fork", "atexit", "raise", "kill", "caller", "data"] {
             s.same(client, "ruby", "ruby", &["exact.rb", mode], &dir, b"", false);
         }
         let cold = s.same(client, "ruby", "ruby", &["exact.rb", "stdin"], &dir, &big, false);

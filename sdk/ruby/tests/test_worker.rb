@@ -115,7 +115,7 @@ class TestRelayed < Minitest::Test
     @w.session('ruby', args, env: env, dir: @dir, stdin: stdin)
   end
 
-  %w[info interleave fork atexit raise kill].each do |mode|
+  %w[info interleave fork atexit raise kill caller data].each do |mode|
     define_method("test_#{mode}_as_cold") do
       assert_as_cold cold([FIXTURE, mode]), warm([FIXTURE, mode])
     end
@@ -210,7 +210,7 @@ class TestClientDescriptors < Minitest::Test
     FileUtils.rm_rf(@dir)
   end
 
-  %w[info interleave fork atexit raise kill].each do |mode|
+  %w[info interleave fork atexit raise kill caller data].each do |mode|
     define_method("test_#{mode}_as_cold") do
       warm = warm_fds([FIXTURE, mode])
       assert_equal '', warm.taken

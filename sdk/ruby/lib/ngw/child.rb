@@ -113,6 +113,7 @@ module Ngw
       iseq = RubyVM::InstructionSequence.compile_file(script)
       data_after_end(script)
       Exception.prepend(HideFrames)
+      Kernel.prepend(HideCallers)
       iseq.eval
     end
 
@@ -121,6 +122,28 @@ module Ngw
 
     def self.ours?(path)
       SDK_DIRS.any? { |d| path.start_with?(d) }
+    end
+
+    # Kernel#caller and #caller_locations without the worker's frames: the frames a cold
+    # run has, sliced by the same (start, length) or range.
+    module HideCallers
+      def caller(*args)
+        Child.slice_frames(super(1).reject { |l| Child.ours?(l) }, args)
+      end
+
+      def caller_locations(*args)
+        Child.slice_frames(super(1).reject { |l| Child.ours?(l.absolute_path.to_s) || Child.ours?(l.path.to_s) },
+                           args)
+      end
+    end
+
+    # `frames` (the caller's own first) as Kernel#caller(*args) slices them.
+    def self.slice_frames(frames, args)
+      first = args.empty? ? 1 : args[0]
+      return frames[first] if first.is_a?(Range)
+      return nil if first > frames.size
+
+      args[1] ? frames[first, args[1]] : frames[first..]
     end
 
     # Exception#backtrace and #backtrace_locations without the worker's frames.
