@@ -124,7 +124,7 @@ class TestZygote < Minitest::Test
     assert_empty res.notices
     res = @w.session('prog', ['b'], env: env('MYLIB_MODE' => 'fancy'), dir: @dir)
     assert_equal "version 1 mode fancy args [\"b\"]\n", res.stdout
-    assert_equal ['fallback'], res.notices.map { |n| n['kind'] }
+    assert_equal(['fallback'], res.notices.map { |n| n['kind'] })
     assert_match(/MYLIB_MODE differs/, res.notices[0]['message'])
   end
 
@@ -135,7 +135,7 @@ class TestZygote < Minitest::Test
     write_lib(22)
     res = @w.session('prog', [], env: env, dir: @dir)
     assert_equal "version 22 mode plain args []\n", res.stdout
-    assert_equal %w[stale retire fallback], res.notices.map { |n| n['kind'] }
+    assert_equal(%w[stale retire fallback], res.notices.map { |n| n['kind'] })
     assert_equal 0, @w.wait_exit.exitstatus
   end
 

@@ -31,12 +31,14 @@ module WorkerHelpers
   end
 
   def cold_exit(status)
-    status.signaled? ? "#{128 + status.termsig} SIG#{Signal.signame(status.termsig)}\n" : "#{status.exitstatus}\n"
+    return "#{status.exitstatus}\n" unless status.signaled?
+
+    "#{128 + status.termsig} SIG#{Signal.signame(status.termsig)}\n"
   end
 
   # A warm session on the client's descriptors: stdout and stderr on pipes (the same pipe
   # with `merge`), stdin from a pipe fed with `stdin`.
-  def warm_fds(args, stdin: '', merge: false, **kw)
+  def warm_fds(args, stdin: '', merge: false, **opts)
     in_r, in_w = IO.pipe
     out_r, out_w = IO.pipe
     err_r, err_w = merge ? [out_r, out_w] : IO.pipe
@@ -49,7 +51,7 @@ module WorkerHelpers
     end
     reader = Thread.new { out_r.read }
     err_reader = merge ? nil : Thread.new { err_r.read }
-    res = @w.session('ruby', args, env: env, dir: @dir, fds: { 0 => in_r, 1 => out_w, 2 => err_w }, **kw)
+    res = @w.session('ruby', args, env: env, dir: @dir, fds: { 0 => in_r, 1 => out_w, 2 => err_w }, **opts)
     [in_r, out_w, err_w].uniq.each(&:close)
     res.stdout = reader.value.b
     res.stderr = err_reader ? err_reader.value.b : ''.b
@@ -85,11 +87,11 @@ class TestProtocol < Minitest::Test
   end
 
   def test_ping_and_unknown_command
-    assert_equal ['o', 'abc'], @w.ping('abc')
+    assert_equal %w[o abc], @w.ping('abc')
     res = @w.session('nosuch', [])
     assert_equal "127\n", res.exit
     assert_match(/unknown command/, res.stderr)
-    assert_equal ['o', 'x'], @w.ping('x')
+    assert_equal %w[o x], @w.ping('x')
   end
 
   def test_quit_exits_zero
@@ -180,16 +182,16 @@ class TestRelayed < Minitest::Test
       end
     })
     assert_equal "129 SIGHUP\n", res.exit
-    assert_equal ['o', 'after'], @w.ping('after')
+    assert_equal %w[o after], @w.ping('after')
   end
 
   def test_stop_is_reported
     stopped = false
     res = @w.session('ruby', ['-e', '$stdout.sync = true; puts 1; Process.kill(:STOP, $$); puts 2'],
                      env: env, dir: @dir, on_output: lambda { |d, type, _|
-                       if type == "z" && !stopped
+                       if type == 'z' && !stopped
                          stopped = true
-                         d.send_chunk("i", "SIGCONT")
+                         d.send_chunk('i', 'SIGCONT')
                        end
                      })
     assert_equal ['SIGSTOP'], res.stops

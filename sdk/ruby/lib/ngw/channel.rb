@@ -60,8 +60,8 @@ module Ngw
 
     # Writes everything queued, blocking (used before the worker exits).
     def flush_all
-      until flush_some
-        IO.select(nil, [@io], nil, 5) or break
+      loop do
+        break if flush_some || !IO.select(nil, [@io], nil, 5)
       end
     end
 

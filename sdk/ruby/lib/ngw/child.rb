@@ -124,6 +124,11 @@ module Ngw
       SDK_DIRS.any? { |d| path.start_with?(d) }
     end
 
+    # Whether a Thread::Backtrace::Location is in the worker's files.
+    def self.our_location?(loc)
+      ours?(loc.absolute_path.to_s) || ours?(loc.path.to_s)
+    end
+
     # Kernel#caller and #caller_locations without the worker's frames: the frames a cold
     # run has, sliced by the same (start, length) or range.
     module HideCallers
@@ -132,8 +137,7 @@ module Ngw
       end
 
       def caller_locations(*args)
-        Child.slice_frames(super(1).reject { |l| Child.ours?(l.absolute_path.to_s) || Child.ours?(l.path.to_s) },
-                           args)
+        Child.slice_frames(super(1).reject { |l| Child.our_location?(l) }, args)
       end
     end
 
@@ -155,7 +159,7 @@ module Ngw
 
       def backtrace_locations
         bt = super
-        bt&.reject { |loc| Child.ours?(loc.absolute_path.to_s) || Child.ours?(loc.path.to_s) }
+        bt&.reject { |loc| Child.our_location?(loc) }
       end
     end
 

@@ -66,8 +66,10 @@ module Ngw
         end
         if @pty
           anchor = Child.controlling_terminal(@pty, @worker.anchor)
-          @pty_fds.each { |fd| @ios[fd].close unless @ios[fd].equal?(@pty) }
-          @pty_fds.each { |fd| @ios[fd] = @pty }
+          @pty_fds.each do |fd|
+            @ios[fd].close unless @ios[fd].equal?(@pty)
+            @ios[fd] = @pty
+          end
         else
           Process.setpgid(0, 0)
         end
@@ -160,9 +162,7 @@ module Ngw
       @forwarded_stop = false
       @drain_until = nil
       grant
-      until finished?
-        step
-      end
+      step until finished?
       finish
     end
 
@@ -232,14 +232,15 @@ module Ngw
 
         if st.stopped?
           @chan.send_chunk('z', "SIG#{Signal.signame(st.stopsig)}") unless @forwarded_stop ||
-                                                                             !@worker.feature?('signals')
+                                                                           !@worker.feature?('signals')
           next
         end
         @status = st
         return
       end
     rescue Errno::ECHILD
-      @status ||= Process::Status.wait(@pid, Process::WNOHANG) || $?
+      # Reaped elsewhere: the status is lost.
+      @status ||= :lost
     end
 
     def read_channel
@@ -359,6 +360,7 @@ module Ngw
 
     def exit_payload
       st = @status
+      return "1\n" if st == :lost
       return "#{st.exitstatus}\n" if st.exited?
 
       n = st.termsig

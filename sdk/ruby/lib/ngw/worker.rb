@@ -252,9 +252,8 @@ module Ngw
         id: meta['NGW_SESSION']
       )
     rescue ArgumentError
-      session = Request.new(args: [], env: env || {}, dir: nil, command: header[:command].to_s,
-                            fds: header[:fds], fd_map: nil, pty_map: nil, umask: nil, sigign: [], id: nil)
-      session
+      Request.new(args: [], env: env || {}, dir: nil, command: header[:command].to_s,
+                  fds: header[:fds], fd_map: nil, pty_map: nil, umask: nil, sigign: [], id: nil)
     end
 
     # The client's descriptors as {fd => IO}, when the map matches what arrived, and the
@@ -322,7 +321,7 @@ module Ngw
         return why
       end
       return 'ruby options before the script' if command.interpreter? &&
-                                                  (session.args.empty? || session.args[0].start_with?('-'))
+                                                 (session.args.empty? || session.args[0].start_with?('-'))
 
       nil
     end

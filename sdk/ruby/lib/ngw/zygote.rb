@@ -24,7 +24,7 @@ module Ngw
       end
     end
 
-    attr_reader :commands, :key_vars, :preloaded, :failed
+    attr_reader :commands, :key_vars, :preloaded, :failed, :delta
 
     def initialize(commands, state_dir:, preloads:, log:)
       @commands = commands
@@ -88,8 +88,6 @@ module Ngw
       delta
     end
 
-    attr_reader :delta
-
     # Why the client's environment `env` cannot be served by this zygote, or nil.
     def key_mismatch(env)
       @key_vars.each do |name|
@@ -111,7 +109,7 @@ module Ngw
     def changed_file
       @watch.each do |path, sig|
         st = File.stat(path)
-        return path if [st.mtime.to_r, st.size, st.ino] != sig
+        return path if sig != [st.mtime.to_r, st.size, st.ino]
       rescue SystemCallError
         return path
       end
