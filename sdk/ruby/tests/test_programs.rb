@@ -60,6 +60,26 @@ class TestRubocop < Minitest::Test
     res = assert_same_as_cold('rubocop', '/usr/bin/rubocop', ['--cache', 'false', 't.rb'])
     assert_equal "0\n", res.exit
     assert_same_as_cold('rubocop', '/usr/bin/rubocop', ['--no-such-option'])
+    stdin_autocorrect_parallel
+  end
+
+  # `-s FILE` with the source on stdin, `-A` (the file it writes must be the same), and
+  # `--parallel` (rubocop forks its own workers).
+  def stdin_autocorrect_parallel
+    src = "def foo( a )\n  x = 1\n  return a\nend\n"
+    a = File.join(@dir, 'a.rb')
+    File.write(File.join(@dir, 'b.rb'), src)
+    [[['--cache', 'false', '-s', 'x.rb'], src], [['--cache', 'false', '-A', 'a.rb'], ''],
+     [['--cache', 'false', '--parallel', 'a.rb', 'b.rb'], '']].each do |args, stdin|
+      File.write(a, src)
+      warm = @w.session('rubocop', args, env: env, dir: @dir, stdin: stdin)
+      warm_file = File.read(a)
+      File.write(a, src)
+      cold = NgwTest.cold(['/usr/bin/rubocop', *args], env: env, dir: @dir, stdin: stdin)
+      assert_equal [cold[:stdout], cold[:stderr], "#{cold[:status].exitstatus}\n", File.read(a)],
+                   [warm.stdout, warm.stderr, warm.exit, warm_file], args.inspect
+      assert_empty warm.notices
+    end
   end
 end
 
