@@ -100,6 +100,16 @@ module NgwTest
       else
         @sock.write(data)
       end
+      collect(stdin: stdin, on_output: on_output)
+    end
+
+    # Writes bytes as they are on the channel.
+    def raw_write(bytes)
+      @sock.write(bytes)
+    end
+
+    # Everything the worker sends for the session under way, until its `X`.
+    def collect(stdin: '', on_output: nil)
       stdin = stdin.b
       out = +''.b
       err = +''.b

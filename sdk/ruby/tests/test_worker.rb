@@ -173,6 +173,17 @@ class TestRelayed < Minitest::Test
     assert_equal "42\n", res.exit
   end
 
+  # An interrupt in the same read as the header's end is the session's, not dropped.
+  def test_interrupt_right_after_the_header
+    header = [['A', FIXTURE], %w[A sleep], ['E', 'NGW_SESSION=9'], ['D', @dir], %w[C ruby],
+              %w[i SIGTERM]]
+    @w.send_chunk('p', 'x') # a ping first: the worker is idle and reading
+    assert_equal %w[o x], @w.read_chunk
+    @w.raw_write(header.map { |t, p| [p.bytesize].pack('N') + t + p }.join)
+    res = @w.collect
+    assert_equal "143 SIGTERM\n", res.exit
+  end
+
   def test_hangup_ends_the_session
     sent = false
     res = @w.session('ruby', [FIXTURE, 'sleep'], env: env, dir: @dir, on_output: lambda { |d, type, _|

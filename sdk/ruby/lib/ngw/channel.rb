@@ -24,10 +24,20 @@ module Ngw
       # Descriptors that arrived with a read, waiting for the first chunk that starts in
       # that read; [offset in @inbuf where the read's data began, [IO...]].
       @pending_fds = nil
+      @backlog = []
     end
 
     def eof?
       @eof
+    end
+
+    # Chunks read but not handled yet: read_chunks returns them first.
+    def backlog?
+      !@backlog.empty?
+    end
+
+    def unread(chunks)
+      @backlog = chunks + @backlog
     end
 
     # Bytes queued for ngd and not yet written.
@@ -65,9 +75,15 @@ module Ngw
       end
     end
 
-    # Reads once from the socket (it must be readable) and returns the complete chunks that
-    # arrived, as Chunk structs. At end of stream sets eof? and returns what is left.
+    # Returns the backlog if there is one; else reads once from the socket (it must be
+    # readable) and returns the complete chunks that arrived, as Chunk structs. At end of
+    # stream sets eof? and returns what is left.
     def read_chunks
+      unless @backlog.empty?
+        chunks = @backlog
+        @backlog = []
+        return chunks
+      end
       data, _addr, rflags, *controls = @io.recvmsg(1 << 16, 0, 512, scm_rights: true)
       fds = controls.flat_map { |c| c.cmsg_is?(:SOCKET, :RIGHTS) ? c.unix_rights : [] }
       if data.nil? || data.empty?
@@ -119,6 +135,7 @@ module Ngw
 
       @pending_fds[1].each { |f| f.close unless f.closed? }
       @pending_fds = nil
+      @backlog = []
     end
   end
 end

@@ -187,12 +187,13 @@ module Ngw
       timeout = nil
       timeout = [@hangup_at - now, 0].max if @hangup_at && !@status
       timeout = [@drain_until - now, 0].max if @drain_until
+      timeout = 0 if @chan.backlog?
       r, w = IO.select(readers, writers, nil, timeout)
       r ||= []
       w ||= []
       @chan.flush_some if w.include?(@chan.io)
       write_stdin if w.include?(@in_w)
-      read_channel if r.include?(@chan.io)
+      read_channel if r.include?(@chan.io) || @chan.backlog?
       @outputs.each_key.to_a.each { |io| read_output(io) if r.include?(io) }
       read_report if @report_r && r.include?(@report_r)
       wait_child if r.include?(@worker.chld_r) || !@status

@@ -158,43 +158,54 @@ module Ngw
     end
 
     # Between sessions: pings, quit, a session's header; stray chunks are dropped.
+    # Chunks that came in the same read as a header's end belong to its session: they
+    # are put back for it.
     def idle_loop
       header = nil
       until @quit || @chan.eof?
-        writers = @chan.pending_output.positive? ? [@chan.io] : nil
-        ready = IO.select([@chan.io, @chld_r], writers)
-        next unless ready
+        unless @chan.backlog?
+          writers = @chan.pending_output.positive? ? [@chan.io] : nil
+          ready = IO.select([@chan.io, @chld_r], writers)
+          next unless ready
 
-        @chan.flush_some if writers && ready[1].include?(@chan.io)
-        @chld_r.read_nonblock(4096, exception: false) if ready[0].include?(@chld_r)
-        next unless ready[0].include?(@chan.io)
+          @chan.flush_some if writers && ready[1].include?(@chan.io)
+          @chld_r.read_nonblock(4096, exception: false) if ready[0].include?(@chld_r)
+          next unless ready[0].include?(@chan.io)
+        end
 
-        @chan.read_chunks.each do |c|
-          if header
-            header_chunk(header, c)
-            if c.type == 'C'
-              run_session(header)
-              header = nil
-            end
-            next
-          end
-          case c.type
-          when 'p' then @chan.send_chunk('o', c.payload)
-          when 'q' then @quit = true
-          when 'A', 'E', 'D', 'C'
-            header = { args: [], env: [], dir: nil, fds: [] }
-            header_chunk(header, c)
-            if c.type == 'C'
-              run_session(header)
-              header = nil
-            end
-          else
-            c.fds.each(&:close)
-          end
+        chunks = @chan.read_chunks
+        until chunks.empty?
+          c = chunks.shift
+          header = idle_chunk(header, c)
+          next unless c.type == 'C' && header
+
+          @chan.unread(chunks)
+          chunks = []
+          run_session(header)
+          header = nil
         end
         reap_strays
         break if @retiring && header.nil?
       end
+    end
+
+    # One chunk while idle or in a header; returns the header being read, if any.
+    def idle_chunk(header, chunk)
+      if header
+        header_chunk(header, chunk)
+        return header
+      end
+      case chunk.type
+      when 'p' then @chan.send_chunk('o', chunk.payload)
+      when 'q' then @quit = true
+      when 'A', 'E', 'D', 'C'
+        header = { args: [], env: [], dir: nil, fds: [] }
+        header_chunk(header, chunk)
+        return header
+      else
+        chunk.fds.each(&:close)
+      end
+      nil
     end
 
     def header_chunk(header, chunk)
