@@ -213,21 +213,6 @@ fn scratch(prefix: &str) -> (tempfile::TempDir, PathBuf) {
 
 const OFFENCES: &str = "def foo( a )\n  x = 1\n  return a\nend\nputs \"hi\"\n";
 
-const RAKEFILE: &str = r#"task default: :show
-
-desc 'Shows what the task sees'
-task :show do
-  puts "pwd #{Dir.pwd}"
-  puts "GREETING=#{ENV.fetch('GREETING', 'unset')}"
-end
-
-desc 'Fails'
-task :fail do
-  puts 'about to fail'
-  raise 'the task failed'
-end
-"#;
-
 both_clients! {
     /// rubocop on a file with offences, as text and `-f json`, twice each (the first
     /// session teaches the worker what to preload and retires it), then a clean file.
@@ -235,16 +220,17 @@ both_clients! {
         let s = setup();
         let (_d, dir) = scratch("rubocop-");
         std::fs::write(dir.join("t.rb"), OFFENCES).unwrap();
+        let rubocop =
+            |args: &[&str]| s.same(client, "rubocop", "/usr/bin/rubocop", args, &dir, b"", false);
         for _ in 0..2 {
-            let cold = s.same(client, "rubocop", "/usr/bin/rubocop", &["--cache", "false", "t.rb"], &dir, b"", false);
+            let cold = rubocop(&["--cache", "false", "t.rb"]);
             cold.assert_code(1);
             assert!(cold.stdout_text().contains("offenses detected"), "{cold:?}");
-            let cold = s.same(client, "rubocop", "/usr/bin/rubocop", &["--cache", "false", "-f", "json", "t.rb"], &dir, b"", false);
+            let cold = rubocop(&["--cache", "false", "-f", "json", "t.rb"]);
             assert!(cold.stdout_text().starts_with("{\"metadata\""), "{cold:?}");
         }
         std::fs::write(dir.join("t.rb"), "# frozen_string_literal: true\n\nputs 'hi'\n").unwrap();
-        s.same(client, "rubocop", "/usr/bin/rubocop", &["--cache", "false", "t.rb"], &dir, b"", false)
-            .assert_success();
+        rubocop(&["--cache", "false", "t.rb"]).assert_success();
         s.assert_all_warm();
     }
 }
@@ -255,7 +241,8 @@ both_clients! {
     fn rake_as_cold(client) {
         let mut s = setup();
         let (_d, dir) = scratch("rake-");
-        std::fs::write(dir.join("Rakefile"), RAKEFILE).unwrap();
+        let rakefile = repo_root().join("sdk/ruby/tests/fixtures/Rakefile");
+        std::fs::copy(rakefile, dir.join("Rakefile")).unwrap();
         std::fs::create_dir(dir.join("sub")).unwrap();
         s.env.insert("GREETING".into(), "héllo".into());
         for _ in 0..2 {

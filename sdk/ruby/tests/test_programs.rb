@@ -86,21 +86,7 @@ end
 class TestRake < Minitest::Test
   include ProgramHelpers
 
-  RAKEFILE = <<~RUBY
-    task default: :show
-
-    desc 'Shows what the task sees'
-    task :show do
-      puts "pwd \#{Dir.pwd}"
-      puts "GREETING=\#{ENV.fetch('GREETING', 'unset')}"
-    end
-
-    desc 'Fails'
-    task :fail do
-      puts 'about to fail'
-      raise 'the task failed'
-    end
-  RUBY
+  RAKEFILE = File.read(File.expand_path('fixtures/Rakefile', __dir__))
 
   def test_tasks_as_cold
     File.write(File.join(@dir, 'Rakefile'), RAKEFILE)

@@ -8,8 +8,18 @@ require_relative 'driver'
 
 FIXTURE = File.expand_path('fixtures/exact.rb', __dir__)
 
-# Helpers shared by the test classes.
+# Helpers shared by the test classes: a worker serving `ruby` and a scratch directory.
 module WorkerHelpers
+  def setup
+    @dir = Dir.mktmpdir
+    @w = NgwTest::Driver.new('ruby')
+  end
+
+  def teardown
+    @w.close
+    FileUtils.rm_rf(@dir)
+  end
+
   def env
     e = ENV.to_h.reject { |k, _| k.start_with?('NGW_') }
     e['EXACT_VAR'] = "caf\u00e9"
@@ -102,16 +112,6 @@ end
 
 class TestRelayed < Minitest::Test
   include WorkerHelpers
-
-  def setup
-    @dir = Dir.mktmpdir
-    @w = NgwTest::Driver.new('ruby')
-  end
-
-  def teardown
-    @w.close
-    FileUtils.rm_rf(@dir)
-  end
 
   def warm(args, stdin: '')
     @w.session('ruby', args, env: env, dir: @dir, stdin: stdin)
@@ -212,16 +212,6 @@ end
 
 class TestClientDescriptors < Minitest::Test
   include WorkerHelpers
-
-  def setup
-    @dir = Dir.mktmpdir
-    @w = NgwTest::Driver.new('ruby')
-  end
-
-  def teardown
-    @w.close
-    FileUtils.rm_rf(@dir)
-  end
 
   %w[info interleave fork atexit raise kill caller data].each do |mode|
     define_method("test_#{mode}_as_cold") do
