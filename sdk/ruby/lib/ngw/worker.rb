@@ -310,7 +310,7 @@ module Ngw
       unless command
         ios&.each_value(&:close)
         pty&.first&.close
-        @chan.send_chunk('2', "ngw-ruby: unknown command #{session.command}\n") unless ios
+        @chan.send_chunk('2', "ngw-ruby: unknown command #{session.command}\n")
         @chan.send_chunk('X', "127\n")
         return
       end
