@@ -61,6 +61,23 @@ class TestRubocop < Minitest::Test
     assert_equal "0\n", res.exit
     assert_same_as_cold('rubocop', '/usr/bin/rubocop', ['--no-such-option'])
     stdin_autocorrect_parallel
+    configuration_changes
+  end
+
+  # A `.rubocop.yml` changed between runs, then a file it inherits from: each run sees the
+  # configuration as it is (the child reads it, as a cold run does).
+  def configuration_changes
+    File.write(File.join(@dir, 't.rb'), "def foo( a )\n  x = 1\n  return a\nend\n")
+    args = ['--cache', 'false', 't.rb']
+    File.write(File.join(@dir, '.rubocop.yml'), "Style/FrozenStringLiteralComment:\n  Enabled: false\n")
+    first = assert_same_as_cold('rubocop', '/usr/bin/rubocop', args)
+    File.write(File.join(@dir, 'base.yml'), "Layout/SpaceInsideParens:\n  Enabled: false\n")
+    File.write(File.join(@dir, '.rubocop.yml'), "inherit_from: base.yml\n")
+    second = assert_same_as_cold('rubocop', '/usr/bin/rubocop', args)
+    File.write(File.join(@dir, 'base.yml'), "Lint/UselessAssignment:\n  Enabled: false\n")
+    third = assert_same_as_cold('rubocop', '/usr/bin/rubocop', args)
+    assert_equal 3, [first.stdout, second.stdout, third.stdout].uniq.size
+    assert_empty [first, second, third].flat_map(&:notices)
   end
 
   # `-s FILE` with the source on stdin, `-A` (the file it writes must be the same), and
