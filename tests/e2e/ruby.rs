@@ -215,7 +215,8 @@ const OFFENCES: &str = "def foo( a )\n  x = 1\n  return a\nend\nputs \"hi\"\n";
 
 both_clients! {
     /// rubocop on a file with offences, as text and `-f json`, twice each (the first
-    /// session teaches the worker what to preload and retires it), then a clean file.
+    /// session teaches the worker what to preload and retires it), four at once, then a
+    /// clean file.
     fn rubocop_as_cold(client) {
         let s = setup();
         let (_d, dir) = scratch("rubocop-");
@@ -228,6 +229,27 @@ both_clients! {
             assert!(cold.stdout_text().contains("offenses detected"), "{cold:?}");
             let cold = rubocop(&["--cache", "false", "-f", "json", "t.rb"]);
             assert!(cold.stdout_text().starts_with("{\"metadata\""), "{cold:?}");
+        }
+        // Four at once: each shows what the cold run showed.
+        let args = ["--cache", "false", "t.rb"];
+        let cold = rubocop(&args);
+        let running: Vec<_> = (0..4)
+            .map(|_| {
+                let mut cmd = s.server.cmd(client);
+                for (k, v) in &s.env {
+                    cmd = cmd.env(k, v);
+                }
+                cmd.cwd(&dir)
+                    .arg("rubocop")
+                    .args(args)
+                    .timeout(std::time::Duration::from_secs(120))
+                    .spawn()
+            })
+            .collect();
+        for run in running {
+            let warm = run.wait();
+            assert_eq!(cold.code(), warm.code(), "{warm:?}");
+            assert!(cold.stdout == warm.stdout && cold.stderr == warm.stderr, "{cold:?}\n{warm:?}");
         }
         std::fs::write(dir.join("t.rb"), "# frozen_string_literal: true\n\nputs 'hi'\n").unwrap();
         rubocop(&["--cache", "false", "t.rb"]).assert_success();
