@@ -10,9 +10,13 @@ FIXTURE = File.expand_path('fixtures/exact.rb', __dir__)
 
 # Helpers shared by the test classes: a worker serving `ruby` and a scratch directory.
 module WorkerHelpers
+  def worker_args
+    %w[ruby]
+  end
+
   def setup
     @dir = Dir.mktmpdir
-    @w = NgwTest::Driver.new('ruby')
+    @w = NgwTest::Driver.new(*worker_args)
   end
 
   def teardown
@@ -110,8 +114,13 @@ class TestProtocol < Minitest::Test
   end
 end
 
+# Relayed sessions, each child forked when its session starts (no spare).
 class TestRelayed < Minitest::Test
   include WorkerHelpers
+
+  def worker_args
+    %w[--no-spare ruby]
+  end
 
   def warm(args, stdin: '')
     @w.session('ruby', args, env: env, dir: @dir, stdin: stdin)
@@ -210,8 +219,41 @@ class TestRelayed < Minitest::Test
   end
 end
 
+# Sessions on the client's descriptors, each taken by the spare forked ahead of it.
 class TestClientDescriptors < Minitest::Test
   include WorkerHelpers
+
+  # The worker's children that are not sessions' (its spare).
+  def children
+    Dir.glob('/proc/[0-9]*/stat').filter_map do |f|
+      fields = File.read(f).split(') ').last.split
+      File.basename(File.dirname(f)).to_i if fields[1].to_i == @w.pid
+    rescue SystemCallError
+      nil
+    end
+  end
+
+  def wait_for_spare(not_pid = nil)
+    Timeout.timeout(10) do
+      loop do
+        found = children - [not_pid]
+        return found.first unless found.empty?
+
+        sleep 0.02
+      end
+    end
+  end
+
+  def test_the_spare_takes_the_next_session
+    spare = wait_for_spare
+    res = warm_fds(['-e', 'puts $$'])
+    assert_equal "#{spare}\n", res.stdout
+    second = wait_for_spare(spare)
+    refute_equal spare, second
+    Process.kill('KILL', second)
+    sleep 0.1
+    assert_as_cold cold([FIXTURE, 'exit', '3']), warm_fds([FIXTURE, 'exit', '3'])
+  end
 
   %w[info interleave fork atexit raise kill caller data].each do |mode|
     define_method("test_#{mode}_as_cold") do

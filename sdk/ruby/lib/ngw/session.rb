@@ -38,7 +38,7 @@ module Ngw
         @child_ios = { 0 => @in_r, 1 => out_w, 2 => err_w }
       end
       @worker_pid = Process.pid
-      @pid = fork { child_main }
+      @pid = hand_to_spare || fork { child_main }
       begin
         # A child on a controlling terminal leads a session (setsid, which a group leader
         # cannot call); any other is a process group in the worker's session.
@@ -51,6 +51,44 @@ module Ngw
       @report_w&.close
       @worker.notice('fallback', "#{@cold}; ran cold", @req.id) if @cold
       relay
+    end
+
+    # What a spare needs of the session, and the descriptors that go with it.
+    def spare_state
+      ios = []
+      index = ->(io) { io && (ios << io).size - 1 }
+      fds = (@ios || @child_ios).transform_values { |io| index.call(io) }
+      state = { req: @req.to_h.merge(fds: []), command: @command.to_h, cold: @cold,
+                worker_pid: @worker_pid, relayed: @ios.nil?, fds: fds, pty: index.call(@pty),
+                pty_fds: @pty_fds, report: index.call(@report_w) }
+      [state, ios]
+    end
+
+    # The worker's spare takes the session; its pid, or nil (fork one).
+    def hand_to_spare
+      spare = @worker.take_spare
+      return nil unless spare
+
+      state, ios = spare_state
+      spare.hand_over(state, ios) ? spare.pid : nil
+    end
+
+    # In a spare: the Session its state describes, ready for child_main.
+    def self.from_spare(worker, state, ios)
+      req = Worker::Request.new(**state[:req])
+      command = Zygote::Command.new(*state[:command].values_at(:name, :program))
+      fds = state[:fds].transform_values { |i| ios[i] }
+      pty = state[:pty] && [ios[state[:pty]], state[:pty_fds]]
+      session = new(worker, req, command, state[:relayed] ? nil : fds, state[:cold], pty)
+      session.adopt(state, fds, ios)
+      session
+    end
+
+    # The rest of a spare's state: the worker's pid, the child's pipes, the report pipe.
+    def adopt(state, fds, ios)
+      @worker_pid = state[:worker_pid]
+      @child_ios = fds if state[:relayed]
+      @report_w = state[:report] && ios[state[:report]]
     end
 
     # --- in the child --------------------------------------------------------------------

@@ -5,6 +5,7 @@ require_relative 'channel'
 require_relative 'sys'
 require_relative 'zygote'
 require_relative 'child'
+require_relative 'spare'
 
 module Ngw
   SDK_VERSION = 'ngw-ruby/0.1.0'
@@ -55,6 +56,7 @@ module Ngw
       commands = []
       state = File.join(ENV['XDG_STATE_HOME'] || File.join(Dir.home, '.local/state'), 'ngw-ruby')
       @learn = true
+      @spares = true
       args = @argv.dup
       until args.empty?
         a = args.shift
@@ -62,6 +64,7 @@ module Ngw
         when '--preload' then preloads << (args.shift or usage_error('--preload needs a feature'))
         when '--state-dir' then state = (args.shift or usage_error('--state-dir needs a directory'))
         when '--no-learn' then @learn = false
+        when '--no-spare' then @spares = false
         when /\A-/ then usage_error("unknown option #{a}")
         else commands << command_spec(a)
         end
@@ -126,6 +129,7 @@ module Ngw
       @chld_r, @chld_w = IO.pipe
       Signal.trap('CHLD') { @chld_w.write_nonblock('.', exception: false) }
       idle_loop
+      @spare&.discard
       @chan.flush_all
       exit 0
     end
@@ -163,6 +167,7 @@ module Ngw
     def idle_loop
       header = nil
       until @quit || @chan.eof?
+        prepare_spare
         unless @chan.backlog?
           writers = @chan.pending_output.positive? ? [@chan.io] : nil
           ready = IO.select([@chan.io, @chld_r], writers)
@@ -220,10 +225,27 @@ module Ngw
       end
     end
 
+    # Forks the spare the next session takes, unless there is one (or spares are off, or
+    # the worker is leaving).
+    def prepare_spare
+      return if @spare || !@spares || @retiring || @quit || @chan.eof?
+
+      @spare = Spare.fork_for(self)
+    end
+
+    # The spare, for a session to take (nil if there is none).
+    def take_spare
+      spare = @spare
+      @spare = nil
+      spare
+    end
+
     def reap_strays
       loop do
         pid = Process.waitpid(-1, Process::WNOHANG)
         break unless pid
+
+        take_spare&.discard if @spare && pid == @spare.pid
       end
     rescue Errno::ECHILD
       nil
