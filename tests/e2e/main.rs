@@ -59,3 +59,5 @@ mod terminal;
 mod exact;
 // One command makes a program warm: ngd warm/unwarm/list/shims, the SDK ngd carries.
 mod warm;
+// The Ruby worker (sdk/ruby): rubocop, rake and a script of our own, warm as cold.
+mod ruby;

@@ -1,0 +1,214 @@
+# frozen_string_literal: true
+
+require 'rbconfig'
+require_relative 'wire'
+
+module Ngw
+  # What the zygote is: the commands it serves, what it preloaded, the environment that
+  # preloading depends on (its key), the files it loaded (watched for changes), and the
+  # preloads learned from earlier sessions.
+  #
+  # A command is either a program (`NAME=PATH`: a Ruby script such as a RubyGems binstub,
+  # run as `ruby PATH ARGS`) or the interpreter itself (`NAME` alone: `NAME SCRIPT ARGS`
+  # runs SCRIPT as `ruby SCRIPT ARGS` does; any other form of the command line, such as
+  # options before the script, runs the real `ruby`).
+  class Zygote
+    # Variables fixed when Ruby and RubyGems start: part of every zygote's key.
+    KEY_VARS = %w[RUBYOPT RUBYLIB GEM_HOME GEM_PATH GEM_SPEC_CACHE BUNDLE_GEMFILE
+                  LANG LC_ALL LC_CTYPE].freeze
+
+    Command = Struct.new(:name, :program) do
+      # The interpreter form: the first argument is the script.
+      def interpreter?
+        program.nil?
+      end
+    end
+
+    attr_reader :commands, :key_vars, :preloaded, :failed, :delta
+
+    def initialize(commands, state_dir:, preloads:, log:)
+      @commands = commands
+      @state_dir = state_dir
+      @explicit = preloads
+      @log = log
+      @start_env = ENV.to_h.reject { |k, _| k.start_with?('NGW_') }
+      @key_vars = KEY_VARS.dup
+      @watch = {}
+      @preloaded = []
+      @failed = []
+    end
+
+    # The file learned preloads are kept in, one feature path a line.
+    def learned_path
+      File.join(@state_dir, "#{(ENV['NGW_PLUGIN'] || 'ngw-ruby').gsub(/[^\w.-]/, '_')}.preload")
+    end
+
+    def learned
+      File.exist?(learned_path) ? File.read(learned_path).split("\n").reject(&:empty?) : []
+    rescue SystemCallError
+      []
+    end
+
+    # Requires what the zygote preloads: the explicit `--preload` features, then the
+    # learned ones, recording every environment variable read and every file opened on
+    # the way. A learned feature that fails is skipped (and logged); an explicit one that
+    # fails is an error, raised.
+    def preload!
+      Recorder.start
+      @explicit.each do |feature|
+        require feature
+        @preloaded << feature
+      end
+      learned.each do |path|
+        next if $LOADED_FEATURES.include?(path)
+
+        begin
+          require path
+          @preloaded << path
+        rescue ScriptError, StandardError => e
+          @failed << path
+          @log.call("learned preload #{path} failed: #{e.class}: #{e.message}")
+        end
+      end
+    ensure
+      read, opened = Recorder.stop
+      @key_vars |= read.reject { |name| name.start_with?('NGW_') }
+      (($LOADED_FEATURES.select { |f| f.start_with?('/') }) + opened.to_a).each { |f| watch(f) }
+      @commands.each { |c| watch(c.program) if c.program }
+      @delta = compute_delta
+    end
+
+    # Variables that Ruby's start-up or the preload set or removed: a cold run would do the
+    # same, so each session's child does it again ({name => value or nil}).
+    def compute_delta
+      now = ENV.to_h.reject { |k, _| k.start_with?('NGW_') }
+      delta = {}
+      now.each { |k, v| delta[k] = v if @start_env[k] != v }
+      (@start_env.keys - now.keys).each { |k| delta[k] = nil }
+      delta
+    end
+
+    # Why the client's environment `env` cannot be served by this zygote, or nil.
+    def key_mismatch(env)
+      @key_vars.each do |name|
+        next if env[name] == @start_env[name]
+
+        return "#{name} differs from the zygote's"
+      end
+      nil
+    end
+
+    def watch(path)
+      st = File.stat(path)
+      @watch[path] = [st.mtime.to_r, st.size, st.ino] if st.file?
+    rescue SystemCallError
+      nil
+    end
+
+    # The first watched file that changed since preloading (or is gone), or nil.
+    def changed_file
+      @watch.each do |path, sig|
+        st = File.stat(path)
+        return path if sig != [st.mtime.to_r, st.size, st.ino]
+      rescue SystemCallError
+        return path
+      end
+      nil
+    end
+
+    def watched_count
+      @watch.size
+    end
+
+    # The directories whose files may be learned as preloads: the standard library's and
+    # the installed gems', never the program's own or the user's files.
+    def self.library_dirs
+      dirs = [RbConfig::CONFIG['rubylibprefix'], RbConfig::CONFIG['vendordir'],
+              RbConfig::CONFIG['sitedir'], RbConfig::CONFIG['rubyarchdir'],
+              RbConfig::CONFIG['vendorarchdir'], RbConfig::CONFIG['sitearchdir'],
+              '/usr/share/rubygems-integration', '/usr/lib/ruby']
+      dirs += Gem.path if defined?(Gem)
+      dirs.compact.reject(&:empty?).map { |d| d.end_with?('/') ? d : "#{d}/" }.uniq
+    end
+
+    # Adds the features a session loaded (absolute paths, in load order) to the learned
+    # preloads; returns how many were new.
+    def learn(features)
+      dirs = Zygote.library_dirs
+      old = learned
+      known = old.to_h { |f| [f, true] }
+      fresh = features.select do |f|
+        !known[f] && f.end_with?('.rb', '.so') && dirs.any? { |d| f.start_with?(d) }
+      end
+      return 0 if fresh.empty?
+
+      Dir.mkdir(@state_dir) unless Dir.exist?(@state_dir)
+      tmp = "#{learned_path}.#{Process.pid}"
+      File.write(tmp, (old + fresh).join("\n") << "\n")
+      File.rename(tmp, learned_path)
+      fresh.size
+    rescue SystemCallError => e
+      @log.call("cannot save learned preloads: #{e.message}")
+      0
+    end
+
+    # Records, while the zygote preloads, the environment variables read through ENV and
+    # the files opened through File.open / IO.read and friends.
+    module Recorder
+      @on = false
+      @read = {}
+      @opened = {}
+
+      class << self
+        attr_reader :read, :opened
+
+        def on?
+          @on
+        end
+
+        def start
+          @on = true
+          ENV.singleton_class.prepend(EnvHook) unless ENV.singleton_class < EnvHook
+          File.singleton_class.prepend(FileHook) unless File.singleton_class < FileHook
+        end
+
+        def stop
+          @on = false
+          [@read.keys, @opened.keys]
+        end
+
+        def env(name)
+          @read[name.to_s] = true if @on && name
+        end
+
+        def file(path)
+          return unless @on && (path.is_a?(String) || path.respond_to?(:to_path))
+
+          @opened[File.expand_path(path)] = true
+        rescue StandardError
+          nil
+        end
+      end
+
+      # ENV's readers, recording the name asked for.
+      module EnvHook
+        %i[[] fetch key? include? has_key? member?].each do |m|
+          define_method(m) do |name, *rest, &blk|
+            Recorder.env(name)
+            super(name, *rest, &blk)
+          end
+        end
+      end
+
+      # File's openers, recording the path opened.
+      module FileHook
+        %i[open read readlines foreach binread new].each do |m|
+          define_method(m) do |path, *rest, **kw, &blk|
+            Recorder.file(path)
+            super(path, *rest, **kw, &blk)
+          end
+        end
+      end
+    end
+  end
+end
