@@ -54,10 +54,9 @@ import subprocess
 import sys
 import time
 
-from . import _wire
+from . import _sys, _wire
 from ._channel import Channel
 from ._exact import SDK_DIR, python_path
-from ._fork.common import PR_SET_PDEATHSIG, load_libc
 from ._fork.stdio import configure_pty, winsize_of
 
 #: The environment variable bounding the zygotes of one worker, the root included.
@@ -94,11 +93,9 @@ def as_sub_zygote():
         root = int(raw)
     except ValueError:
         return None
-    prctl = load_libc()[0]
-    if prctl is not None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() != root:
-        os._exit(0)  # the root died before the call took effect
+    _sys.die_with_parent(root, 0)
+    if os.getppid() != root:  # (also where the signal cannot be asked for)
+        os._exit(0)  # the root is gone already
     return what
 
 

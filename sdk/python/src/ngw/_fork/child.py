@@ -21,8 +21,9 @@ from .. import _argv, _exact, _pages, _pyexit
 from .._context import Context
 from .._session import SessionInfo
 from . import stdio
-from .common import (CMSG_SPACE, FD, LEN, PR_SET_PDEATHSIG, REPORT, STOP_REPORT, getsignal,
-                     setsignal, sigmask)
+from .._sys import die_with_parent
+from .common import (CMSG_SPACE, FD, LEN, REPORT, STOP_REPORT, getsignal, setsignal,
+                     sigmask)
 from .stdio import close_fd, make_streams
 
 _DFL, _IGN = int(signal.SIG_DFL), int(signal.SIG_IGN)  # _signal's functions take ints
@@ -98,8 +99,7 @@ class Child:
         self._rehearse_spare = runner.rehearse_spare
         self._signals = runner.signals
         self._pid = runner.pid
-        self._prctl, self._environ, self._ctypes = runner.libc
-        self._environ_types = runner.environ_types
+        self._environ = runner.environ
         self._report_path = runner.report_path
         self._inherited = runner.child_closes()
         self._learn = runner.learn  # an _adaptive.Learned, with adaptive preloading
@@ -172,10 +172,8 @@ class Child:
         # an emulated terminal as its controlling terminal.
         if not self._job_control:
             os.setsid()
-        if self._prctl is not None:
-            self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != self._pid:  # the worker died before the request took effect
-                os._exit(128 + signal.SIGKILL)
+        # Dies with the worker (exits at once if the worker is gone already).
+        die_with_parent(self._pid, 128 + signal.SIGKILL)
         # Nothing of the worker's plumbing stays open.
         for fd in self._inherited + [s.fd for s in streams]:
             try:
@@ -403,10 +401,7 @@ class Child:
             # Signals are blocked until the command runs: no SIGTTOU for tcsetpgrp.
             os.setpgid(0, 0)
             os.tcsetpgrp(fd, os.getpgrp())
-            if self._prctl is not None:
-                self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-                if os.getppid() != leader:
-                    os._exit(128 + signal.SIGKILL)
+            die_with_parent(leader, 128 + signal.SIGKILL)
             # The exit report in the leader's name: the worker has the status as soon as
             # the command reports it, not after the leader saw it exit.
             self._report_pid = leader
@@ -450,9 +445,9 @@ class Child:
         data, entries = _environ_plan(env, self.env_delta, self.env_rules)
         _KEEP.append(os.environ._data)
         if self._environ is not None:
-            array = self._environ_array(len(entries))(*entries)
+            array = self._environ.array(entries)
             _KEEP.append((entries, array))
-            self._environ.value = self._ctypes.addressof(array)
+            self._environ.point(array)
         else:
             for name in list(os.environ._data):
                 os.unsetenv(name)
@@ -461,17 +456,6 @@ class Child:
         os.environ._data = data
         if getattr(os, "environb", None) is not None:
             os.environb._data = data
-
-    def _environ_array(self, n):
-        """A ctypes array type for n entries and the terminating NULL (the rest is NULL
-        too): a few capacities, so that the type exists already."""
-        cap = 64
-        while cap <= n:
-            cap *= 2
-        t = self._environ_types.get(cap)
-        if t is None:
-            t = self._environ_types[cap] = self._ctypes.c_char_p * cap
-        return t
 
     def _successor(self, ctl, request):
         """In a spare the worker asked for its successor (docs/ngw.md 11.5): a copy of this
@@ -557,10 +541,7 @@ class Child:
             os.setpgid(0, self._worker_pgrp)  # the worker's group, as a spare it forks
         if _sigpending():
             os._exit(0)
-        if self._prctl is not None:
-            self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != self._pid:
-                os._exit(128 + signal.SIGKILL)
+        die_with_parent(self._pid, 128 + signal.SIGKILL)
         for n, s in enumerate(streams):
             os.dup2(s.child_fd, n)
         for s in streams:
@@ -589,7 +570,7 @@ class Child:
         env = dict(os.environ)
         data, entries = _environ_plan(env, self.env_delta, self.env_rules)
         if self._environ is not None:
-            self._environ_array(len(entries))(*entries)
+            self._environ.array(entries)
         if p.poll(0):
             return
         info = SessionInfo.blank(env)

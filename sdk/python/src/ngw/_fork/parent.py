@@ -19,7 +19,8 @@ from .._channel import close_fds
 from .._signals import exit_payload
 from . import stdio
 from .child import Child
-from .common import FD, LEN, REPORT, Cloner, libc_handle, load_libc, sigmask
+from .._sys import CEnviron, Cloner, libc_handle, load_libc
+from .common import FD, LEN, REPORT, sigmask
 from .relay import Relay, exit_code_of_status
 from .spares import NOT_YET, SpareIO, Spares
 from .stdio import (Stream, close_fd, close_streams, configure_pty, make_streams,
@@ -130,7 +131,7 @@ class ForkRunner(SpareIO):
         self.zombies = []  # children that are gone or going but not reaped yet
         self.pid = os.getpid()
         self.pgrp = os.getpgrp()
-        self.libc = load_libc()
+        self.libc = load_libc()  # so that no child loads the C library again
         # The `ng` a command that leads its own session runs as its job's anchor (15.7).
         self.anchor = os.environ.get("NGW_ANCHOR") or None
         if self.anchor is not None and not os.access(self.anchor, os.X_OK):
@@ -143,11 +144,7 @@ class ForkRunner(SpareIO):
         # The pages children write: learned from their reports, pre-faulted by spares
         # (copy-on-write pre-faulting, docs/ngw.md 11.7); nothing to do without spares.
         self.pages = _pages.Pages(log, cap=None if config.prefork else 0, libc=libc_handle())
-        # ctypes array types for the C environment, by capacity (creating one costs ~25 us)
-        self.environ_types = {}
-        if self.libc[2] is not None:
-            for cap in (64, 128, 256):
-                self.environ_types[cap] = self.libc[2].c_char_p * cap
+        self.environ = CEnviron.find()  # the C environment, pointed at each child's
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
