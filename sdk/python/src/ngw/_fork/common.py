@@ -1,7 +1,8 @@
 """What the worker side and the child side of fork mode share: the sizes of the records
-they exchange, and `_signal`'s C functions. The C library's own functions are `_sys`'s
+they exchange and their reader (`Inbox`), and `_signal`'s C functions. The C library's own functions are `_sys`'s
 (`load_libc` and `libc_handle` are named here too, as the page tests import them)."""
 
+import marshal
 import signal
 import socket
 import struct
@@ -22,3 +23,41 @@ REPORT = struct.Struct("=iI")  # a child's exit report: pid, exit status
 STOP_REPORT = 1 << 16
 FD = struct.Struct("=i")
 CMSG_SPACE = socket.CMSG_SPACE(3 * FD.size)  # room for three descriptors
+
+
+class Inbox:
+    """Records read from a socket (each a LEN-prefixed marshal dump), and the descriptors
+    that came with them (SCM_RIGHTS). It does no I/O itself: the reader feeds it what
+    `recvmsg` returned."""
+
+    __slots__ = ("buf", "fds")
+
+    def __init__(self):
+        self.buf = bytearray()  # what was read past the records taken
+        self.fds = []  # descriptors received and not taken
+
+    def feed(self, data, ancdata=()):
+        """What one `recvmsg` returned: its data and its ancillary data."""
+        for level, kind, cdata in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                self.fds.extend(FD.unpack_from(cdata, i)[0]
+                                for i in range(0, len(cdata) - len(cdata) % 4, 4))
+        self.buf += data
+
+    def whole(self):
+        """Whether a whole record is there."""
+        buf = self.buf
+        return len(buf) >= LEN.size and len(buf) >= LEN.size + LEN.unpack_from(buf)[0]
+
+    def take(self):
+        """The first record (there must be a whole one: `whole`); the descriptors stay
+        until `take_fds`."""
+        end = LEN.size + LEN.unpack_from(self.buf)[0]
+        record = marshal.loads(memoryview(self.buf)[LEN.size:end])
+        del self.buf[:end]
+        return record
+
+    def take_fds(self):
+        """The descriptors received so far."""
+        fds, self.fds = self.fds, []
+        return fds
