@@ -109,6 +109,35 @@ class Pace:
         self.took[name] = now - handed
 
 
+def take_spare(spares, on_terminal):
+    """A session starts: its spare from `spares`, or None. A spare that leads a session
+    of its own serves only a session on the client's terminal (`on_terminal`): it cannot
+    join the worker's session again, nor leave its own; it is discarded."""
+    child = spares.take()
+    if child is not None and child.led and not on_terminal:
+        spares.discard_taken(child)
+        return None
+    return child
+
+
+def after_session(spares, resume, back_to_back):
+    """After a session's X: the next session's spare. It is forked once the session's
+    child has been reaped (`Spares.fork_if_due`, from the idle loop on SIGCHLD), so that
+    its fork does not compete for the CPU with the client still receiving X; right away
+    when sessions come back to back, so that it is ready sooner, and then the spare is
+    asked for its successor at once, so that the session after it finds one ready too
+    (docs/ngw.md 11.5). `resume`: the worker goes on with spares (they are wanted, no
+    quit, the channel is there)."""
+    if resume and spares.spare is None:
+        spares.make_due()
+    else:
+        spares.not_due()
+    if resume and back_to_back:
+        if spares.spare is None:
+            spares.fork_spare(rehearse=False)  # the session would interrupt it anyway
+        spares.ask()
+
+
 class ExitReports:
     """The pipe children report their exit status on, right before _exit(), after closing
     their standard streams, so that X need not wait for the kernel to tear the child
@@ -250,7 +279,7 @@ class ForkRunner(SpareIO):
         self.spares.not_due()  # too late for one: this session forks its own child
         self.reap()
         self.reports.read()
-        spare = self._take_spare(info)
+        spare = take_spare(self.spares, on_terminal=info.pty is not None)
         self._plan(info, cmd, client_fds)
         child, streams = self._hand_spare(spare, info, cmd, client_fds)
         if child is None:
@@ -286,19 +315,10 @@ class ForkRunner(SpareIO):
         if relay.error is not None:
             raise relay.error
         gone = chan.eof or chan.dead
-        self._after_session(not relay.quit and not gone, back_to_back)
+        after_session(self.spares, self.config.prefork and not relay.quit and not gone,
+                      back_to_back)
         self.reap()
         return relay.quit, gone
-
-    def _take_spare(self, info):
-        """The spare for this session, or None. A spare that leads a session of its own
-        serves only a session on the client's terminal: it cannot join the worker's
-        session again, nor leave its own."""
-        child = self.spares.take()
-        if child is not None and child.led and info.pty is None:
-            self.spares.discard_taken(child)
-            return None
-        return child
 
     def _plan(self, info, cmd, client_fds):
         """What the session's record says before it is handed over: its terminals, when
@@ -351,23 +371,6 @@ class ForkRunner(SpareIO):
         except OSError as e:
             close_streams(streams)
             return None, None, "ngw: cannot fork: %s\n" % e
-
-    def _after_session(self, resume, back_to_back):
-        """After X: the next session's spare. It is forked once this child has been reaped
-        (reap(), from the idle loop on SIGCHLD), so that its fork does not compete for the
-        CPU with the client still receiving this X; right away when sessions come back to
-        back, so that it is ready sooner, and then the spare is asked for its successor at
-        once, so that the session after it finds one ready too (docs/ngw.md 11.5).
-        `resume`: the worker goes on (no quit, the channel is there)."""
-        resume = resume and self.config.prefork
-        if resume and self.spares.spare is None:
-            self.spares.make_due()
-        else:
-            self.spares.not_due()
-        if resume and back_to_back:
-            if self.spares.spare is None:
-                self._fork_spare(rehearse=False)  # the session would interrupt it anyway
-            self.spares.ask()
 
     def _cold_reason(self, info, cmd):
         """Why this session runs the cold way (docs/ngw.md 12.4), or None: warm."""
