@@ -1,15 +1,15 @@
 """Fork mode's state machines, step by step, without a process: whether a child leads its
-session (`lead.Leading`), a spare's messages from the worker (`common.Inbox`), the pace
-of sessions (`parent.Pace`), and what a session asks of the spares when it starts and
-after its X (`parent.take_spare`, `parent.after_session`, over `spares.Spares` with a
-scripted `SpareIO`)."""
+session (`lead.Leading`), a spare's messages from the worker (`common.Inbox`), where a
+session's child runs (`common.placement`), the pace of sessions (`parent.Pace`), and
+what a session asks of the spares when it starts and after its X (`parent.take_spare`,
+`parent.after_session`, over `spares.Spares` with a scripted `SpareIO`)."""
 
 import marshal
 import socket
 import unittest
 
 from ngw._fork import parent
-from ngw._fork.common import FD, LEN, Inbox
+from ngw._fork.common import FD, LEN, Inbox, Place, placement
 from ngw._fork.lead import Lead, Leading
 from ngw._fork.parent import Pace, after_session, take_spare
 from ngw._fork.spares import NOT_YET, SpareIO, Spares, State
@@ -107,6 +107,31 @@ class InboxSteps(unittest.TestCase):
         inbox.feed(b"", rights(3, 4))
         inbox.feed(b"", [(socket.SOL_SOCKET, 99, b"ignored!")] + rights(5))
         self.assertEqual(inbox.take_fds(), [3, 4, 5])
+
+
+class Info:
+    def __init__(self, tty=(False, False, False), fds=None, pty=None):
+        self.tty, self.fds, self.pty = tty, fds, pty
+
+
+class Placement(unittest.TestCase):
+    def test_the_client_s_terminal(self):
+        info = Info(tty=(True, True, True), fds=(0, 1, 2), pty=(0, 1, 2))
+        self.assertIs(placement(info, True), Place.TERMINAL)
+        self.assertIs(placement(info, False), Place.TERMINAL)
+
+    def test_a_pty_of_the_worker_s_on_stdin(self):
+        self.assertIs(placement(Info(tty=(True, False, False)), True), Place.EMULATED)
+        self.assertIs(placement(Info(tty=(True, False, False)), False), Place.EMULATED)
+
+    def test_the_client_s_own_terminal_without_ctty_is_a_group(self):
+        info = Info(tty=(True, True, True), fds=(0, 1, 2))
+        self.assertIs(placement(info, True), Place.GROUP)
+        self.assertIs(placement(info, False), Place.SESSION)
+
+    def test_pipes(self):
+        self.assertIs(placement(Info(), True), Place.GROUP)
+        self.assertIs(placement(Info(tty=(False, True, True)), False), Place.SESSION)
 
 
 class PaceSteps(unittest.TestCase):

@@ -20,10 +20,10 @@ import time
 from .. import _argv, _exact, _pages, _pyexit
 from .._context import Context
 from .._session import SessionInfo
-from . import stdio
 from .._sys import die_with_parent
-from .common import (CMSG_SPACE, LEN, REPORT, STOP_REPORT, Inbox, getsignal, setsignal,
-                     sigmask)
+from . import stdio
+from .common import (CMSG_SPACE, LEN, REPORT, STOP_REPORT, Inbox, Place, getsignal,
+                     placement, setsignal, sigmask)
 from .lead import Leading
 from .stdio import close_fd, make_streams
 
@@ -35,8 +35,6 @@ if hasattr(signal, "SIGXFSZ"):
 #: In a child: what must outlive it (the C environment's strings), and what it need not
 #: free (the worker's os.environ data: freeing it writes to memory shared with the worker).
 _KEEP = []
-#: A spare's answer when its session came before it could clone its successor: the usual
-#: case under load, not worth a log line.
 #: argv[0] that makes `ng` a job's anchor (client/src/anchor.rs).
 ANCHOR_ARGV0 = "ng:anchor"
 #: Seconds a spare waits for the successor it cloned to say it is ready.
@@ -280,20 +278,20 @@ class Child:
                         os.close(n)
                     except OSError:
                         pass
-        if info.pty is not None:
+        place = placement(info, self.config.job_control)
+        if place is Place.TERMINAL:
             # Returns in the command's process only (docs/ngw.md 15.7).
             self._controlling_terminal(info.pty[0])
-        emulated_ctty = info.tty[0] and not taken
-        if self.config.job_control and info.pty is None:
-            if emulated_ctty:
+        elif place is Place.GROUP:
+            try:
+                os.setpgid(0, 0)  # the worker does the same; whichever runs first
+            except OSError:
+                pass
+        elif place is Place.EMULATED:
+            # A stdin pty becomes the controlling terminal (/dev/tty works), in a session
+            # of its own (which a child has already without job control).
+            if self.config.job_control:
                 os.setsid()
-            else:
-                try:
-                    os.setpgid(0, 0)  # the worker does the same; whichever runs first
-                except OSError:
-                    pass
-        # A stdin pty becomes the controlling terminal (/dev/tty works).
-        if emulated_ctty:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         ignored = info.ignored_signals()
         for sig in ignored:
@@ -316,8 +314,8 @@ class Child:
     def _controlling_terminal(self, fd):
         """The client's pseudo-terminal (on `fd`) as the controlling terminal, with job
         control as under a shell (docs/ngw.md 15.7). This process leads a session (a
-        spare may lead one already, `AtFork.lead_ahead`) and takes the terminal; its group is
-        the terminal's foreground group. A group whose members' parents are all outside
+        spare may lead one already, `AtFork.lead_ahead`) and takes the terminal; its group
+        is the terminal's foreground group. A group whose members' parents are all outside
         its session is orphaned, and the kernel discards the terminal's SIGTSTP for it.
         The job's anchor (`ng`, NGW_ANCHOR) puts a member with a parent in the session
         into this group; it works while the session is set up, and `_ready_to_run` waits

@@ -1,7 +1,9 @@
 """What the worker side and the child side of fork mode share: the sizes of the records
-they exchange and their reader (`Inbox`), and `_signal`'s C functions. The C library's own functions are `_sys`'s
-(`load_libc` and `libc_handle` are named here too, as the page tests import them)."""
+they exchange and their reader (`Inbox`), where a session's child runs (`Place`), and
+`_signal`'s C functions. The C library's own functions are `_sys`'s (`load_libc` and
+`libc_handle` are named here too, as the page tests import them)."""
 
+import enum
 import marshal
 import signal
 import socket
@@ -23,6 +25,33 @@ REPORT = struct.Struct("=iI")  # a child's exit report: pid, exit status
 STOP_REPORT = 1 << 16
 FD = struct.Struct("=i")
 CMSG_SPACE = socket.CMSG_SPACE(3 * FD.size)  # room for three descriptors
+
+
+class Place(enum.Enum):
+    """Where a session's child runs, in sessions and process groups (docs/ngw.md 15.5,
+    15.7): the child and the worker both act on it."""
+
+    #: On the client's own terminal (`ctty`): the child leads a session of its own, with
+    #: the terminal as its controlling terminal (`lead.Leading`).
+    TERMINAL = "terminal"
+    #: Stdin is a pseudo-terminal of the worker's: its own session, with that terminal as
+    #: its controlling terminal.
+    EMULATED = "emulated"
+    #: With `signals`: a process group of its own in the worker's session (set by the
+    #: worker and by the child, whichever runs first), where stops work.
+    GROUP = "group"
+    #: Without `signals`: the session of its own it started when it was forked.
+    SESSION = "session"
+
+
+def placement(info, job_control):
+    """The `Place` of a session (`info`, a SessionInfo). `job_control`: `signals` was
+    negotiated."""
+    if info.pty is not None:  # (only with the client's descriptors, `info.fds`)
+        return Place.TERMINAL
+    if info.tty[0] and info.fds is None:
+        return Place.EMULATED
+    return Place.GROUP if job_control else Place.SESSION
 
 
 class Inbox:

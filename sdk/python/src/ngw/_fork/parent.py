@@ -20,7 +20,7 @@ from .._signals import exit_payload
 from . import stdio
 from .child import AtFork, Child, ChildConfig
 from .._sys import CEnviron, Cloner, libc_handle, load_libc
-from .common import FD, LEN, REPORT, Inbox, sigmask
+from .common import FD, LEN, REPORT, Inbox, Place, placement, sigmask
 from .relay import Relay, exit_code_of_status
 from .spares import NOT_YET, SpareIO, Spares
 from .stdio import (Stream, close_fd, close_streams, configure_pty, make_streams,
@@ -288,8 +288,7 @@ class ForkRunner(SpareIO):
                 return self._fail(chan, failure)
         close_fds(client_fds)  # the child has them now
         client_fds[:] = []
-        if self.config.signals and not (info.tty[0] and info.fds is None) \
-                and info.pty is None:
+        if placement(info, self.config.signals) is Place.GROUP:
             # A process group of its own in the worker's session (the child does the same:
             # whichever runs first), so that signals to the group reach everything it
             # starts from the first instruction on.
