@@ -3,7 +3,9 @@ the forked process (docs/ngw.md 11.1): the signal reset, `setsid`, `PR_SET_PDEAT
 closing the worker's descriptors, a spare's wait for its session, the session's
 descriptors, umask, directory, environment and argv, the rehearsal (11.5), the spare's
 copy-on-write pre-faulting and a child's page report (11.7), and the exit report.
-Nothing here runs in the worker."""
+Nothing here runs in the worker. What a child decides without I/O is apart: whether it
+leads its session (`lead.Leading`), where it runs (`common.placement`), its messages from
+the worker (`common.Inbox`)."""
 
 import dataclasses
 import fcntl

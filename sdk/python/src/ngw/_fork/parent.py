@@ -2,7 +2,9 @@
 session time), handing a spare its session, relaying the session (relay.py), reaping, exit
 reports (docs/ngw.md 11). The worker is single-threaded: one poll() loop per session.
 Which spares exist and what is asked of them is `spares.Spares`'s; this module does the
-forking and the socket work it asks for (`ForkRunner` is its `SpareIO`)."""
+forking and the socket work it asks for (`ForkRunner` is its `SpareIO`). What a session
+asks of the spares when it starts and after its X (`take_spare`, `after_session`) and
+when sessions come back to back (`Pace`) do no I/O either."""
 
 import collections
 import dataclasses
@@ -17,9 +19,9 @@ import time
 from .. import _adaptive, _pages, _rules, _wire
 from .._channel import close_fds
 from .._signals import exit_payload
+from .._sys import CEnviron, Cloner, libc_handle, load_libc
 from . import stdio
 from .child import AtFork, Child, ChildConfig
-from .._sys import CEnviron, Cloner, libc_handle, load_libc
 from .common import FD, LEN, REPORT, Inbox, Place, placement, sigmask
 from .relay import Relay, exit_code_of_status
 from .spares import NOT_YET, SpareIO, Spares
