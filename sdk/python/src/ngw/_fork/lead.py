@@ -46,7 +46,7 @@ class Leading:
         self.terminal = -1  # the controlling terminal's descriptor, once taken
         self.leader = None  # FOLLOWS: the session leader's pid
 
-    # -- what the child asks ------------------------------------------------------------------
+    # -- what the child asks -------------------------------------------------------------
 
     def leads(self):
         """Whether this process leads a session already."""
@@ -67,7 +67,7 @@ class Leading:
         waits for the leader), else None (this process's)."""
         return self.leader if self.state is Lead.FOLLOWS else None
 
-    # -- transitions ----------------------------------------------------------------------------
+    # -- transitions ------------------------------------------------------------------------
 
     def started(self, anchor):
         """This process leads a new session; `anchor`: its anchor's pid, or None (none is
