@@ -16,11 +16,10 @@ import sys
 import types
 import warnings
 
-from . import Worker, _argv, _exact
-from ._fork.common import load_libc
+from . import Worker, _argv, _exact, _sys
 from ._worker import VERSION
 
-_LIBC = load_libc()
+_sys.load_libc()  # here, in the zygote: not in each session's child
 
 
 def shebang(path):
@@ -142,7 +141,7 @@ class Program:
             sys.orig_argv = [sys.executable] + sys.argv
         if self.interp is not None:
             sys.executable = self.interp
-        _argv.set_process_identity(sys.orig_argv, os.path.basename(self.path), _LIBC)
+        _argv.set_process_identity(sys.orig_argv, os.path.basename(self.path))
         # The SDK's directory is on the worker's sys.path (its PYTHONPATH) only.
         if _exact.SDK_DIR not in _exact.python_path(ctx.env.get("PYTHONPATH")):
             sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _exact.SDK_DIR]

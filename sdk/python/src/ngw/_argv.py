@@ -28,6 +28,8 @@ import os
 import sys
 import types
 
+from . import _sys
+
 #: The zygote's one argument while it preloads (a NUL byte: no real argument has one).
 MARK = "\0ngw-zygote-argument"
 
@@ -170,17 +172,15 @@ def _repoint_parsers(old, new):
             parser.prog = new + prog[len(old):]
 
 
-def set_process_identity(cmdline, comm, libc):
+def set_process_identity(cmdline, comm):
     """What `ps` shows: the thread name (`PR_SET_NAME`, 15 bytes) and, as far as the
     original argv area reaches, the command line (`/proc/<pid>/cmdline`): the area is
     overwritten in place (it cannot grow without CAP_SYS_RESOURCE), so a longer command
     line is cut at the area's end. Linux only; errors are ignored."""
-    prctl, _, ctypes = libc
-    if prctl is None or ctypes is None:
+    if not _sys.load_libc():
         return
     try:
-        name = os.fsencode(comm)[:15]
-        prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
+        _sys.set_thread_name(os.fsencode(comm))
     except Exception:
         pass
     try:
@@ -193,10 +193,6 @@ def set_process_identity(cmdline, comm, libc):
         data = b"\0".join(os.fsencode(a) for a in cmdline) + b"\0"
         size = end - start
         data = data[:size - 1] + b"\0" if len(data) > size else data
-        ctypes.memset(start, 0, size)
-        ctypes.memmove(start, data, len(data))
-        # The area's end moves to the new command line's with CAP_SYS_RESOURCE only
-        # (PR_SET_MM, PR_SET_MM_ARG_END); without it the rest of the area stays NULs.
-        prctl(35, 9, ctypes.c_ulong(start + len(data)), 0, 0)
+        _sys.rewrite_cmdline(start, size, data)
     except Exception:
         pass

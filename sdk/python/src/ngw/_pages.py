@@ -39,6 +39,7 @@ import mmap
 import os
 import struct
 
+from . import _sys
 from ._channel import report_pipe
 
 ENV = "NGW_PREFAULT"
@@ -264,8 +265,7 @@ class Pages:
         self.buf = bytearray()
         self.r = self.w = None
         self.report_path = None
-        self._madvise = None
-        self._ctypes = None
+        self._madvise = None  # (address, length, advice) -> 0 or errno (_sys.bind_madvise)
         if self.cap <= 0 or libc is None:
             return
         why = supported()
@@ -285,11 +285,7 @@ class Pages:
         self.enabled = True
 
     def _bind(self, libc):
-        handle, ctypes = libc
-        fn = handle.madvise
-        fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        fn.restype = ctypes.c_int
-        self._madvise, self._ctypes = fn, ctypes
+        self._madvise = _sys.bind_madvise(libc)
 
     def close(self):
         for fd in (self.r, self.w):
@@ -426,7 +422,7 @@ class Pages:
             todo = self.plan()
         except OSError:
             return 0
-        madvise, get_errno = self._madvise, self._ctypes.get_errno
+        madvise = self._madvise
         done = since = 0
         first = True
         for start, n in todo:
@@ -438,8 +434,8 @@ class Pages:
                     since = 0
                 k = min(CHUNK - since, end - at) or 1
                 self.prefaulted = True
-                if madvise(at * PAGE, k * PAGE, MADV_POPULATE_WRITE) != 0:
-                    err = get_errno()
+                err = madvise(at * PAGE, k * PAGE, MADV_POPULATE_WRITE)
+                if err != 0:
                     if err in (errno.EINTR, errno.EAGAIN):
                         continue
                     if err == errno.EINVAL and first:

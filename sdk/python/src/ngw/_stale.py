@@ -4,7 +4,7 @@ After preloading, `CodeWatch.record()` notes every loaded module's file (source 
 extension) with its size and modification time, and the directories they are in. Between
 sessions `changed()` answers whether any of them changed, cheaply:
 
-* on Linux, an inotify descriptor (through ctypes) watches those directories for a module
+* on Linux, an inotify descriptor (`_sys`) watches those directories for a module
   file written, replaced, moved or deleted, and for a new module file or package directory
   (which could shadow a loaded one); checking is one non-blocking read;
 * elsewhere, or if inotify is unavailable (no more watches), each recorded file is
@@ -17,6 +17,8 @@ reported once stays reported (the worker retires, docs/ngw.md 12.4).
 import os
 import struct
 import sys
+
+from . import _sys
 
 _EVENT = struct.Struct("iIII")
 _IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE = 0x2, 0x4, 0x8
@@ -45,18 +47,15 @@ class CodeWatch:
         self.dirs = {}  # watch descriptor -> directory
         self.fd = -1
         self.reason = None  # once something changed: what
-        self._inotify = None
+        self._inotify = False
         if sys.platform.startswith("linux"):
             try:
-                import ctypes
-
-                libc = ctypes.CDLL(None, use_errno=True)
-                fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-                if fd >= 0:
+                fd = _sys.inotify_init(os.O_NONBLOCK | os.O_CLOEXEC)
+                if fd is not None and fd >= 0:
                     self.fd = fd
-                    self._inotify = libc
-            except (ImportError, OSError, AttributeError):
-                self._inotify = None
+                    self._inotify = True  # the descriptor is an inotify one
+            except (OSError, AttributeError):
+                self._inotify = False
 
     def fileno(self):
         return self.fd
@@ -74,15 +73,15 @@ class CodeWatch:
             self._watch(os.path.dirname(path))
 
     def _watch(self, directory):
-        if self._inotify is None or directory in self.dirs.values():
+        if not self._inotify or directory in self.dirs.values():
             return
-        wd = self._inotify.inotify_add_watch(self.fd, os.fsencode(directory), _MASK)
+        wd = _sys.inotify_add_watch(self.fd, os.fsencode(directory), _MASK)
         if wd < 0:  # out of watches (or gone): fall back to stat for everything
             self.log("ngw: cannot watch %s for code changes; checking files by stat"
                      % directory)
             os.close(self.fd)
             self.fd = -1
-            self._inotify = None
+            self._inotify = False
             self.dirs = {}
             return
         self.dirs[wd] = directory
@@ -90,7 +89,7 @@ class CodeWatch:
     def changed(self):
         """What changed since `record` (a sentence), or None."""
         if self.reason is None:
-            self.reason = self._events() if self._inotify is not None else self._stat()
+            self.reason = self._events() if self._inotify else self._stat()
         return self.reason
 
     def _stat(self):

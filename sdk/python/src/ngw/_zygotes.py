@@ -54,10 +54,9 @@ import subprocess
 import sys
 import time
 
-from . import _wire
+from . import _sys, _wire
 from ._channel import Channel
 from ._exact import SDK_DIR, python_path
-from ._fork.common import PR_SET_PDEATHSIG, load_libc
 from ._fork.stdio import configure_pty, winsize_of
 
 #: The environment variable bounding the zygotes of one worker, the root included.
@@ -94,11 +93,9 @@ def as_sub_zygote():
         root = int(raw)
     except ValueError:
         return None
-    prctl = load_libc()[0]
-    if prctl is not None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() != root:
-        os._exit(0)  # the root died before the call took effect
+    _sys.die_with_parent(root, 0)
+    if os.getppid() != root:  # (also where the signal cannot be asked for)
+        os._exit(0)  # the root is gone already
     return what
 
 
@@ -453,26 +450,8 @@ class Zygotes:
         (quit_requested, channel_gone), or None when the sub-zygote turned out to be gone
         before it got the session (nothing was sent to ngd: the session can run here)."""
         sub = z.chan
-        header = _header(info)
-        fds = fds or []
-        try:
-            n = socket.send_fds(sub.sock, [header], fds) if fds else sub.sock.send(header)
-        except (BlockingIOError, InterruptedError):
-            n = 0
-        except OSError as e:
-            self._gone(z, "its channel failed (%s)" % e)
+        if not self._send_header(z, info, fds or []):
             return None
-        if fds:
-            if n == 0:
-                self._gone(z, "its channel did not take the session")
-                return None
-            for fd in fds:  # they are the sub-zygote's now
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            fds[:] = []
-        sub.out += header[n:]
         quit_ = False
         hung = False
         error = None
@@ -481,54 +460,14 @@ class Zygotes:
                 if (chan.eof or chan.dead) and not hung:
                     hung = True
                     sub.send(_wire.INTERRUPT, b"hangup")
-                # From the sub-zygote to ngd, while ngd takes it.
-                drained = ended = False
-                while len(chan.out) < _HIGH_WATER:
-                    c = sub.next_chunk()
-                    if c is None:
-                        drained = True
-                        break
-                    ty, payload = c
-                    if ty == _wire.EXIT:
-                        chan.send(_wire.EXIT, payload)
-                        chan.flush_some()
-                        ended = True
-                        break
-                    if ty == _wire.NOTICE:
-                        self._notice(z, payload)
-                    elif ty == _wire.TAKEN:
-                        pass  # the root answered the descriptors already
-                    elif ty in (_wire.HELLO, _wire.PONG):
-                        raise _wire.ProtocolError("chunk %s during a session"
-                                                  % _wire.type_name(ty))
-                    else:
-                        chan.send(ty, payload)
+                drained, ended = self._to_ngd(z, chan, sub)
                 if ended:
                     break
                 if drained and sub.eof:
                     raise _SubDied()
-                # From ngd to the sub-zygote.
-                while error is None:
-                    try:
-                        c = chan.next_chunk()
-                    except _wire.ProtocolError as e:
-                        error = e
-                        chan.eof = True
-                        break
-                    if c is None:
-                        break
-                    ty, payload = c
-                    if ty == _wire.PING:
-                        chan.send(_wire.PONG, payload)
-                    elif ty == _wire.QUIT:
-                        quit_ = True
-                    elif ty in (_wire.HEARTBEAT, _wire.LONGARG):
-                        pass
-                    elif ty in (_wire.ARG, _wire.ENV, _wire.DIR, _wire.CMD):
-                        chan.push_back(c)  # the next header crossed this X (7.4)
-                        break
-                    else:
-                        sub.send(ty, payload)  # 0 . i, and extension chunks
+                if error is None:
+                    asked_quit, error = self._to_sub(chan, sub)
+                    quit_ = quit_ or asked_quit
                 sub.flush_some()
                 chan.flush_some()
                 self._wait(z, chan, sub)
@@ -541,6 +480,80 @@ class Zygotes:
         if error is not None:
             raise error  # ngd broke the protocol: the worker exits (status 2)
         return quit_, chan.eof or chan.dead
+
+    def _send_header(self, z, info, fds):
+        """Sends the session's header to sub-zygote `z`, with the client's descriptors
+        `fds` (which are the sub-zygote's then: closed here). False if it is gone."""
+        sub = z.chan
+        header = _header(info)
+        try:
+            n = socket.send_fds(sub.sock, [header], fds) if fds else sub.sock.send(header)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as e:
+            self._gone(z, "its channel failed (%s)" % e)
+            return False
+        if fds:
+            if n == 0:
+                self._gone(z, "its channel did not take the session")
+                return False
+            for fd in fds:  # they are the sub-zygote's now
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            fds[:] = []
+        sub.out += header[n:]
+        return True
+
+    def _to_ngd(self, z, chan, sub):
+        """What the sub-zygote sent, to ngd, while ngd takes it: (drained: nothing more
+        to pass on now, ended: its X went)."""
+        while len(chan.out) < _HIGH_WATER:
+            c = sub.next_chunk()
+            if c is None:
+                return True, False
+            ty, payload = c
+            if ty == _wire.EXIT:
+                chan.send(_wire.EXIT, payload)
+                chan.flush_some()
+                return False, True
+            if ty == _wire.NOTICE:
+                self._notice(z, payload)
+            elif ty == _wire.TAKEN:
+                pass  # the root answered the descriptors already
+            elif ty in (_wire.HELLO, _wire.PONG):
+                raise _wire.ProtocolError("chunk %s during a session" % _wire.type_name(ty))
+            else:
+                chan.send(ty, payload)
+        return False, False
+
+    @staticmethod
+    def _to_sub(chan, sub):
+        """What ngd sent, to the sub-zygote: (whether ngd asked to quit, ngd's protocol
+        error or None). A header's chunk stays for the worker: the next session's header
+        crossed this X (7.4)."""
+        quit_ = False
+        while True:
+            try:
+                c = chan.next_chunk()
+            except _wire.ProtocolError as e:
+                chan.eof = True
+                return quit_, e
+            if c is None:
+                return quit_, None
+            ty, payload = c
+            if ty == _wire.PING:
+                chan.send(_wire.PONG, payload)
+            elif ty == _wire.QUIT:
+                quit_ = True
+            elif ty in (_wire.HEARTBEAT, _wire.LONGARG):
+                pass
+            elif ty in (_wire.ARG, _wire.ENV, _wire.DIR, _wire.CMD):
+                chan.push_back(c)
+                return quit_, None
+            else:
+                sub.send(ty, payload)  # 0 . i, and extension chunks
 
     def _wait(self, z, chan, sub):
         p = select.poll()

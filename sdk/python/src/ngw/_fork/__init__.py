@@ -11,10 +11,15 @@ Where each part lives:
   a `ForkConfig`).
 * `spares`: the life cycle of the children forked ahead of time, a state machine that
   does no I/O itself (`Spares`).
-* `child`: everything that runs in the forked child, from the fork to `_exit` (`Child`).
+* `child`: everything that runs in the forked child, from the fork to `_exit` (`Child`,
+  configured once with its runner's `ChildConfig`).
+* `lead`: whether a child leads a session of its own, a state machine that does no I/O
+  itself (`Leading`).
 * `relay`: the worker's loop for one running session (`Relay`).
 * `stdio`: the session's pipes and ptys, and the child's `sys.std*` objects.
-* `common`: record formats and C functions both sides use.
+* `common`: the records both sides exchange, and their reader (`Inbox`).
+
+The C library's functions (the clone, `PR_SET_PDEATHSIG`, the C `environ`) are `_sys`'s.
 """
 
 from .parent import ForkConfig, ForkRunner, ForkSession

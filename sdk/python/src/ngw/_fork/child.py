@@ -3,9 +3,11 @@ the forked process (docs/ngw.md 11.1): the signal reset, `setsid`, `PR_SET_PDEAT
 closing the worker's descriptors, a spare's wait for its session, the session's
 descriptors, umask, directory, environment and argv, the rehearsal (11.5), the spare's
 copy-on-write pre-faulting and a child's page report (11.7), and the exit report.
-Nothing here runs in the worker."""
+Nothing here runs in the worker. What a child decides without I/O is apart: whether it
+leads its session (`lead.Leading`), where it runs (`common.placement`), its messages from
+the worker (`common.Inbox`)."""
 
-import enum
+import dataclasses
 import fcntl
 import marshal
 import os
@@ -20,9 +22,11 @@ import time
 from .. import _argv, _exact, _pages, _pyexit
 from .._context import Context
 from .._session import SessionInfo
+from .._sys import die_with_parent
 from . import stdio
-from .common import (CMSG_SPACE, FD, LEN, PR_SET_PDEATHSIG, REPORT, STOP_REPORT, getsignal,
-                     setsignal, sigmask)
+from .common import (CMSG_SPACE, LEN, REPORT, STOP_REPORT, Inbox, Place, getsignal,
+                     placement, setsignal, sigmask)
+from .lead import Leading
 from .stdio import close_fd, make_streams
 
 _DFL, _IGN = int(signal.SIG_DFL), int(signal.SIG_IGN)  # _signal's functions take ints
@@ -33,30 +37,53 @@ if hasattr(signal, "SIGXFSZ"):
 #: In a child: what must outlive it (the C environment's strings), and what it need not
 #: free (the worker's os.environ data: freeing it writes to memory shared with the worker).
 _KEEP = []
-#: A spare's answer when its session came before it could clone its successor: the usual
-#: case under load, not worth a log line.
 #: argv[0] that makes `ng` a job's anchor (client/src/anchor.rs).
 ANCHOR_ARGV0 = "ng:anchor"
 #: Seconds a spare waits for the successor it cloned to say it is ready.
 _SUCCESSOR_START = 2.0
 
 
-class Lead(enum.Enum):
-    """Whether the child leads a session of its own, as a command on the client's terminal
-    does (docs/ngw.md 15.7)."""
+@dataclasses.dataclass(frozen=True)
+class ChildConfig:
+    """What every child of one fork runner is forked with: fixed when the runner
+    starts."""
 
-    #: In the worker's session.
-    NONE = "none"
-    #: Leads its session; its job's anchor is starting.
-    ANCHORING = "anchoring"
-    #: Leads its session, and its process group has the anchor's member: the command runs
-    #: in this process, and the terminal's `^Z` stops it.
-    ANCHORED = "anchored"
-    #: Leads its session without an anchor (none is configured, or it failed): on a
-    #: terminal, this process stays as the session leader and forks the command.
-    ALONE = "alone"
-    #: The command's process, forked by the session leader that stands for it.
-    FOLLOWS = "follows"
+    log: object
+    #: name -> Command: the fork-mode commands (a spare learns the name over its socket).
+    commands: dict
+    #: What preloading did to the environment, and the variables with a rule
+    #: (`_environ_plan`).
+    env_delta: dict
+    env_rules: dict
+    #: The signals whose dispositions a child resets (every one but SIGKILL and SIGSTOP).
+    signals: tuple
+    worker_pid: int
+    worker_pgrp: int
+    #: The path a child opens to write its exit report (the worker's pipe), or None.
+    report_path: object
+    #: `signals` negotiated: the process group is chosen with the session (15.5).
+    job_control: bool
+    cloner: object  # _sys.Cloner: a spare clones its successor (11.5) with it, or None
+    anchor: object  # the job's anchor (`ng`) a child that leads its session runs, or None
+    environ: object  # _sys.CEnviron: the C environment, or None
+    pages: object  # _pages.Pages: the learned pages (docs/ngw.md 11.7)
+
+
+@dataclasses.dataclass(frozen=True)
+class AtFork:
+    """What one child is forked with besides its runner's `ChildConfig`: what the runner
+    holds at the fork."""
+
+    #: The worker's descriptors the child closes first thing (`ForkRunner.child_closes`).
+    closes: tuple
+    worker_stdio: object  # stdio.worker_stdio(), read right before the fork
+    learn: object = None  # an _adaptive.Learned, with adaptive preloading
+    # A spare's: how it builds its stdio ahead of time (as the last session had it),
+    # whether it rehearses the session's set-up, whether it leads its session ahead
+    # (a led spare serves only a session on the client's terminal, 15.7).
+    stdio_key: tuple = (False, "")
+    rehearse: bool = True
+    lead_ahead: bool = False
 
 
 def _environ_plan(env, delta, rules=None):
@@ -85,44 +112,18 @@ def _environ_plan(env, delta, rules=None):
 
 
 class Child:
-    """One forked child, built in the child right after the fork from the runner's state
-    (the runner's own object is never used on this side)."""
+    """One forked child, built in the child right after the fork from its runner's
+    `ChildConfig` and what the runner held at the fork (`AtFork`); the runner's own
+    object is never used on this side. Whether it leads a session is its `Leading`."""
 
-    def __init__(self, runner):
-        self.log = runner.log
-        self.commands = runner.commands
-        self.env_delta = runner.env_delta
-        self.env_rules = runner.env_rules
-        self.stdio_key = runner.stdio_key
-        self._worker_stdio = runner.worker_stdio
-        self._rehearse_spare = runner.rehearse_spare
-        self._signals = runner.signals
-        self._pid = runner.pid
-        self._prctl, self._environ, self._ctypes = runner.libc
-        self._environ_types = runner.environ_types
-        self._report_path = runner.report_path
-        self._inherited = runner.child_closes()
-        self._learn = runner.learn  # an _adaptive.Learned, with adaptive preloading
-        self._pages = runner.pages  # learned pages (docs/ngw.md 11.7)
-        self._command = None
-        # With `signals`, the process group is chosen with the session (docs/ngw.md 15.5).
-        self._job_control = runner.signals_on
-        self._cloner = runner.cloner  # a spare clones its successor (11.5) with it
+    def __init__(self, config, at_fork):
+        self.config = config
+        self.at_fork = at_fork
+        self._closes = list(at_fork.closes)
+        self._command = None  # the session's command name, once it has one
         self._null_stdio = None  # a spare's stdio objects for the null device on fds 0-2
-        self._worker_pgrp = runner.pgrp
-        self._rbuf = bytearray()  # what a spare read from its socket past one message
-        self._rfds = []  # descriptors that came with it
-        # The pid the exit report names: the session leader's in the command's process of
-        # a session with a controlling terminal (15.7), so that the worker takes it.
-        self._report_pid = None
-        self._anchor = runner.anchor
-        self._anchor_pid = None  # the job's anchor while it starts (Lead.ANCHORING)
-        self._lead = Lead.NONE
-        # A spare leads its session before its session comes: the worker expects one on
-        # the client's terminal, and a led spare serves only such a session (15.7).
-        self._lead_ahead = runner.lead_spares
-        self._ctty_fd = -1
-        self._leads_session = False  # the command leads its session (15.7)
+        self._inbox = Inbox()  # a spare's messages from the worker
+        self._lead = Leading()
 
     def run(self, ctl, session, streams):
         status = 126
@@ -135,7 +136,7 @@ class Child:
             else:
                 info, cmd, streams = session.info, session.cmd, session.streams
                 own = {fd for _, fd in session.fds or ()}  # this session's client fds
-                self._inherited = [fd for fd in self._inherited if fd not in own]
+                self._closes = [fd for fd in self._closes if fd not in own]
                 self.prepare(None, streams)
                 fds = session.fds or [(n, s.child_fd) for n, s in enumerate(streams)]
                 prebuilt = False
@@ -165,19 +166,17 @@ class Child:
     def prepare(self, ctl, streams):
         """What does not depend on the session. Signals stay blocked until the command."""
         signal.set_wakeup_fd(-1)
-        _reset_signals(self._signals)
+        _reset_signals(self.config.signals)
         # Own session and process group, so the parent can signal everything the command
         # starts. With `signals` the session decides (set_up_session): a process group
         # of its own in the worker's session, where stops work, unless the command needs
         # an emulated terminal as its controlling terminal.
-        if not self._job_control:
+        if not self.config.job_control:
             os.setsid()
-        if self._prctl is not None:
-            self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != self._pid:  # the worker died before the request took effect
-                os._exit(128 + signal.SIGKILL)
+        # Dies with the worker (exits at once if the worker is gone already).
+        die_with_parent(self.config.worker_pid, 128 + signal.SIGKILL)
         # Nothing of the worker's plumbing stays open.
-        for fd in self._inherited + [s.fd for s in streams]:
+        for fd in self._closes + [s.fd for s in streams]:
             try:
                 os.close(fd)
             except OSError:
@@ -187,9 +186,9 @@ class Child:
         # A spare: its pipes become fds 0-2 and sys.stdin/stdout/stderr are built on them
         # now, as for a session whose streams are all pipes (most are); the session
         # replaces what differs.
-        env = stdio.stdio_env(self.stdio_key)
+        env = stdio.stdio_env(self.at_fork.stdio_key)
         try:
-            self._null_stdio = stdio.null_stdio(env, self._worker_stdio)
+            self._null_stdio = stdio.null_stdio(env, self.at_fork.worker_stdio)
         except OSError:
             self._null_stdio = None
         for n, s in enumerate(streams):
@@ -197,11 +196,11 @@ class Child:
         for s in streams:
             if s.child_fd > 2:
                 os.close(s.child_fd)
-        stdio.install_stdio(env, self._worker_stdio)
+        stdio.install_stdio(env, self.at_fork.worker_stdio)
         ctl.setblocking(True)
-        if self._lead_ahead:
+        if self.at_fork.lead_ahead:
             self._lead_session()
-        if self._rehearse_spare:
+        if self.at_fork.rehearse:
             try:
                 self._rehearse(ctl)
             except Exception:
@@ -215,10 +214,10 @@ class Child:
         p = select.poll()
         p.register(ctl, select.POLLIN)
         try:
-            if self._pages.sample or not self._pages.pages or \
-                    p.poll(int(_pages.IDLE_BEFORE * 1000)):
+            pages = self.config.pages
+            if pages.sample or not pages.pages or p.poll(int(_pages.IDLE_BEFORE * 1000)):
                 return
-            self._pages.prefault(lambda: bool(p.poll(0)))
+            pages.prefault(lambda: bool(p.poll(0)))
         except Exception:
             pass
 
@@ -228,7 +227,7 @@ class Child:
         leads its session first waits for its anchor (a successor too, for its own)."""
         while True:
             self._settle_anchor()
-            if self._pages.enabled and not self._rbuf:  # nothing read ahead waits
+            if self.config.pages.enabled and not self._inbox.buf:  # nothing read ahead waits
                 self._prefault(ctl)
             record, fds = self.receive(ctl)
             if "clone" not in record:
@@ -239,8 +238,8 @@ class Child:
     def receive(self, ctl):
         """The next message from the worker, and the descriptors that came with it. Exits
         quietly when the worker discards the spare."""
-        buf, fds = self._rbuf, self._rfds
-        while len(buf) < LEN.size or len(buf) < LEN.size + LEN.unpack_from(buf)[0]:
+        inbox = self._inbox
+        while not inbox.whole():
             try:
                 # 64 KiB: a session record is most often smaller, and a bigger buffer
                 # would be a fresh mapping for every read
@@ -249,18 +248,11 @@ class Child:
                 os._exit(0)
             if not data:
                 os._exit(0)
-            for level, kind, cdata in ancdata:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.extend(FD.unpack_from(cdata, i)[0]
-                               for i in range(0, len(cdata) - len(cdata) % 4, 4))
-            buf += data
-        end = LEN.size + LEN.unpack_from(buf)[0]
-        record = marshal.loads(memoryview(buf)[LEN.size:end])
-        del buf[:end]
+            inbox.feed(data, ancdata)
+        record = inbox.take()
         if "clone" in record:  # a request carries no descriptors: any are the session's
             return record, []
-        self._rfds = []
-        return record, fds
+        return record, inbox.take_fds()
 
     def session_of(self, record, fds):
         """(info, command, [(0-2, descriptor)]) from a session record."""
@@ -268,7 +260,7 @@ class Child:
         numbers = record["fds"]
         if len(fds) != len(numbers):
             raise OSError("received %d descriptors instead of %d" % (len(fds), len(numbers)))
-        return info, self.commands[record["command"]], list(zip(numbers, fds))
+        return info, self.config.commands[record["command"]], list(zip(numbers, fds))
 
     def set_up_session(self, info, cmd, fds, prebuilt):
         """The session's part. `fds`: [(0-2, descriptor)] to put on fds 0-2; `prebuilt`:
@@ -288,20 +280,20 @@ class Child:
                         os.close(n)
                     except OSError:
                         pass
-        if info.pty is not None:
+        place = placement(info, self.config.job_control)
+        if place is Place.TERMINAL:
             # Returns in the command's process only (docs/ngw.md 15.7).
             self._controlling_terminal(info.pty[0])
-        emulated_ctty = info.tty[0] and not taken
-        if self._job_control and info.pty is None:
-            if emulated_ctty:
+        elif place is Place.GROUP:
+            try:
+                os.setpgid(0, 0)  # the worker does the same; whichever runs first
+            except OSError:
+                pass
+        elif place is Place.EMULATED:
+            # A stdin pty becomes the controlling terminal (/dev/tty works), in a session
+            # of its own (which a child has already without job control).
+            if self.config.job_control:
                 os.setsid()
-            else:
-                try:
-                    os.setpgid(0, 0)  # the worker does the same; whichever runs first
-                except OSError:
-                    pass
-        # A stdin pty becomes the controlling terminal (/dev/tty works).
-        if emulated_ctty:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         ignored = info.ignored_signals()
         for sig in ignored:
@@ -314,8 +306,8 @@ class Child:
             _exact.cold_exec(cmd.cold + list(info.args), info.env, ignored)
         self._set_environ(info.env)
         _argv.apply([cmd.argv0] + list(info.args))
-        if not prebuilt or stdio.stdio_key(info.env) != self.stdio_key:
-            stdio.install_stdio(info.env, self._worker_stdio)
+        if not prebuilt or stdio.stdio_key(info.env) != self.at_fork.stdio_key:
+            stdio.install_stdio(info.env, self.at_fork.worker_stdio)
         elif fds or taken:
             self._session_stdio(info.env)
         self._ready_to_run()
@@ -324,16 +316,15 @@ class Child:
     def _controlling_terminal(self, fd):
         """The client's pseudo-terminal (on `fd`) as the controlling terminal, with job
         control as under a shell (docs/ngw.md 15.7). This process leads a session (a
-        spare may lead one already, `_lead_ahead`) and takes the terminal; its group is
-        the terminal's foreground group. A group whose members' parents are all outside
+        spare may lead one already, `AtFork.lead_ahead`) and takes the terminal; its group
+        is the terminal's foreground group. A group whose members' parents are all outside
         its session is orphaned, and the kernel discards the terminal's SIGTSTP for it.
         The job's anchor (`ng`, NGW_ANCHOR) puts a member with a parent in the session
         into this group; it works while the session is set up, and `_ready_to_run` waits
         for it before the command runs. Without one, this process stays as the session
         leader and forks the command (`_fork_leader`)."""
-        if self._lead is Lead.NONE:
+        if not self._lead.leads():
             self._lead_session()
-        self._ctty_fd = fd
         # A terminal is one session's at a time: the leader of an earlier session on the
         # same pseudo-terminal may still be exiting (the command's end is reported before
         # its leader is gone). Wait for it, briefly.
@@ -346,22 +337,21 @@ class Child:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.005)
-        if self._lead is Lead.ALONE:
+        if self._lead.took_terminal(fd):
             self._fork_leader(fd)
 
     def _lead_session(self):
         """Starts a session led by this process, and the job's anchor for it."""
         os.setsid()
-        self._anchor_pid = self._spawn_anchor()
-        self._lead = Lead.ALONE if self._anchor_pid is None else Lead.ANCHORING
+        self._lead.started(self._spawn_anchor())
 
     def _spawn_anchor(self):
         """Starts the job's anchor for this process (client/src/anchor.rs); its pid, or
         None without one."""
-        if self._anchor is None:
+        if self.config.anchor is None:
             return None
         try:
-            return os.posix_spawn(self._anchor, [ANCHOR_ARGV0, str(os.getpid())], {})
+            return os.posix_spawn(self.config.anchor, [ANCHOR_ARGV0, str(os.getpid())], {})
         except OSError:
             return None
 
@@ -370,27 +360,23 @@ class Child:
         SIGCHLD of it is left pending): ANCHORED if it put its member in this group, else
         ALONE. Nothing is logged here: in a session, fd 2 is the session's (the worker
         checked the anchor when it started)."""
-        if self._lead is not Lead.ANCHORING:
+        pid = self._lead.to_settle()
+        if pid is None:
             return
-        pid, self._anchor_pid = self._anchor_pid, None
         try:
             _, status = os.waitpid(pid, 0)
         except OSError:
             status = -1
         signal.sigtimedwait((signal.SIGCHLD,), 0)
-        self._lead = Lead.ANCHORED if status == 0 else Lead.ALONE
+        self._lead.settled(status == 0)
 
     def _ready_to_run(self):
         """Right before the command (or its cold form) runs: the job's anchor settled, so
         that the command has no child it did not start. If the anchor failed, a leader
         is forked after all (returns in the command's process only)."""
         self._settle_anchor()
-        if self._ctty_fd < 0:
-            return
-        if self._lead is Lead.ANCHORED:
-            self._leads_session = True
-        elif self._lead is Lead.ALONE:
-            self._fork_leader(self._ctty_fd)
+        if self._lead.at_run():
+            self._fork_leader(self._lead.terminal)
 
     def _fork_leader(self, fd):
         """This process stays as the session leader and forks the command's process, which
@@ -403,20 +389,16 @@ class Child:
             # Signals are blocked until the command runs: no SIGTTOU for tcsetpgrp.
             os.setpgid(0, 0)
             os.tcsetpgrp(fd, os.getpgrp())
-            if self._prctl is not None:
-                self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-                if os.getppid() != leader:
-                    os._exit(128 + signal.SIGKILL)
+            die_with_parent(leader, 128 + signal.SIGKILL)
             # The exit report in the leader's name: the worker has the status as soon as
             # the command reports it, not after the leader saw it exit.
-            self._report_pid = leader
-            self._lead = Lead.FOLLOWS
+            self._lead.follows(leader)
             return
         try:
             os.setpgid(pid, pid)  # as the child does: whichever runs first
         except OSError:
             pass
-        _lead(pid, self._report_path)
+        _lead(pid, self.config.report_path)
 
     def _session_stdio(self, env):
         """A spare's sys.stdin/stdout/stderr for descriptors other than its pipes: its
@@ -435,11 +417,11 @@ class Child:
                 made.append(None)
                 rebuild.append(n)
         if rebuild:
-            fresh = stdio.make_stdio(env, self._worker_stdio, rebuild)
+            fresh = stdio.make_stdio(env, self.at_fork.worker_stdio, rebuild)
             for n in rebuild:
                 made[n] = fresh[n]
         if made != list(current):
-            stdio.install_stdio(env, self._worker_stdio, made)
+            stdio.install_stdio(env, self.at_fork.worker_stdio, made)
 
     def _set_environ(self, env):
         """Replaces os.environ (and os.environb, which shares its data) and the C
@@ -447,12 +429,13 @@ class Child:
         it, in ~1/5 of the time in a fresh child: the old data is left alone rather than
         freed, and on Linux the C `environ` is pointed at a new array instead of ~2
         setenv() calls' worth of page faults per variable."""
-        data, entries = _environ_plan(env, self.env_delta, self.env_rules)
+        c = self.config
+        data, entries = _environ_plan(env, c.env_delta, c.env_rules)
         _KEEP.append(os.environ._data)
-        if self._environ is not None:
-            array = self._environ_array(len(entries))(*entries)
+        if c.environ is not None:
+            array = c.environ.array(entries)
             _KEEP.append((entries, array))
-            self._environ.value = self._ctypes.addressof(array)
+            c.environ.point(array)
         else:
             for name in list(os.environ._data):
                 os.unsetenv(name)
@@ -461,17 +444,6 @@ class Child:
         os.environ._data = data
         if getattr(os, "environb", None) is not None:
             os.environb._data = data
-
-    def _environ_array(self, n):
-        """A ctypes array type for n entries and the terminating NULL (the rest is NULL
-        too): a few capacities, so that the type exists already."""
-        cap = 64
-        while cap <= n:
-            cap *= 2
-        t = self._environ_types.get(cap)
-        if t is None:
-            t = self._environ_types[cap] = self._ctypes.c_char_p * cap
-        return t
 
     def _successor(self, ctl, request):
         """In a spare the worker asked for its successor (docs/ngw.md 11.5): a copy of this
@@ -484,17 +456,18 @@ class Child:
         ours = None
         # Whether not cloning is worth a word in the log: not when the session is here.
         expected = False
-        if self._cloner is None:
+        cloner = self.config.cloner
+        if cloner is None:
             why = "cloning is off"
-        elif self._rbuf or select.select([ctl], [], [], 0)[0]:
+        elif self._inbox.buf or select.select([ctl], [], [], 0)[0]:
             why, expected = "its session came first", True
-        elif not self._cloner.ready():
+        elif not cloner.ready():
             why = "it has threads"
         else:
             try:
                 ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
                 streams = make_streams(None)
-                pid = self._cloner.clone()
+                pid = cloner.clone()
             except OSError as e:
                 why = "cannot clone: %s" % e
                 pid = None
@@ -547,20 +520,16 @@ class Child:
         session or process group (the worker may have handed the spare its session and
         signalled that group meanwhile) was meant for the spare's session: then it exits,
         and the spare answers that it has no successor."""
-        if self._lead is not Lead.NONE:  # the spare's anchor is the spare's: its own
-            self._anchor_pid = None
-            self._lead = Lead.NONE
+        c = self.config
+        if self._lead.copied():  # the spare's anchor is the spare's: its own
             self._lead_session()
-        elif not self._job_control:
+        elif not c.job_control:
             os.setsid()
         else:
-            os.setpgid(0, self._worker_pgrp)  # the worker's group, as a spare it forks
+            os.setpgid(0, c.worker_pgrp)  # the worker's group, as a spare it forks
         if _sigpending():
             os._exit(0)
-        if self._prctl is not None:
-            self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != self._pid:
-                os._exit(128 + signal.SIGKILL)
+        die_with_parent(c.worker_pid, 128 + signal.SIGKILL)
         for n, s in enumerate(streams):
             os.dup2(s.child_fd, n)
         for s in streams:
@@ -570,10 +539,9 @@ class Child:
         # Ready: out of the spare's session, so that the terminal the spare's session may
         # give it (and that terminal's hangup at the end) is not this copy's too.
         ctl.sendall(b"r")
-        self._rbuf = bytearray()
-        self._rfds = []
-        self._pages.sample = bool(request.get("sample"))
-        self._pages.prefaulted = False
+        self._inbox = Inbox()
+        c.pages.sample = bool(request.get("sample"))
+        c.pages.prefaulted = False
 
     def _rehearse(self, ctl):
         """In a spare, before it waits: the session set-up's work once, on stand-in data,
@@ -587,9 +555,10 @@ class Child:
         p = select.poll()
         p.register(ctl, select.POLLIN)
         env = dict(os.environ)
-        data, entries = _environ_plan(env, self.env_delta, self.env_rules)
-        if self._environ is not None:
-            self._environ_array(len(entries))(*entries)
+        c = self.config
+        data, entries = _environ_plan(env, c.env_delta, c.env_rules)
+        if c.environ is not None:
+            c.environ.array(entries)
         if p.poll(0):
             return
         info = SessionInfo.blank(env)
@@ -612,24 +581,25 @@ class Child:
         sees their end now, not after the kernel has freed the child's memory) and tells
         the worker the exit status; then reports what the session loaded that the zygote
         lacks (adaptive preloading, docs/ngw.md 12.5)."""
-        if self._leads_session:
+        if self._lead.leads_command():
             # The terminal hangs up once the client has the status (its master closes):
             # what follows the report must not die of that.
             sigmask(signal.SIG_BLOCK, (signal.SIGHUP,))
         try:
-            _write_report(self._report_path, status, close_stdio=True, pid=self._report_pid)
+            _write_report(self.config.report_path, status, close_stdio=True,
+                          pid=self._lead.report_pid())
         finally:
             # What the session loaded that the zygote lacks (adaptive preloading), after
             # the exit report: off the path to the session's X.
-            if self._learn is not None:
+            if self.at_fork.learn is not None:
                 try:
-                    self._learn.report()
+                    self.at_fork.learn.report()
                 except Exception:
                     pass
             # The pages this child wrote, for the spares to pre-fault (docs/ngw.md 11.7).
-            if self._command is not None and self._pages.enabled:
+            if self._command is not None and self.config.pages.enabled:
                 try:
-                    self._pages.child_report()
+                    self.config.pages.child_report()
                 except Exception:
                     pass
 

@@ -2,7 +2,9 @@
 session time), handing a spare its session, relaying the session (relay.py), reaping, exit
 reports (docs/ngw.md 11). The worker is single-threaded: one poll() loop per session.
 Which spares exist and what is asked of them is `spares.Spares`'s; this module does the
-forking and the socket work it asks for (`ForkRunner` is its `SpareIO`)."""
+forking and the socket work it asks for (`ForkRunner` is its `SpareIO`). What a session
+asks of the spares when it starts and after its X (`take_spare`, `after_session`) and
+when sessions come back to back (`Pace`) do no I/O either."""
 
 import collections
 import dataclasses
@@ -17,9 +19,10 @@ import time
 from .. import _adaptive, _pages, _rules, _wire
 from .._channel import close_fds
 from .._signals import exit_payload
+from .._sys import CEnviron, Cloner, libc_handle, load_libc
 from . import stdio
-from .child import Child
-from .common import FD, LEN, REPORT, Cloner, libc_handle, load_libc, sigmask
+from .child import AtFork, Child, ChildConfig
+from .common import FD, LEN, REPORT, Inbox, Place, placement, sigmask
 from .relay import Relay, exit_code_of_status
 from .spares import NOT_YET, SpareIO, Spares
 from .stdio import (Stream, close_fd, close_streams, configure_pty, make_streams,
@@ -67,6 +70,109 @@ class ForkConfig:
     stdin_window: bool = False  # `stdin-window` negotiated (docs/ngw.md 15.6)
 
 
+@dataclasses.dataclass(frozen=True)
+class NextSpare:
+    """How the next spare is forked: as the last session had it, since the next one
+    likely has it too."""
+
+    #: How it builds its stdio ahead of time (`stdio.stdio_key` of the session's env).
+    stdio_key: tuple = (False, "")
+    #: It leads its session, with its anchor, before its session comes: the last session
+    #: was on the client's terminal (docs/ngw.md 15.7).
+    lead: bool = False
+
+
+class Pace:
+    """When fork-mode sessions come and how long they take, and what that asks of the
+    spares around a session (docs/ngw.md 11.5). It does no I/O: the runner gives it the
+    times."""
+
+    __slots__ = ("last_x", "took")
+
+    def __init__(self):
+        self.last_x = None  # when the last session ended (time.monotonic())
+        self.took = {}  # command name -> its last session's hand-over to X, in seconds
+
+    def starts(self, now):
+        """A session starts at `now`: whether it comes back to back with the last."""
+        return self.last_x is not None and now - self.last_x < _BACK_TO_BACK
+
+    def ask_during(self, back_to_back, name):
+        """Whether the next spare's successor is asked for while this session (of command
+        `name`) runs: back to back, and the command's last session was short. The worker
+        has nothing to do meanwhile, and after X it would compete with the client
+        receiving X and with the next client's start; a longer command would share the
+        CPUs with the clone."""
+        return back_to_back and self.took.get(name, 1.0) <= _SHORT_SESSION
+
+    def ended(self, name, handed, now):
+        """The session of `name`, handed to its child at `handed`, sent its X at `now`."""
+        self.last_x = now
+        self.took[name] = now - handed
+
+
+def take_spare(spares, on_terminal):
+    """A session starts: its spare from `spares`, or None. A spare that leads a session
+    of its own serves only a session on the client's terminal (`on_terminal`): it cannot
+    join the worker's session again, nor leave its own; it is discarded."""
+    child = spares.take()
+    if child is not None and child.led and not on_terminal:
+        spares.discard_taken(child)
+        return None
+    return child
+
+
+def after_session(spares, resume, back_to_back):
+    """After a session's X: the next session's spare. It is forked once the session's
+    child has been reaped (`Spares.fork_if_due`, from the idle loop on SIGCHLD), so that
+    its fork does not compete for the CPU with the client still receiving X; right away
+    when sessions come back to back, so that it is ready sooner, and then the spare is
+    asked for its successor at once, so that the session after it finds one ready too
+    (docs/ngw.md 11.5). `resume`: the worker goes on with spares (they are wanted, no
+    quit, the channel is there)."""
+    if resume and spares.spare is None:
+        spares.make_due()
+    else:
+        spares.not_due()
+    if resume and back_to_back:
+        if spares.spare is None:
+            spares.fork_spare(rehearse=False)  # the session would interrupt it anyway
+        spares.ask()
+
+
+class ExitReports:
+    """The pipe children report their exit status on, right before _exit(), after closing
+    their standard streams, so that X need not wait for the kernel to tear the child
+    down. A child holds no descriptor for it while the command runs: it opens the write
+    end through /proc/<worker>/fd/<n> at exit (Linux; elsewhere the exit is seen by
+    waitpid(), and `path` is None)."""
+
+    def __init__(self, pid):
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.r, False)
+        path = "/proc/%d/fd/%d" % (pid, self.w)
+        self.path = path if os.path.exists(path) else None
+        self._buf = b""
+
+    def read(self, pid=None):
+        """Reads the reports that arrived; returns the exit code `pid` reported."""
+        code = None
+        while True:
+            try:
+                data = os.read(self.r, 4096)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not data:
+                break
+            data = self._buf + data
+            whole = len(data) - len(data) % REPORT.size
+            self._buf = data[whole:]
+            for rpid, rcode in REPORT.iter_unpack(data[:whole]):
+                if pid is not None and rpid == pid:
+                    code = rcode
+        return code
+
+
 def _noop(signum, frame):
     pass
 
@@ -98,78 +204,65 @@ class ForkRunner(SpareIO):
     pipes on fds 0-2 and sys.stdin/stdout/stderr built on them), then blocks reading its
     session (argv, environment, cwd, umask, ttys; ptys by SCM_RIGHTS) from a socket. An
     in-process session discards the spare, since it may change the worker that the spare
-    is a copy of. docs/ngw.md section 11.5."""
+    is a copy of. docs/ngw.md section 11.5.
+
+    Its state: the spares (`Spares`), the pace of sessions (`Pace`), how the next spare
+    is forked (`NextSpare`, replaced by each session), the children not reaped yet
+    (`zombies`). Its children get its `ChildConfig`, made once."""
 
     def __init__(self, log, kill_grace, config=None):
-        config = config if config is not None else ForkConfig()
+        self.config = config = config if config is not None else ForkConfig()
         self.log = log
         self.kill_grace = kill_grace  # seconds between SIGHUP and SIGKILL at hang-up
-        self.conditions = config.conditions
-        self.notices = config.notices
-        self._warned_warm = set()
-        self.env_delta = dict(config.env_delta)
-        self.env_rules = dict(_rules.RULES)
-        self.prefork = config.prefork
-        self.commands = dict(config.commands)
         # The worker's plumbing, closed in every child; the sub-zygotes' channels and
         # terminals join it while they live (_zygotes.Zygotes).
         self.private_fds = list(config.private_fds)
         self.held_fds = config.held_fds  # ForkConfig.held_fds
+        load_libc()  # here: no child loads the C library again
         self.cloner = Cloner.probe(log) if config.prefork else None
         self.spares = Spares(self, can_clone=self.cloner is not None)
+        self.pace = Pace()
+        self.next_spare = NextSpare()
         self.forked = self.cloned = 0  # spares the worker forked, and spares cloned
-        self._took = {}  # command name -> its last session's hand-over to X, in seconds
-        self._warned_clone = set()
-        self._last_x = None  # when the last fork-mode session ended (time.monotonic())
-        self.rehearse_spare = True  # the next spare forked rehearses the session's set-up
-        self.signals_on = config.signals
-        self.stdin_window = config.stdin_window
-        # How spares build their stdio ahead of time: as the last session had it.
-        self.stdio_key = (False, "")
-        self.worker_stdio = None  # stdio.worker_stdio(), read right before each fork
         self.zombies = []  # children that are gone or going but not reaped yet
-        self.pid = os.getpid()
-        self.pgrp = os.getpgrp()
-        self.libc = load_libc()
-        # The `ng` a command that leads its own session runs as its job's anchor (15.7).
-        self.anchor = os.environ.get("NGW_ANCHOR") or None
-        if self.anchor is not None and not os.access(self.anchor, os.X_OK):
-            log("ngw: the job's anchor %s cannot be run; on a terminal, a session leader "
-                "forks each command" % self.anchor)
-            self.anchor = None
-        # Spares lead their sessions, with their anchors, before their sessions come:
-        # the last session was on the client's terminal, so the next one likely is too.
-        self.lead_spares = False
+        self._said = set()  # what was logged once: ("warm", reason), ("clone", why), ...
         # The pages children write: learned from their reports, pre-faulted by spares
         # (copy-on-write pre-faulting, docs/ngw.md 11.7); nothing to do without spares.
         self.pages = _pages.Pages(log, cap=None if config.prefork else 0, libc=libc_handle())
-        # ctypes array types for the C environment, by capacity (creating one costs ~25 us)
-        self.environ_types = {}
-        if self.libc[2] is not None:
-            for cap in (64, 128, 256):
-                self.environ_types[cap] = self.libc[2].c_char_p * cap
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.wake_w.setblocking(False)
-        # Children report their exit status here right before _exit(), after closing their
-        # standard streams, so X need not wait for the kernel to tear the child down. The
-        # child holds no descriptor for it while the command runs: it opens the write end
-        # through /proc/<worker>/fd/<n> at exit (Linux; elsewhere the exit is seen by waitpid()).
-        self.report_r, self.report_w = os.pipe()
-        os.set_blocking(self.report_r, False)
-        self.report_path = None
-        if os.path.exists("/proc/%d/fd/%d" % (self.pid, self.report_w)):
-            self.report_path = "/proc/%d/fd/%d" % (self.pid, self.report_w)
-        self._report_buf = b""
+        self.reports = ExitReports(os.getpid())
         self._all_signals = tuple(int(s) for s in signal.valid_signals())
-        self.signals = [s for s in self._all_signals
-                         if s not in (signal.SIGKILL, signal.SIGSTOP)]
+        self.child_config = ChildConfig(
+            log=log, commands=dict(config.commands), env_delta=dict(config.env_delta),
+            env_rules=dict(_rules.RULES),
+            signals=tuple(s for s in self._all_signals
+                          if s not in (signal.SIGKILL, signal.SIGSTOP)),
+            worker_pid=os.getpid(), worker_pgrp=os.getpgrp(), report_path=self.reports.path,
+            job_control=config.signals, cloner=self.cloner, anchor=self._anchor(log),
+            environ=CEnviron.find(), pages=self.pages)
         signal.signal(signal.SIGCHLD, _noop)
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
-        self._warned_threads = False
         # What the children's reports are measured against (adaptive preloading), taken
         # last: what this constructor imported is the zygote's too.
         self.learn = _adaptive.Learned.now(*config.learning) if config.learning else None
+
+    @staticmethod
+    def _anchor(log):
+        """The `ng` a command that leads its own session runs as its job's anchor (15.7),
+        or None."""
+        anchor = os.environ.get("NGW_ANCHOR") or None
+        if anchor is not None and not os.access(anchor, os.X_OK):
+            log("ngw: the job's anchor %s cannot be run; on a terminal, a session leader "
+                "forks each command" % anchor)
+            return None
+        return anchor
+
+    def _log_once(self, key, message):
+        if key not in self._said:
+            self._said.add(key)
+            self.log(message)
 
     # -- session --------------------------------------------------------------------------
 
@@ -184,59 +277,20 @@ class ForkRunner(SpareIO):
             close_fds(client_fds or [])
 
     def _run(self, chan, info, cmd, client_fds):
-        started = time.monotonic()
-        back_to_back = self._last_x is not None and started - self._last_x < _BACK_TO_BACK
+        back_to_back = self.pace.starts(time.monotonic())
         self.spares.not_due()  # too late for one: this session forks its own child
         self.reap()
-        self.read_reports()
-        child = self.spares.take()
-        if child is not None and child.led and info.pty is None:
-            # It cannot join the worker's session again, nor leave its own.
-            self.spares.discard_taken(child)
-            child = None
-        self.lead_spares = info.pty is not None and self.anchor is not None
-        taken = info.fds is not None
-        if taken:
-            # The child's terminals are the client's own: what it sees is what it gets.
-            given = dict(zip(info.fds, client_fds))
-            info.tty = tuple(n in given and os.isatty(given[n]) for n in range(3))
-        info.cold = self._cold_reason(info, cmd)
-        self.stdio_key = stdio.stdio_key(info.env)  # for the next spare
-        streams = None
-        if child is not None:
-            send = None
-            if taken:
-                close_streams(child.streams)  # no pipes: the client's descriptors instead
-                child.streams = None
-                streams, send = [], list(zip(info.fds, client_fds))
-            else:
-                try:
-                    streams, send = self._session_streams(child, info)
-                except OSError as e:
-                    self.log("ngw: cannot create the standard streams: %s" % e)
-            if send is not None and not self._hand_over(child, info, cmd, send):
-                close_streams(streams)
-                send = None
-            if send is None:
-                self.spares.discard_taken(child)
-                child = streams = None
+        self.reports.read()
+        spare = take_spare(self.spares, on_terminal=info.pty is not None)
+        self._plan(info, cmd, client_fds)
+        child, streams = self._hand_spare(spare, info, cmd, client_fds)
         if child is None:
-            streams = []
-            if not taken:
-                try:
-                    streams = make_streams(info)
-                except OSError as e:
-                    close_streams(streams)
-                    return self._fail(chan, "ngw: cannot create the standard streams: %s\n" % e)
-            try:
-                child = self._fork(ForkSession(info, cmd, streams, list(zip(info.fds or (),
-                                                                            client_fds))))
-            except OSError as e:
-                close_streams(streams)
-                return self._fail(chan, "ngw: cannot fork: %s\n" % e)
+            child, streams, failure = self._fork_for(info, cmd, client_fds)
+            if child is None:
+                return self._fail(chan, failure)
         close_fds(client_fds)  # the child has them now
         client_fds[:] = []
-        if self.signals_on and not (info.tty[0] and not taken) and info.pty is None:
+        if placement(info, self.config.signals) is Place.GROUP:
             # A process group of its own in the worker's session (the child does the same:
             # whichever runs first), so that signals to the group reach everything it
             # starts from the first instruction on.
@@ -248,60 +302,94 @@ class ForkRunner(SpareIO):
             close_fd(s.child_fd)
             s.child_fd = -1
         handed = time.monotonic()
-        if back_to_back and self._took.get(cmd.name, 1.0) <= _SHORT_SESSION:
-            # The next spare's successor now, while this session's child runs: the worker
-            # has nothing to do meanwhile, and after X it would compete with the client
-            # receiving X and with the next client's start. Only for a short command: a
-            # longer one would share the CPUs with the clone.
-            self.spares.ask()
+        if self.pace.ask_during(back_to_back, cmd.name):
+            self.spares.ask()  # the next spare's successor now, while the child runs
         relay = Relay(self, chan, child.pid, streams)
         try:
             status = relay.loop()
         finally:
             relay.cleanup()
-        chan.send(_wire.EXIT, exit_payload(relay.status, status, self.signals_on))
+        chan.send(_wire.EXIT, exit_payload(relay.status, status, self.config.signals))
         chan.flush_some()
-        self._last_x = time.monotonic()
-        self._took[cmd.name] = self._last_x - handed
+        self.pace.ended(cmd.name, handed, time.monotonic())
         self.spares.session_ended()  # the successor the session's child made as a spare
         if relay.error is not None:
             raise relay.error
         gone = chan.eof or chan.dead
-        # The next session's spare: forked once this child has been reaped (reap(), from
-        # the idle loop on SIGCHLD), so that its fork does not compete for the CPU with the
-        # client still receiving this X; right away when sessions come back to back, so
-        # that it is ready sooner, and then the spare is asked for its successor at once,
-        # so that the session after it finds one ready too (docs/ngw.md 11.5).
-        resume = self.prefork and not relay.quit and not gone
-        if resume and self.spares.spare is None:
-            self.spares.make_due()
-        else:
-            self.spares.not_due()
-        if resume and back_to_back:
-            if self.spares.spare is None:
-                self._fork_spare(rehearse=False)  # the session would interrupt it anyway
-            self.spares.ask()
+        after_session(self.spares, self.config.prefork and not relay.quit and not gone,
+                      back_to_back)
         self.reap()
         return relay.quit, gone
 
+    def _plan(self, info, cmd, client_fds):
+        """What the session's record says before it is handed over: its terminals, when
+        it runs on the client's descriptors (what the child sees is what it gets), and
+        whether it runs cold; and how the next spare is forked, as this session is."""
+        if info.fds is not None:
+            given = dict(zip(info.fds, client_fds))
+            info.tty = tuple(n in given and os.isatty(given[n]) for n in range(3))
+        info.cold = self._cold_reason(info, cmd)
+        self.next_spare = NextSpare(
+            stdio_key=stdio.stdio_key(info.env),
+            lead=info.pty is not None and self.child_config.anchor is not None)
+
+    def _hand_spare(self, child, info, cmd, client_fds):
+        """Hands `child` (the spare, or None) its session: (the child, the worker's ends
+        of the session's streams), or (None, None) when there is no spare or it could not
+        take the session (it is discarded)."""
+        if child is None:
+            return None, None
+        streams = send = None
+        if info.fds is not None:
+            close_streams(child.streams)  # no pipes: the client's descriptors instead
+            child.streams = None
+            streams, send = [], list(zip(info.fds, client_fds))
+        else:
+            try:
+                streams, send = self._session_streams(child, info)
+            except OSError as e:
+                self.log("ngw: cannot create the standard streams: %s" % e)
+        if send is not None and self._hand_over(child, info, cmd, send):
+            return child, streams
+        if send is not None:
+            close_streams(streams)
+        self.spares.discard_taken(child)
+        return None, None
+
+    def _fork_for(self, info, cmd, client_fds):
+        """A child forked for the session: (the child, the worker's ends of its streams,
+        None), or (None, None, the message to the client) if it could not be."""
+        streams = []
+        if info.fds is None:
+            try:
+                streams = make_streams(info)
+            except OSError as e:
+                close_streams(streams)
+                return None, None, "ngw: cannot create the standard streams: %s\n" % e
+        session = ForkSession(info, cmd, streams, list(zip(info.fds or (), client_fds)))
+        try:
+            return self._fork(session), streams, None
+        except OSError as e:
+            close_streams(streams)
+            return None, None, "ngw: cannot fork: %s\n" % e
+
     def _cold_reason(self, info, cmd):
         """Why this session runs the cold way (docs/ngw.md 12.4), or None: warm."""
-        if self.conditions is None:
+        conditions, notices = self.config.conditions, self.config.notices
+        if conditions is None:
             return None
-        reason = self.conditions.reason(info)
+        reason = conditions.reason(info)
         if reason is None and cmd.check is not None:
             reason = cmd.check(info)
         if reason is None:
             return None
         if cmd.cold is None:
-            if reason not in self._warned_warm:
-                self._warned_warm.add(reason)
-                self.log("ngw: %s runs warm although %s (it has no cold form)"
-                         % (cmd.name, reason))
+            self._log_once(("warm", reason), "ngw: %s runs warm although %s (it has no "
+                                             "cold form)" % (cmd.name, reason))
             return None
-        if self.notices is not None:
-            self.notices.send("fallback", "%s; ran %s the cold way" % (reason, cmd.name),
-                              info.session)
+        if notices is not None:
+            notices.send("fallback", "%s; ran %s the cold way" % (reason, cmd.name),
+                         info.session)
         return reason
 
     def _fork_spare(self, rehearse=True):
@@ -314,7 +402,7 @@ class ForkRunner(SpareIO):
         spare is forked now. `learn`: the children's `_adaptive.Learned` from now on, if
         it changed."""
         self.spares.discard()
-        if self.prefork:
+        if self.config.prefork:
             self.spares.make_due()
         if learn is not None:
             self.learn = learn
@@ -323,9 +411,8 @@ class ForkRunner(SpareIO):
     # -- SpareIO: the spares' forks and sockets (docs/ngw.md 11.5) ---------------------------
 
     def fork(self, rehearse):
-        self.rehearse_spare = rehearse
         try:
-            child = self._fork(None)
+            child = self._fork(None, rehearse)
         except OSError as e:
             self.log("ngw: cannot fork the next session's child ahead of time: %s" % e)
             return None
@@ -358,37 +445,31 @@ class ForkRunner(SpareIO):
         ctl = spare.ctl
         if ctl is None:
             return None
-        buf, fds = bytearray(), []
+        inbox = Inbox()
         try:
             ctl.settimeout(timeout)
-            while len(buf) < LEN.size or len(buf) < LEN.size + LEN.unpack_from(buf)[0]:
+            while not inbox.whole():
                 data, ancdata, _, _ = ctl.recvmsg(4096, _ANSWER_SPACE)
-                for level, kind, cdata in ancdata:
-                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                        fds.extend(FD.unpack_from(cdata, i)[0]
-                                   for i in range(0, len(cdata) - len(cdata) % 4, 4))
+                inbox.feed(data, ancdata)
                 if not data:
                     break
-                buf += data
         except (BlockingIOError, socket.timeout):
-            if not buf and not fds and timeout == 0:
+            if not inbox.buf and not inbox.fds and timeout == 0:
                 return NOT_YET
         except OSError:
             pass
-        end = LEN.size + (LEN.unpack_from(buf)[0] if len(buf) >= LEN.size else 0)
+        fds = inbox.take_fds()
         try:
-            answer = marshal.loads(memoryview(buf)[LEN.size:end]) if len(buf) >= end \
-                else {"pid": None}
+            answer = inbox.take() if inbox.whole() else {"pid": None}
             pid = answer.get("pid")
             why = answer.get("why")
             expected = answer.get("expected", False)
         except (EOFError, ValueError, TypeError, AttributeError):
             pid = why = None
             expected = False
-        if why and not expected and why not in self._warned_clone:
-            self._warned_clone.add(why)
-            self.log("ngw: a spare did not clone its successor: %s; the worker forks the "
-                     "next spare" % why)
+        if why and not expected:
+            self._log_once(("clone", why), "ngw: a spare did not clone its successor: %s; "
+                                           "the worker forks the next spare" % why)
         if not pid or len(fds) != 4:  # none, or one the spare gave up on: killed here, reaped
             close_fds(fds)
             if pid:
@@ -447,20 +528,21 @@ class ForkRunner(SpareIO):
 
     # -- children: forking, handing a session over, reaping --------------------------------
 
-    def _fork(self, session):
+    def _fork(self, session, rehearse=True):
         """Forks a child. `session` (a ForkSession): it runs that session at once. None: a
-        spare, with three pipes of its own, that waits for its session on a socket."""
-        if threading.active_count() > 1 and not self._warned_threads:
-            self._warned_threads = True
-            self.log("ngw: warning: forking while %d threads run; only the forking thread "
-                     "exists in the child" % threading.active_count())
+        spare, with three pipes of its own, that waits for its session on a socket (and
+        rehearses the session's set-up meanwhile, with `rehearse`)."""
+        if threading.active_count() > 1:
+            self._log_once("threads", "ngw: warning: forking while %d threads run; only the "
+                                      "forking thread exists in the child"
+                           % threading.active_count())
         for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
             try:
                 if f is not None:
                     f.flush()
             except (OSError, ValueError):
                 pass
-        self.worker_stdio = stdio.worker_stdio()
+        worker_stdio = stdio.worker_stdio()
         if session is None:
             self.pages.absorb()  # what the last children reported, for this spare
         self.pages.note_fork()
@@ -488,14 +570,17 @@ class ForkRunner(SpareIO):
         if pid == 0:
             if ctl is not None:
                 ctl.close()
-            Child(self).run(theirs, session, streams)  # never returns
+            at_fork = AtFork(closes=tuple(self.child_closes()), worker_stdio=worker_stdio,
+                             learn=self.learn, stdio_key=self.next_spare.stdio_key,
+                             rehearse=rehearse, lead_ahead=self.next_spare.lead)
+            Child(self.child_config, at_fork).run(theirs, session, streams)  # never returns
         sigmask(signal.SIG_SETMASK, old_mask)
         if theirs is not None:
             theirs.close()
         for s in streams:
             close_fd(s.child_fd)
             s.child_fd = -1
-        led = session is None and self.lead_spares
+        led = session is None and self.next_spare.lead
         return _Forked(pid, ctl, streams, self.pages.stamp, led)
 
     def _session_streams(self, child, info):
@@ -591,24 +676,6 @@ class ForkRunner(SpareIO):
                 break
             time.sleep(0.002)
 
-    def read_reports(self, pid=None):
-        """Reads the exit reports that arrived; returns the exit code `pid` reported."""
-        code = None
-        while True:
-            try:
-                data = os.read(self.report_r, 4096)
-            except (BlockingIOError, InterruptedError):
-                break
-            if not data:
-                break
-            data = self._report_buf + data
-            whole = len(data) - len(data) % REPORT.size
-            self._report_buf = data[whole:]
-            for rpid, rcode in REPORT.iter_unpack(data[:whole]):
-                if pid is not None and rpid == pid:
-                    code = rcode
-        return code
-
     def child_closes(self):
         """The worker's descriptors that a child closes first thing: its plumbing, and
         the client descriptors it holds for sessions not yet started."""
@@ -618,5 +685,5 @@ class ForkRunner(SpareIO):
             if spare.ctl is not None:
                 spares.append(spare.ctl.fileno())
             spares.extend(st.fd for st in spare.streams or ())
-        return [self.wake_r.fileno(), self.wake_w.fileno(), self.report_r,
-                self.report_w] + self.pages.fds() + self.private_fds + held + spares
+        return [self.wake_r.fileno(), self.wake_w.fileno(), self.reports.r,
+                self.reports.w] + self.pages.fds() + self.private_fds + held + spares

@@ -58,7 +58,7 @@ class Relay:
         self.stdin_last_nl = True
         # Stdin asked for and not yet received: classic, True while one S is unanswered;
         # windowed, the bytes still granted.
-        self.window = STDIN_WINDOW if runner.stdin_window else 0
+        self.window = STDIN_WINDOW if runner.config.stdin_window else 0
         self.credit = 0
         self.outs = [streams[1], streams[2]] if streams else []
         self.all_streams = streams
@@ -101,7 +101,7 @@ class Relay:
                 p.register(chan.fd, cev)
             p.register(self.runner.wake_r.fileno(), select.POLLIN)
             if self.status is None:
-                p.register(self.runner.report_r, select.POLLIN)
+                p.register(self.runner.reports.r, select.POLLIN)
             if not backpressured:
                 for s in self.outs:
                     p.register(s.fd, select.POLLIN)
@@ -125,8 +125,8 @@ class Relay:
                         self._dispatch()
                 elif fd == self.runner.wake_r.fileno():
                     self.runner.drain_wakeups()
-                elif fd == self.runner.report_r:
-                    code = self.runner.read_reports(self.pid)
+                elif fd == self.runner.reports.r:
+                    code = self.runner.reports.read(self.pid)
                     if code is not None and code & STOP_REPORT:
                         self._stopped(code & 0xFF)
                     elif code is not None and self.status is None:
@@ -145,7 +145,7 @@ class Relay:
     # -- child lifecycle ------------------------------------------------------------------
 
     def _reap(self):
-        flags = os.WNOHANG | (os.WUNTRACED if self.runner.signals_on else 0)
+        flags = os.WNOHANG | (os.WUNTRACED if self.runner.config.signals else 0)
         while True:
             try:
                 pid, st = os.waitpid(self.pid, flags)
