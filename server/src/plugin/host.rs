@@ -27,7 +27,7 @@ use crate::ServerHandle;
 use bytes::{Buf, Bytes, BytesMut};
 use mio::{Interest, Token};
 use ng_proto::{ChunkType, Decoder, Limits};
-use ngw::WorkerFeatures;
+use ngw_vocab::{NoticeKind, WorkerFeatures};
 use slab::Slab;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
@@ -984,7 +984,8 @@ impl PluginHost {
             } => {
                 let name = &self.pools[pool].config.name;
                 tracing::info!(plugin = %name, pid, kind = %kind, session, "notice: {message}");
-                if kind == "retire" {
+                let kind = NoticeKind::from_name(&kind);
+                if kind == NoticeKind::Retire {
                     // A recycle, not a failure: no new session; replaced when its
                     // sessions are done.
                     self.workers[slot].machine.retired = true;
@@ -1011,7 +1012,7 @@ impl PluginHost {
         now: Instant,
     ) -> Result<(), WorkerEnd> {
         let pool = self.workers[slot].machine.pool;
-        if hello.protocol != Some(1) {
+        if !hello.speaks_this_protocol() {
             let theirs = hello.protocol.map_or_else(
                 || "no protocol version".to_owned(),
                 |v| format!("protocol {v}"),
@@ -1020,7 +1021,10 @@ impl PluginHost {
             // any stopped worker does (q, then SIGTERM, then SIGKILL).
             self.disable(
                 pool,
-                format!("its worker speaks ngw {theirs}; this ngd speaks 1"),
+                format!(
+                    "its worker speaks ngw {theirs}; this ngd speaks {}",
+                    ngw_vocab::PROTOCOL
+                ),
             );
             let config = &self.pools[pool].config;
             self.workers[slot].machine.quit(config, now);

@@ -24,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use ng_proto::codec::encode;
 use ng_proto::ext::{self, ExitReport, SignalName, SignalTarget, WinSize};
 use ng_proto::{exit, ChunkType, Request, Signal};
-use ngw::{WorkerFeature, WorkerFeatures};
+use ngw_vocab::{WorkerFeature, WorkerFeatures};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 

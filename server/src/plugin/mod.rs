@@ -33,7 +33,7 @@ use crate::session_io::ConnKey;
 pub use config::PluginConfig;
 pub use host::{HostInit, HostTimer, PluginHost, FIRST_WORKER};
 pub use machine::{WorkerEnd, WorkerKey};
-use ngw::WorkerFeature;
+use ngw_vocab::WorkerFeature;
 pub use pool::{Notice, PoolStatus, Refusal};
 use serde::{Deserialize, Serialize};
 use session::StdinBuffer;

@@ -22,7 +22,8 @@
 use super::config::PluginConfig;
 use crate::exit_codes;
 use crate::session_io::ConnKey;
-use ngw::restart::{Backoff, Decision, GiveUp, RestartPolicy};
+use ngw_vocab::restart::{Backoff, Decision, GiveUp, RestartPolicy};
+use ngw_vocab::NoticeKind;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
@@ -31,9 +32,6 @@ use std::time::{Duration, Instant, SystemTime};
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How many notices a pool keeps (`docs/ngw.md` §15.3).
 pub const NOTICES_KEPT: usize = 8;
-/// The notice kind by which a worker says that what it serves is disabled for good (a
-/// bridge whose plugin crashed too often): the pool is disabled with its message.
-pub const NOTICE_DISABLED: &str = "disabled";
 
 /// Whether a pool takes sessions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,8 +103,8 @@ pub struct Waiting {
 /// A worker's notice (`n` chunk), as kept and shown.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Notice {
-    /// `fallback`, `stale`, `retire` or another word.
-    pub kind: String,
+    /// What happened.
+    pub kind: NoticeKind,
     /// The worker's sentence.
     pub message: String,
     /// The session it is about, if any.
@@ -401,13 +399,15 @@ impl Pool {
         self.failures = self.restart.failures();
     }
 
-    /// Keeps a notice (the last [`NOTICES_KEPT`]) and counts it. A `disabled` notice
-    /// disables the pool with the notice's message as the reason.
+    /// Keeps a notice (the last [`NOTICES_KEPT`]) and counts it. A `disabled` notice (a
+    /// bridge whose plugin failed too often) disables the pool with the notice's message
+    /// as the reason.
     pub fn notice(&mut self, notice: Notice) {
-        if notice.kind == NOTICE_DISABLED {
+        if notice.kind == NoticeKind::Disabled {
             self.disable(notice.message.clone());
         }
-        *self.notice_counts.entry(notice.kind.clone()).or_default() += 1;
+        let count = self.notice_counts.entry(notice.kind.as_str().to_owned());
+        *count.or_default() += 1;
         if self.notices.len() == NOTICES_KEPT {
             self.notices.pop_front();
         }
@@ -651,7 +651,11 @@ mod tests {
         let mut p = Pool::new(config(""));
         for i in 0..10 {
             p.notice(Notice {
-                kind: if i % 2 == 0 { "fallback" } else { "stale" }.into(),
+                kind: if i % 2 == 0 {
+                    NoticeKind::Fallback
+                } else {
+                    NoticeKind::Stale
+                },
                 message: format!("n{i}"),
                 session: None,
                 pid: 1,

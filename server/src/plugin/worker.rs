@@ -150,30 +150,5 @@ pub fn kill_orphans() {
     }
 }
 
-/// The fields of a worker's hello that ngd uses (`docs/ngw.md` §5).
-#[derive(Clone, Debug, Default, serde::Deserialize, PartialEq, Eq)]
-pub struct Hello {
-    /// Must be 1.
-    pub protocol: Option<i64>,
-    /// The worker's pid.
-    pub pid: Option<u32>,
-    /// Commands it serves.
-    #[serde(default)]
-    pub commands: Vec<String>,
-    /// `interrupt`, `fork`, ... (names ngd does not know are left out).
-    #[serde(default)]
-    pub features: ngw::WorkerFeatures,
-    /// Its inbound payload cap.
-    pub max_chunk: Option<u64>,
-    /// Its hangup-to-kill delay.
-    pub kill_grace_ms: Option<u64>,
-    /// With `mux`: how many sessions it runs at once.
-    pub max_sessions: Option<u64>,
-    /// SDK name, for status.
-    pub sdk: Option<String>,
-    /// A refusal to start.
-    pub error: Option<String>,
-    /// It also serves command names shaped like Java class names (`docs/ngw.md` §5).
-    #[serde(default)]
-    pub class_names: bool,
-}
+/// A worker's hello (`docs/ngw.md` §5), as the vocabulary defines it.
+pub use ngw_vocab::Hello;
