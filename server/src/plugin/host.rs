@@ -21,11 +21,10 @@ use super::footprint::{Footprints, Known};
 use super::machine::{Due, Event, Machine, Phase, WorkerEnd, WorkerKey};
 use super::pool::{evictions, Census, Notice, Pool, PoolStatus, Refusal, Residency, Usage};
 use super::worker;
-use super::{Bound, Clients, PluginReport, HOST_FEATURES};
+use super::{Bound, Channels, Clients, PluginReport, HOST_FEATURES};
 use crate::session_io::ConnKey;
 use crate::ServerHandle;
 use bytes::{Buf, Bytes, BytesMut};
-use mio::{Interest, Token};
 use ng_proto::{ChunkType, Decoder, Limits};
 use ngw_vocab::{NoticeKind, WorkerFeatures};
 use slab::Slab;
@@ -34,8 +33,6 @@ use std::os::fd::AsRawFd;
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
-/// Worker channels: token `FIRST_WORKER + slot` (connections stay below it).
-pub const FIRST_WORKER: usize = 1 << 24;
 /// How long after its channel closes a worker may take to exit before it is killed.
 const REAP_GRACE: Duration = Duration::from_millis(500);
 
@@ -130,7 +127,8 @@ pub struct PluginHost {
     /// The `ng` beside ngd, looked for once: workers' `NGW_ANCHOR` (not one on `PATH`,
     /// which could be another program of that name).
     anchor: std::sync::OnceLock<Option<std::path::PathBuf>>,
-    registry: mio::Registry,
+    /// Where the workers' channels are watched (the event loop's poll).
+    channels: Box<dyn Channels>,
     handle: ServerHandle,
     dirty_workers: Vec<usize>,
     dirty_pools: Vec<usize>,
@@ -153,8 +151,8 @@ pub struct HostInit {
     pub plugins: Vec<PluginConfig>,
     /// For routes and statistics.
     pub handle: ServerHandle,
-    /// To register worker channels (token `FIRST_WORKER + slot`).
-    pub registry: mio::Registry,
+    /// Where worker channels are watched for readiness.
+    pub channels: Box<dyn Channels>,
     /// The executable that runs bridges (default: this process's).
     pub bridge_exe: Option<std::path::PathBuf>,
     /// Adopt and reap orphans.
@@ -181,7 +179,7 @@ impl PluginHost {
             subreaper: init.subreaper,
             bridge_exe: init.bridge_exe,
             anchor: std::sync::OnceLock::new(),
-            registry: init.registry,
+            channels: init.channels,
             handle: init.handle,
             dirty_workers: Vec::new(),
             dirty_pools: Vec::new(),
@@ -465,7 +463,7 @@ impl PluginHost {
         }
     }
 
-    /// Readiness of worker channel `slot` (token `FIRST_WORKER + slot`).
+    /// Readiness of the channel of the worker in `slot` ([`Channels::register`]).
     pub fn on_ready(
         &mut self,
         slot: usize,
@@ -707,11 +705,7 @@ impl PluginHost {
         let entry = self.workers.vacant_entry();
         let slot = entry.key();
         let mut channel = spawned.channel;
-        if let Err(e) = self.registry.register(
-            &mut channel,
-            Token(FIRST_WORKER + slot),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
+        if let Err(e) = self.channels.register(&mut channel, slot) {
             tracing::error!(plugin = %config.name, "register worker channel: {e}");
             let mut child = spawned.child;
             worker::signal_group(child.id(), libc::SIGKILL);
@@ -1122,7 +1116,7 @@ impl PluginHost {
         }
         let mut w = self.workers.remove(slot);
         self.footprints.forget(w.pid());
-        let _ = self.registry.deregister(&mut w.channel);
+        self.channels.deregister(&mut w.channel);
         let pool = w.machine.pool;
         self.dirty_pools.push(pool);
         self.changed = true;

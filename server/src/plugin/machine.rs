@@ -46,7 +46,7 @@ pub const MAX_SESSIONS: u64 = 1024;
 /// A worker, as the event loop's tokens and the connections' bound state name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WorkerKey {
-    /// The slab index (token `FIRST_WORKER + slot`).
+    /// The slab index (the host's name for its channel).
     pub slot: usize,
     /// Unique per spawned worker (slots are reused; serials are not).
     pub serial: u64,

@@ -31,7 +31,7 @@ pub mod worker;
 
 use crate::session_io::ConnKey;
 pub use config::PluginConfig;
-pub use host::{HostInit, HostTimer, PluginHost, FIRST_WORKER};
+pub use host::{HostInit, HostTimer, PluginHost};
 pub use machine::{WorkerEnd, WorkerKey};
 use ngw_vocab::WorkerFeature;
 pub use pool::{Notice, PoolStatus, Refusal};
@@ -108,6 +108,17 @@ pub trait Clients {
     fn bind(&mut self, conn: ConnKey, worker: WorkerKey, session: u64) -> Option<Queued>;
     /// Takes a queued session that is refused; `None` if it no longer waits.
     fn take_queued(&mut self, conn: ConnKey) -> Option<Queued>;
+}
+
+/// Where the host has its workers' channels watched for readiness: the event loop
+/// implements it over its poll, so that nothing here knows the loop or its tokens. A
+/// channel is named by its worker's slot; readiness comes back as
+/// [`PluginHost::on_ready`] for that slot.
+pub trait Channels: std::fmt::Debug {
+    /// Watches the channel of the worker in `slot` (readable and writable, edge-triggered).
+    fn register(&self, channel: &mut mio::net::UnixStream, slot: usize) -> std::io::Result<()>;
+    /// Stops watching a channel that is closed or about to be.
+    fn deregister(&self, channel: &mut mio::net::UnixStream);
 }
 
 /// A snapshot of one pool for `ng-stats` and `ngd status`; `ngd warm` and `ngd list` read
