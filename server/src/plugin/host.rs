@@ -16,10 +16,10 @@
 //! * sessions are bound in `maintain_pool` to the ready worker with the most free slots
 //!   taken first by the fewest sessions (`bind`).
 
+use super::budget::{Budget, Held, Tenant};
 use super::config::PluginConfig;
-use super::footprint::{Footprints, Known};
 use super::machine::{Due, Event, Machine, Phase, WorkerEnd, WorkerKey};
-use super::pool::{evictions, Census, Notice, Pool, PoolStatus, Refusal, Residency, Usage};
+use super::pool::{Census, Notice, Pool, PoolStatus, Refusal, Residency};
 use super::worker;
 use super::{Bound, Channels, Clients, PluginReport, HOST_FEATURES};
 use crate::session_io::ConnKey;
@@ -135,13 +135,8 @@ pub struct PluginHost {
     timers: Vec<(Instant, HostTimer)>,
     changed: bool,
     scratch: Vec<u8>,
-    /// The most bytes the workers of all pools may hold (`memory_budget_mb`); `None`: no
-    /// budget.
-    memory_budget: Option<u64>,
-    /// Each worker's memory with its descendants, read off the event loop.
-    footprints: Footprints,
-    /// When the readings asked for are looked at ([`HostTimer::Footprint`]).
-    footprint_check: Option<Instant>,
+    /// The memory budget and the workers' footprints.
+    budget: Budget,
 }
 
 /// What [`PluginHost::new`] takes.
@@ -186,9 +181,7 @@ impl PluginHost {
             timers: Vec::new(),
             changed: true,
             scratch: vec![0; 64 << 10],
-            memory_budget: init.memory_budget,
-            footprints: Footprints::default(),
-            footprint_check: None,
+            budget: Budget::new(init.memory_budget),
         };
         for config in init.plugins {
             host.add_pool(Pool::new(config));
@@ -273,7 +266,7 @@ impl PluginHost {
                     r.running += m.sessions.len();
                     if !m.is_quitting() {
                         // The latest reading, else (until the first) the worker's RSS.
-                        r.memory_bytes += self.footprints.latest(w.pid()).unwrap_or(w.rss);
+                        r.memory_bytes += self.budget.shown(w.pid(), w.rss);
                     }
                     match m.phase {
                         Phase::Starting { .. } => r.starting += 1,
@@ -346,7 +339,7 @@ impl PluginHost {
                 .dying
                 .iter()
                 .any(|d| d.worker.serial == serial && d.deadline == at),
-            HostTimer::Footprint => self.footprint_check == Some(at),
+            HostTimer::Footprint => self.budget.is_check_at(at),
         }
     }
 
@@ -517,10 +510,10 @@ impl PluginHost {
             HostTimer::Pool(pool) => self.dirty_pools.push(pool),
             HostTimer::Dying(_) => self.reap_dying(clients, now),
             HostTimer::Footprint => {
-                self.footprint_check = None;
+                self.budget.fired();
                 self.enforce_budget(now);
-                if self.footprints.pending() {
-                    self.check_footprints(now);
+                if let Some(at) = self.budget.again(now) {
+                    self.timers.push((at, HostTimer::Footprint));
                 }
             }
         }
@@ -585,66 +578,49 @@ impl PluginHost {
         self.changed = true;
     }
 
-    /// Looks at the footprints asked for a little later: the budget is kept with them.
-    fn check_footprints(&mut self, now: Instant) {
-        if self.footprint_check.is_none() {
-            let at = now + super::footprint::SETTLE;
-            self.footprint_check = Some(at);
-            self.timers.push((at, HostTimer::Footprint));
-        }
-    }
-
-    /// What a worker holds with its descendants: the latest footprint, else its own RSS;
-    /// `None` while its first reading is coming.
-    fn footprint(&self, w: &Worker, now: Instant) -> Option<u64> {
-        match self.footprints.known(w.pid(), now) {
-            Known::Bytes(bytes) => Some(bytes),
-            Known::Awaited => None,
-            Known::Unknown => Some(w.rss),
-        }
-    }
-
-    /// Keeps the workers' memory within the budget: the least recently used pools that are
-    /// awake and idle give way ([`super::pool::evictions`]). Not while a worker's first
-    /// reading is coming: the footprint timer looks again when it has come.
+    /// Keeps the workers' memory within the budget ([`super::budget`]): pools give way,
+    /// their idle workers quit.
     fn enforce_budget(&mut self, now: Instant) {
-        let Some(budget) = self.memory_budget else {
+        if !self.budget.is_set() {
+            return;
+        }
+        let tenants: Vec<Tenant> = (self.pools.iter().enumerate())
+            .filter(|(_, p)| p.status == PoolStatus::Active)
+            .map(|(pool, p)| Tenant {
+                pool,
+                last_used: p.last_used,
+                may_give_way: p.residency == Residency::Awake && p.queue.is_empty(),
+            })
+            .collect();
+        let workers: Vec<Held> = (self.workers.iter())
+            .filter(|(_, w)| !w.machine.is_quitting())
+            .map(|(_, w)| Held {
+                pool: w.machine.pool,
+                pid: w.pid(),
+                rss: w.rss,
+                busy: !w.machine.sessions.is_empty(),
+            })
+            .collect();
+        let Some(eviction) = self.budget.evictions(&tenants, &workers, now) else {
             return;
         };
-        let mut usage = Vec::with_capacity(self.pools.len());
-        for (i, p) in self.pools.iter().enumerate() {
-            if p.status != PoolStatus::Active {
-                continue;
-            }
-            let mut bytes = 0;
-            let mut busy = false;
-            for (_, w) in self.workers.iter().filter(|(_, w)| w.machine.pool == i) {
-                if !w.machine.is_quitting() {
-                    let Some(held) = self.footprint(w, now) else {
-                        return;
-                    };
-                    bytes += held;
-                    busy |= !w.machine.sessions.is_empty();
-                }
-            }
-            usage.push(Usage {
-                pool: i,
-                bytes,
-                last_used: p.last_used,
-                evictable: p.residency == Residency::Awake && !busy && p.queue.is_empty(),
-            });
-        }
-        let total: u64 = usage.iter().map(|u| u.bytes).sum();
-        for pool in evictions(&usage, budget) {
+        for pool in eviction.pools {
             tracing::info!(
                 plugin = %self.pools[pool].config.name,
                 "gives way: the workers hold {} MiB, over the memory budget of {} MiB; it \
                  is the least recently used",
-                total >> 20,
-                budget >> 20
+                eviction.total >> 20,
+                eviction.limit >> 20
             );
             self.pools[pool].evict();
             self.quit_idle(pool, now);
+        }
+    }
+
+    /// Asks for worker `pid`'s footprint, and for the budget's look at it.
+    fn measure(&mut self, pid: u32, now: Instant) {
+        if let Some(at) = self.budget.measure(pid, now) {
+            self.timers.push((at, HostTimer::Footprint));
         }
     }
 
@@ -1060,8 +1036,7 @@ impl PluginHost {
         );
         let (pid, rss) = (w.pid(), worker::rss_bytes(w.pid()).unwrap_or(0));
         self.workers[slot].rss = rss;
-        self.footprints.request(pid, now);
-        self.check_footprints(now);
+        self.measure(pid, now);
         self.dirty_pools.push(pool);
         self.enforce_budget(now);
         Ok(())
@@ -1076,7 +1051,7 @@ impl PluginHost {
         let config = &p.config;
         let recycle = config.recycle_after > 0 && w.machine.completed >= config.recycle_after;
         w.rss = worker::rss_bytes(w.pid()).unwrap_or(w.rss);
-        self.footprints.request(w.pid(), now);
+        let pid = w.pid();
         let too_big = config.max_memory_mb > 0 && w.rss > config.max_memory_mb << 20;
         let why = if recycle {
             Some("recycled after its session limit")
@@ -1104,7 +1079,7 @@ impl PluginHost {
             None => w.machine.idle_again(config, now),
         }
         self.schedule(slot);
-        self.check_footprints(now);
+        self.measure(pid, now);
         self.enforce_budget(now);
     }
 
@@ -1115,7 +1090,7 @@ impl PluginHost {
             return;
         }
         let mut w = self.workers.remove(slot);
-        self.footprints.forget(w.pid());
+        self.budget.forget(w.pid());
         self.channels.deregister(&mut w.channel);
         let pool = w.machine.pool;
         self.dirty_pools.push(pool);

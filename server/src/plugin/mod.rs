@@ -21,6 +21,7 @@
 //! SIGTERM → SIGKILL to the worker's process group, and workers die with `ngd`
 //! (`PR_SET_PDEATHSIG`).
 
+pub mod budget;
 pub mod config;
 pub mod footprint;
 pub mod host;

@@ -12,7 +12,7 @@
 //! A pool also decides whether it keeps workers at all ([`Residency`]): one with no
 //! session for `idle_to_zero_ms` falls asleep and keeps none (the next session starts a
 //! worker, as auto-start starts a server), and under the server's memory budget the least
-//! recently used pools give way first ([`evictions`]).
+//! recently used pools give way first ([`super::budget`]).
 //!
 //! A pool is also disabled by its worker's `disabled` notice (§15.3): a bridge that gave up
 //! on its plugin says so, and from then on the pool refuses sessions (126) with the
@@ -136,40 +136,6 @@ pub enum Residency {
     /// Gave way to more recently used plugins under the memory budget: keeps no worker
     /// until its next session.
     Evicted,
-}
-
-/// One pool's share of the memory budget, as the host measured it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Usage {
-    /// The pool's index.
-    pub pool: usize,
-    /// Its workers' resident memory.
-    pub bytes: u64,
-    /// Its last session's start (`None`: never used).
-    pub last_used: Option<Instant>,
-    /// Whether it may give way now: awake, no session running or waiting.
-    pub evictable: bool,
-}
-
-/// The pools to evict so that the total stays within `budget` bytes: the least recently
-/// used evictable ones first (never used before used), as few as needed. When the
-/// evictable pools cannot bring the total down, all of them go (pools with sessions stay).
-pub fn evictions(usage: &[Usage], budget: u64) -> Vec<usize> {
-    let mut total: u64 = usage.iter().map(|u| u.bytes).sum();
-    let mut candidates: Vec<&Usage> = usage
-        .iter()
-        .filter(|u| u.evictable && u.bytes > 0)
-        .collect();
-    candidates.sort_by_key(|u| (u.last_used, u.pool));
-    let mut out = Vec::new();
-    for u in candidates {
-        if total <= budget {
-            break;
-        }
-        total -= u.bytes;
-        out.push(u.pool);
-    }
-    out
 }
 
 /// What the host counts of a pool's workers when the pool decides about spawning.
@@ -702,37 +668,6 @@ mod tests {
         let mut none = Pool::new(config("min_workers = 0"));
         none.touch(t0);
         assert_eq!(none.sleep_at(), None);
-    }
-
-    #[test]
-    fn the_least_recently_used_give_way_first() {
-        let t0 = Instant::now();
-        let mb = 1 << 20;
-        let u = |pool, bytes, used: Option<u64>, evictable| Usage {
-            pool,
-            bytes: bytes * mb,
-            last_used: used.map(|s| t0 + Duration::from_secs(s)),
-            evictable,
-        };
-        let usage = [
-            u(0, 30, Some(5), true),
-            u(1, 30, Some(1), true),
-            u(2, 30, Some(9), true),
-            u(3, 30, Some(0), false),
-        ];
-        // 120 MiB against 100: one goes, the least recently used evictable one.
-        assert_eq!(evictions(&usage, 100 * mb), [1]);
-        assert_eq!(evictions(&usage, 60 * mb), [1, 0]);
-        assert_eq!(evictions(&usage, 120 * mb), Vec::<usize>::new());
-        // A pool with a session never goes; when the rest cannot make it, all of them do.
-        assert_eq!(evictions(&usage, 10 * mb), [1, 0, 2]);
-        // Never used counts as least recently used; empty pools are not candidates.
-        let usage = [
-            u(0, 30, Some(5), true),
-            u(1, 30, None, true),
-            u(2, 0, None, true),
-        ];
-        assert_eq!(evictions(&usage, 40 * mb), [1]);
     }
 
     #[test]
