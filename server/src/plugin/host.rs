@@ -20,21 +20,17 @@ use super::budget::{Budget, Held, Tenant};
 use super::config::PluginConfig;
 use super::machine::{Due, Event, Machine, Phase, WorkerEnd, WorkerKey};
 use super::pool::{Census, Notice, Pool, PoolStatus, Refusal, Residency};
-use super::worker;
+use super::reaper::{describe_exit, Reaper};
+use super::worker::{self, Fill, Worker};
 use super::{Bound, Channels, Clients, PluginReport, HOST_FEATURES};
 use crate::session_io::ConnKey;
 use crate::ServerHandle;
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
 use ng_proto::{ChunkType, Decoder, Limits};
 use ngw_vocab::{NoticeKind, WorkerFeatures};
 use slab::Slab;
-use std::io::{ErrorKind, Read, Write};
-use std::os::fd::AsRawFd;
-use std::process::{Child, ExitStatus};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
-
-/// How long after its channel closes a worker may take to exit before it is killed.
-const REAP_GRACE: Duration = Duration::from_millis(500);
 
 /// Why a pool starts a worker now, for the log: a restart after failures (with the last
 /// one), the pool's first workers, a replacement to keep `min_workers`, or sessions waiting.
@@ -73,41 +69,6 @@ pub enum HostTimer {
     Footprint,
 }
 
-/// One worker process and its channel.
-#[derive(Debug)]
-struct Worker {
-    serial: u64,
-    machine: Machine,
-    child: Child,
-    channel: mio::net::UnixStream,
-    rbuf: BytesMut,
-    readable: bool,
-    writable: bool,
-    timer_at: Option<Instant>,
-    /// Its own resident memory, as last measured (when ready, after each session): what
-    /// `max_memory_mb` caps, and its footprint until [`Footprints`] has one.
-    rss: u64,
-}
-
-impl Worker {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-/// A worker whose channel is closed, waiting to be reaped (its exit status tells its
-/// clients what happened). Never waited for on the loop thread: SIGCHLD or the deadline.
-#[derive(Debug)]
-struct Dying {
-    worker: Worker,
-    end: WorkerEnd,
-    /// A failed start or an early death, counted when reaped; its pool starts no worker
-    /// until then.
-    failure: bool,
-    deadline: Instant,
-    killed: bool,
-}
-
 /// The pools and their workers. See the module docs.
 #[derive(Debug)]
 pub struct PluginHost {
@@ -115,7 +76,8 @@ pub struct PluginHost {
     /// The pools, in configuration order. Indices are stable for the life of the process
     /// (a reload retires a pool and appends a new one).
     pools: Vec<Pool>,
-    dying: Vec<Dying>,
+    /// Workers out of service, until they are reaped.
+    reaper: Reaper,
     next_serial: u64,
     next_session: u64,
     /// ngd's umask, sent as `NGW_UMASK` when the client does not report its own.
@@ -166,7 +128,7 @@ impl PluginHost {
         let mut host = Self {
             workers: Slab::new(),
             pools: Vec::new(),
-            dying: Vec::new(),
+            reaper: Reaper::default(),
             next_serial: 0,
             next_session: 0,
             umask,
@@ -285,11 +247,7 @@ impl PluginHost {
             .iter()
             .filter(|(_, w)| w.machine.pool == pool)
             .count()
-            + self
-                .dying
-                .iter()
-                .filter(|d| d.worker.machine.pool == pool)
-                .count()
+            + self.reaper.count(pool)
     }
 
     /// True when every active pool knows its commands (configured, or from a hello), or
@@ -305,7 +263,7 @@ impl PluginHost {
 
     /// True when no worker is left (for the end of a shutdown).
     pub fn is_empty(&self) -> bool {
-        self.workers.is_empty() && self.dying.is_empty()
+        self.workers.is_empty() && self.reaper.is_empty()
     }
 
     /// The longest a worker's stop escalation can take, plus a margin for reaping.
@@ -335,10 +293,7 @@ impl PluginHost {
         match timer {
             HostTimer::Worker(k) => self.worker(k).is_some_and(|w| w.timer_at == Some(at)),
             HostTimer::Pool(p) => self.pools.get(p).is_some_and(|p| p.deadline() == Some(at)),
-            HostTimer::Dying(serial) => self
-                .dying
-                .iter()
-                .any(|d| d.worker.serial == serial && d.deadline == at),
+            HostTimer::Dying(serial) => self.reaper.is_deadline(serial, at),
             HostTimer::Footprint => self.budget.is_check_at(at),
         }
     }
@@ -689,17 +644,8 @@ impl PluginHost {
             return;
         }
         tracing::info!(plugin = %config.name, pid = spawned.child.id(), "worker started: {why}");
-        entry.insert(Worker {
-            serial,
-            machine: Machine::new(pool, &config, WorkerFeatures::of(&HOST_FEATURES), now),
-            child: spawned.child,
-            channel,
-            rbuf: BytesMut::new(),
-            readable: true,
-            writable: true,
-            timer_at: None,
-            rss: 0,
-        });
+        let machine = Machine::new(pool, &config, WorkerFeatures::of(&HOST_FEATURES), now);
+        entry.insert(Worker::new(serial, machine, spawned.child, channel));
         self.dirty_workers.push(slot);
         // The pool may now have a surplus: its idle workers' idle timeouts start to count.
         let slots: Vec<usize> = self
@@ -780,10 +726,7 @@ impl PluginHost {
                 .iter()
                 .filter(|(_, w)| w.machine.pool == pool && !w.machine.is_quitting())
                 .count(),
-            failure_pending: self
-                .dying
-                .iter()
-                .any(|d| d.failure && d.worker.machine.pool == pool),
+            failure_pending: self.reaper.failure_pending(pool),
         };
         let spawns = self.pools[pool].spawns_wanted(now, census, self.stopping);
         for _ in 0..spawns {
@@ -843,34 +786,10 @@ impl PluginHost {
         let Some(w) = self.workers.get_mut(slot) else {
             return;
         };
-        // Write first: headers and stdin go out before we wait for answers. A client's
-        // descriptors go with the first byte of their session's header (one `sendmsg`).
-        while w.writable && !w.machine.wbuf.is_empty() {
-            let marks = &w.machine.fd_marks;
-            let (end, fds) = match marks.front() {
-                Some((0, passed)) => (marks.get(1).map_or(usize::MAX, |m| m.0), Some(passed)),
-                Some((at, _)) => (*at, None),
-                None => (usize::MAX, None),
-            };
-            let data = &w.machine.wbuf[..end.min(w.machine.wbuf.len())];
-            let result = match fds {
-                Some(passed) => {
-                    crate::sys::send_with_fds(w.channel.as_raw_fd(), data, &passed.raw())
-                }
-                None => w.channel.write(data),
-            };
-            match result {
-                Ok(n) => {
-                    w.machine.wbuf.advance(n);
-                    w.machine.wrote(n);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => w.writable = false,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.end_worker(slot, WorkerEnd::ChannelFailed(e.to_string()), clients, now);
-                    return;
-                }
-            }
+        // Write first: headers and stdin go out before we wait for answers.
+        if let Err(end) = w.flush() {
+            self.end_worker(slot, end, clients, now);
+            return;
         }
         let mut decoder = Decoder::new(Limits::default());
         loop {
@@ -898,20 +817,11 @@ impl PluginHost {
             let Some(w) = self.workers.get_mut(slot) else {
                 return;
             };
-            if !w.readable {
-                return;
-            }
-            match w.channel.read(&mut self.scratch) {
-                Ok(0) => {
-                    w.readable = false;
-                    self.end_worker(slot, WorkerEnd::Closed, clients, now);
-                    return;
-                }
-                Ok(n) => w.rbuf.extend_from_slice(&self.scratch[..n]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => w.readable = false,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.end_worker(slot, WorkerEnd::ChannelFailed(e.to_string()), clients, now);
+            match w.fill(&mut self.scratch) {
+                Ok(Fill::More) => {}
+                Ok(Fill::Drained) => return,
+                Err(end) => {
+                    self.end_worker(slot, end, clients, now);
                     return;
                 }
             }
@@ -1104,47 +1014,16 @@ impl PluginHost {
             let status = worker::finish(&mut w.child);
             self.worker_reaped(w, status, end, failure, clients, now);
         } else {
-            let deadline = now + REAP_GRACE;
-            self.timers.push((deadline, HostTimer::Dying(w.serial)));
-            let killed = !end.on_its_own();
-            self.dying.push(Dying {
-                worker: w,
-                end,
-                failure,
-                deadline,
-                killed,
-            });
+            let timer = self.reaper.hold(w, end, failure, now);
+            self.timers.push(timer);
         }
     }
 
     /// Reaps dying workers that have exited; kills those past their deadline.
     fn reap_dying(&mut self, clients: &mut dyn Clients, now: Instant) {
-        let mut i = 0;
-        while i < self.dying.len() {
-            let d = &mut self.dying[i];
-            let status = if worker::has_exited(d.worker.pid()) {
-                Some(worker::finish(&mut d.worker.child))
-            } else if now >= d.deadline && !d.killed {
-                worker::signal_group(d.worker.pid(), libc::SIGKILL);
-                d.killed = true;
-                d.deadline = now + REAP_GRACE;
-                self.timers
-                    .push((d.deadline, HostTimer::Dying(d.worker.serial)));
-                None
-            } else if now >= d.deadline {
-                // SIGKILL cannot be ignored; a process still not gone is stuck in the
-                // kernel. Waiting for it here is the only way not to leave a zombie.
-                Some(worker::finish(&mut d.worker.child))
-            } else {
-                None
-            };
-            match status {
-                Some(status) => {
-                    let d = self.dying.swap_remove(i);
-                    self.worker_reaped(d.worker, status, d.end, d.failure, clients, now);
-                }
-                None => i += 1,
-            }
+        for r in self.reaper.reap(now, &mut self.timers) {
+            let d = r.dying;
+            self.worker_reaped(d.worker, r.status, d.end, d.failure, clients, now);
         }
     }
 
@@ -1238,7 +1117,7 @@ impl PluginHost {
                 .map(|(k, _)| k);
             if let Some(slot) = worker {
                 self.end_worker(slot, WorkerEnd::Exited, clients, now);
-            } else if self.dying.iter().any(|d| d.worker.pid() == pid) {
+            } else if self.reaper.holds(pid) {
                 self.reap_dying(clients, now);
             } else {
                 worker::reap(pid);
@@ -1324,11 +1203,7 @@ impl PluginHost {
         for slot in slots {
             self.end_worker(slot, WorkerEnd::ServerStopped, clients, now);
         }
-        for d in &mut self.dying {
-            worker::signal_group(d.worker.pid(), libc::SIGKILL);
-            d.killed = true;
-            d.deadline = now;
-        }
+        self.reaper.kill_all(now);
         self.reap_dying(clients, now);
         if self.subreaper {
             worker::kill_orphans();
@@ -1345,30 +1220,4 @@ fn reader_blocked(machine: &Machine, clients: &dyn Clients) -> bool {
         machine.sessions.values().next().and_then(|s| s.conn)
     };
     conn.is_some_and(|c| clients.output_full(c))
-}
-
-/// How a worker's process ended, as a client should hear it: `(exit code, description)`.
-pub fn describe_exit(status: Option<ExitStatus>) -> (i32, String) {
-    use std::os::unix::process::ExitStatusExt;
-    match status {
-        Some(s) => match (s.code(), s.signal()) {
-            (Some(code), _) => (1, format!("exited with status {code}")),
-            (None, Some(sig)) => (128 + sig, format!("killed by signal {sig}")),
-            _ => (1, "ended".to_owned()),
-        },
-        None => (1, "status unknown".to_owned()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exits_map_to_shell_codes() {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(describe_exit(Some(ExitStatus::from_raw(9))).0, 137);
-        assert_eq!(describe_exit(Some(ExitStatus::from_raw(3 << 8))).0, 1);
-        assert_eq!(describe_exit(None).0, 1);
-    }
 }

@@ -27,6 +27,7 @@ pub mod footprint;
 pub mod host;
 pub mod machine;
 pub mod pool;
+pub mod reaper;
 pub mod session;
 pub mod worker;
 

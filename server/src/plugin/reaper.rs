@@ -1,0 +1,173 @@
+//! Workers on their way out: each is out of service once its channel is closed, and is
+//! reaped when it has exited, without the loop ever waiting for it.
+//!
+//! The host hands the [`Reaper`] a worker that has not exited yet ([`Reaper::hold`]); on
+//! SIGCHLD or at its deadline ([`HostTimer::Dying`]) the reaper waits for what has exited
+//! and kills what is overdue ([`Reaper::reap`]): a worker that went on its own gets
+//! [`REAP_GRACE`] to exit, then SIGKILL to its process group and as long again; one still
+//! there after that is stuck in the kernel and waited for, so that no zombie is left. What
+//! it reaped goes back to the host, which tells the worker's clients how it ended
+//! ([`describe_exit`]) and counts the failure.
+
+use super::host::HostTimer;
+use super::machine::WorkerEnd;
+use super::worker::{self, Worker};
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+/// How long after its channel closes a worker may take to exit before it is killed.
+pub const REAP_GRACE: Duration = Duration::from_millis(500);
+
+/// A worker whose channel is closed, waiting to be reaped (its exit status tells its
+/// clients what happened).
+#[derive(Debug)]
+pub struct Dying {
+    /// The worker, out of service.
+    pub worker: Worker,
+    /// Why it ended.
+    pub end: WorkerEnd,
+    /// A failed start or an early death, counted when reaped; its pool starts no worker
+    /// until then.
+    pub failure: bool,
+    deadline: Instant,
+    killed: bool,
+}
+
+/// A dying worker, reaped: its exit status (`None`: it could not be waited for).
+#[derive(Debug)]
+pub struct Reaped {
+    /// The worker as it was when it died.
+    pub dying: Dying,
+    /// How its process ended.
+    pub status: Option<ExitStatus>,
+}
+
+/// The dying workers of one host.
+#[derive(Debug, Default)]
+pub struct Reaper {
+    dying: Vec<Dying>,
+}
+
+impl Reaper {
+    /// Holds `worker` until it has exited; it was killed already unless it ended on its
+    /// own. Returns its deadline, for the host's timers.
+    pub fn hold(
+        &mut self,
+        worker: Worker,
+        end: WorkerEnd,
+        failure: bool,
+        now: Instant,
+    ) -> (Instant, HostTimer) {
+        let deadline = now + REAP_GRACE;
+        let timer = HostTimer::Dying(worker.serial);
+        let killed = !end.on_its_own();
+        self.dying.push(Dying {
+            worker,
+            end,
+            failure,
+            deadline,
+            killed,
+        });
+        (deadline, timer)
+    }
+
+    /// Whether no worker is dying.
+    pub fn is_empty(&self) -> bool {
+        self.dying.is_empty()
+    }
+
+    /// Whether the worker `pid` is dying.
+    pub fn holds(&self, pid: u32) -> bool {
+        self.dying.iter().any(|d| d.worker.pid() == pid)
+    }
+
+    /// How many of `pool`'s workers are dying.
+    pub fn count(&self, pool: usize) -> usize {
+        self.dying
+            .iter()
+            .filter(|d| d.worker.machine.pool == pool)
+            .count()
+    }
+
+    /// Whether a failure of `pool` is waiting to be counted.
+    pub fn failure_pending(&self, pool: usize) -> bool {
+        self.dying
+            .iter()
+            .any(|d| d.failure && d.worker.machine.pool == pool)
+    }
+
+    /// Whether `at` is still the deadline of the dying worker `serial`.
+    pub fn is_deadline(&self, serial: u64, at: Instant) -> bool {
+        self.dying
+            .iter()
+            .any(|d| d.worker.serial == serial && d.deadline == at)
+    }
+
+    /// Reaps the dying workers that have exited and kills those past their deadline; new
+    /// deadlines go into `timers`.
+    pub fn reap(&mut self, now: Instant, timers: &mut Vec<(Instant, HostTimer)>) -> Vec<Reaped> {
+        let mut reaped = Vec::new();
+        let mut i = 0;
+        while i < self.dying.len() {
+            let d = &mut self.dying[i];
+            let status = if worker::has_exited(d.worker.pid()) {
+                Some(worker::finish(&mut d.worker.child))
+            } else if now >= d.deadline && !d.killed {
+                worker::signal_group(d.worker.pid(), libc::SIGKILL);
+                d.killed = true;
+                d.deadline = now + REAP_GRACE;
+                timers.push((d.deadline, HostTimer::Dying(d.worker.serial)));
+                None
+            } else if now >= d.deadline {
+                // SIGKILL cannot be ignored; a process still not gone is stuck in the
+                // kernel. Waiting for it here is the only way not to leave a zombie.
+                Some(worker::finish(&mut d.worker.child))
+            } else {
+                None
+            };
+            match status {
+                Some(status) => reaped.push(Reaped {
+                    dying: self.dying.swap_remove(i),
+                    status,
+                }),
+                None => i += 1,
+            }
+        }
+        reaped
+    }
+
+    /// Kills every dying worker now; the next [`Reaper::reap`] waits for them.
+    pub fn kill_all(&mut self, now: Instant) {
+        for d in &mut self.dying {
+            worker::signal_group(d.worker.pid(), libc::SIGKILL);
+            d.killed = true;
+            d.deadline = now;
+        }
+    }
+}
+
+/// How a worker's process ended, as a client should hear it: `(exit code, description)`.
+pub fn describe_exit(status: Option<ExitStatus>) -> (i32, String) {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => (1, format!("exited with status {code}")),
+            (None, Some(sig)) => (128 + sig, format!("killed by signal {sig}")),
+            _ => (1, "ended".to_owned()),
+        },
+        None => (1, "status unknown".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_map_to_shell_codes() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(describe_exit(Some(ExitStatus::from_raw(9))).0, 137);
+        assert_eq!(describe_exit(Some(ExitStatus::from_raw(3 << 8))).0, 1);
+        assert_eq!(describe_exit(None).0, 1);
+    }
+}
