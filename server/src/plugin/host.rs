@@ -19,7 +19,7 @@
 use super::budget::{Budget, Held, Tenant};
 use super::config::PluginConfig;
 use super::machine::{Due, Event, Machine, Phase, WorkerEnd, WorkerKey};
-use super::pool::{Census, Notice, Pool, PoolStatus, Refusal, Residency};
+use super::pool::{Census, Notice, Pool, PoolStatus, Refusal, Reload, Residency};
 use super::reaper::{describe_exit, Reaper};
 use super::worker::{self, Fill, Worker};
 use super::{Bound, Channels, Clients, PluginReport, HOST_FEATURES};
@@ -31,30 +31,6 @@ use ngw_vocab::{NoticeKind, WorkerFeatures};
 use slab::Slab;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
-
-/// Why a pool starts a worker now, for the log: a restart after failures (with the last
-/// one), the pool's first workers, a replacement to keep `min_workers`, or sessions waiting.
-fn spawn_reason(pool: &Pool, alive: usize) -> String {
-    if pool.failures > 0 {
-        return format!(
-            "restart after {} failure(s) in a row: {}",
-            pool.failures,
-            pool.last_failure.as_deref().unwrap_or("unknown")
-        );
-    }
-    if alive < pool.config.min_workers {
-        if pool.sessions == 0 && pool.restarts == 0 {
-            "starting the pool".to_owned()
-        } else {
-            format!(
-                "replacing a worker (min_workers = {})",
-                pool.config.min_workers
-            )
-        }
-    } else {
-        format!("{} session(s) waiting", pool.queue.len())
-    }
-}
 
 /// A host deadline in the loop's timer heap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -202,40 +178,9 @@ impl PluginHost {
             .enumerate()
             .filter(|(i, p)| !(p.status == PoolStatus::Retiring && self.pool_workers(*i) == 0))
             .map(|(i, p)| {
-                let mut r = PluginReport {
-                    name: p.config.name.clone(),
-                    protocol: p.config.protocol,
-                    status: p.status.clone(),
-                    commands: p.commands.clone(),
-                    starting: 0,
-                    idle: 0,
-                    busy: 0,
-                    quitting: 0,
-                    running: 0,
-                    queued: p.queue.len(),
-                    sessions: p.sessions,
-                    restarts: p.restarts,
-                    failures: p.failures,
-                    last_failure: p.last_failure.clone(),
-                    notices: p.notices.iter().cloned().collect(),
-                    notice_counts: p.notice_counts.clone(),
-                    log: p.config.log_path().display().to_string(),
-                    residency: p.residency,
-                    memory_bytes: 0,
-                };
+                let mut r = PluginReport::of(p);
                 for (_, w) in self.workers.iter().filter(|(_, w)| w.machine.pool == i) {
-                    let m = &w.machine;
-                    r.running += m.sessions.len();
-                    if !m.is_quitting() {
-                        // The latest reading, else (until the first) the worker's RSS.
-                        r.memory_bytes += self.budget.shown(w.pid(), w.rss);
-                    }
-                    match m.phase {
-                        Phase::Starting { .. } => r.starting += 1,
-                        Phase::Quitting { .. } => r.quitting += 1,
-                        Phase::Ready { .. } if m.sessions.is_empty() => r.idle += 1,
-                        Phase::Ready { .. } => r.busy += 1,
-                    }
+                    r.count(&w.machine, self.budget.shown(w.pid(), w.rss));
                 }
                 r
             })
@@ -730,7 +675,7 @@ impl PluginHost {
         };
         let spawns = self.pools[pool].spawns_wanted(now, census, self.stopping);
         for _ in 0..spawns {
-            let why = spawn_reason(&self.pools[pool], census.alive);
+            let why = self.pools[pool].spawn_reason(census.alive);
             self.spawn_worker(pool, &why, now);
             let p = &self.pools[pool];
             if p.status != PoolStatus::Active || p.next_spawn.is_some() {
@@ -888,7 +833,7 @@ impl PluginHost {
     fn on_hello(
         &mut self,
         slot: usize,
-        hello: &worker::Hello,
+        hello: &ngw_vocab::Hello,
         now: Instant,
     ) -> Result<(), WorkerEnd> {
         let pool = self.workers[slot].machine.pool;
@@ -1014,14 +959,19 @@ impl PluginHost {
             let status = worker::finish(&mut w.child);
             self.worker_reaped(w, status, end, failure, clients, now);
         } else {
-            let timer = self.reaper.hold(w, end, failure, now);
-            self.timers.push(timer);
+            let serial = w.serial;
+            let deadline = self.reaper.hold(w, end, failure, now);
+            self.timers.push((deadline, HostTimer::Dying(serial)));
         }
     }
 
     /// Reaps dying workers that have exited; kills those past their deadline.
     fn reap_dying(&mut self, clients: &mut dyn Clients, now: Instant) {
-        for r in self.reaper.reap(now, &mut self.timers) {
+        let timers = &mut self.timers;
+        let reaped = (self.reaper).reap(now, |at, serial| {
+            timers.push((at, HostTimer::Dying(serial)))
+        });
+        for r in reaped {
             let d = r.dying;
             self.worker_reaped(d.worker, r.status, d.end, d.failure, clients, now);
         }
@@ -1129,20 +1079,11 @@ impl PluginHost {
     /// replaced by fresh ones, removed ones retire after their running sessions, new ones
     /// start. A replaced pool's successor takes over its queue and learned commands.
     pub fn reload(&mut self, plugins: &[PluginConfig], now: Instant) -> (usize, usize) {
-        let mut kept = Vec::new();
-        for pool in 0..self.pools.len() {
-            let p = &self.pools[pool];
-            if p.status == PoolStatus::Retiring {
-                continue;
-            }
-            match plugins.iter().find(|c| c.name == p.config.name) {
-                Some(c) if *c == p.config && p.status == PoolStatus::Active => {
-                    kept.push(c.name.clone());
-                }
-                _ => self.retire_pool(pool, now),
-            }
+        let plan = Reload::plan(&self.pools, plugins);
+        for &pool in &plan.retire {
+            self.retire_pool(pool, now);
         }
-        for config in plugins.iter().filter(|c| !kept.contains(&c.name)) {
+        for config in plan.start {
             let mut next = Pool::new(config.clone());
             for old in self
                 .pools
@@ -1154,7 +1095,7 @@ impl PluginHost {
             self.add_pool(next);
         }
         self.changed = true;
-        (kept.len(), plugins.len() - kept.len())
+        (plan.kept, plugins.len() - plan.kept)
     }
 
     fn retire_pool(&mut self, pool: usize, now: Instant) {

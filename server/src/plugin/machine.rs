@@ -16,7 +16,6 @@
 
 use super::config::PluginConfig;
 use super::session::{Ask, FdOffer, SessionRelay, StdinBuffer, ToWorker};
-use super::worker::Hello;
 use super::Clients;
 use crate::passed_fds::PassedFds;
 use crate::session_io::ConnKey;
@@ -24,7 +23,7 @@ use bytes::{Bytes, BytesMut};
 use ng_proto::codec::encode;
 use ng_proto::ext::{self, ExitReport, SignalName, SignalTarget, WinSize};
 use ng_proto::{exit, ChunkType, Request, Signal};
-use ngw_vocab::{WorkerFeature, WorkerFeatures};
+use ngw_vocab::{Hello, WorkerFeature, WorkerFeatures};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 

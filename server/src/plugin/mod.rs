@@ -166,3 +166,45 @@ pub struct PluginReport {
     /// Its workers' memory with their descendants (summed PSS, `footprint`), in bytes.
     pub memory_bytes: u64,
 }
+
+impl PluginReport {
+    /// The report of pool `p`, before its workers are counted ([`PluginReport::count`]).
+    pub fn of(p: &pool::Pool) -> Self {
+        Self {
+            name: p.config.name.clone(),
+            protocol: p.config.protocol,
+            status: p.status.clone(),
+            commands: p.commands.clone(),
+            starting: 0,
+            idle: 0,
+            busy: 0,
+            quitting: 0,
+            running: 0,
+            queued: p.queue.len(),
+            sessions: p.sessions,
+            restarts: p.restarts,
+            failures: p.failures,
+            last_failure: p.last_failure.clone(),
+            notices: p.notices.iter().cloned().collect(),
+            notice_counts: p.notice_counts.clone(),
+            log: p.config.log_path().display().to_string(),
+            residency: p.residency,
+            memory_bytes: 0,
+        }
+    }
+
+    /// Counts one of the pool's workers, by its machine's phase; `memory` is what it
+    /// holds, counted unless it is quitting.
+    pub fn count(&mut self, m: &machine::Machine, memory: u64) {
+        self.running += m.sessions.len();
+        if !m.is_quitting() {
+            self.memory_bytes += memory;
+        }
+        match m.phase {
+            machine::Phase::Starting { .. } => self.starting += 1,
+            machine::Phase::Quitting { .. } => self.quitting += 1,
+            machine::Phase::Ready { .. } if m.sessions.is_empty() => self.idle += 1,
+            machine::Phase::Ready { .. } => self.busy += 1,
+        }
+    }
+}

@@ -138,6 +138,47 @@ pub enum Residency {
     Evicted,
 }
 
+/// What a reload does with the pools (`ngd reload`): a pool whose table is unchanged and
+/// that is active is kept; one whose table changed or went, or that is disabled, retires;
+/// every table not kept starts a new pool, which takes over what a retiring pool of its
+/// name had.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Reload<'a> {
+    /// How many pools are kept.
+    pub kept: usize,
+    /// The pools that retire.
+    pub retire: Vec<usize>,
+    /// The tables that start a new pool.
+    pub start: Vec<&'a PluginConfig>,
+}
+
+impl<'a> Reload<'a> {
+    /// The plan for reloading `pools` with the tables `plugins`.
+    pub fn plan(pools: &[Pool], plugins: &'a [PluginConfig]) -> Self {
+        let mut kept = Vec::new();
+        let mut retire = Vec::new();
+        for (pool, p) in pools.iter().enumerate() {
+            if p.status == PoolStatus::Retiring {
+                continue;
+            }
+            match plugins.iter().find(|c| c.name == p.config.name) {
+                Some(c) if *c == p.config && p.status == PoolStatus::Active => {
+                    kept.push(c.name.as_str());
+                }
+                _ => retire.push(pool),
+            }
+        }
+        let start = (plugins.iter())
+            .filter(|c| !kept.contains(&c.name.as_str()))
+            .collect();
+        Self {
+            kept: kept.len(),
+            retire,
+            start,
+        }
+    }
+}
+
 /// What the host counts of a pool's workers when the pool decides about spawning.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Census {
@@ -227,6 +268,31 @@ impl Pool {
     pub fn touch(&mut self, now: Instant) {
         self.last_used = Some(now);
         self.residency = Residency::Awake;
+    }
+
+    /// Why it starts a worker now, with `alive` workers not quitting, for the log: a restart
+    /// after failures (with the last one), its first workers, a replacement to keep
+    /// `min_workers`, or sessions waiting.
+    pub fn spawn_reason(&self, alive: usize) -> String {
+        if self.failures > 0 {
+            return format!(
+                "restart after {} failure(s) in a row: {}",
+                self.failures,
+                self.last_failure.as_deref().unwrap_or("unknown")
+            );
+        }
+        if alive < self.config.min_workers {
+            if self.sessions == 0 && self.restarts == 0 {
+                "starting the pool".to_owned()
+            } else {
+                format!(
+                    "replacing a worker (min_workers = {})",
+                    self.config.min_workers
+                )
+            }
+        } else {
+            format!("{} session(s) waiting", self.queue.len())
+        }
     }
 
     /// The workers it keeps running: `min_workers` while awake, none asleep or evicted.
@@ -403,6 +469,36 @@ mod tests {
 
     fn config(extra: &str) -> PluginConfig {
         toml::from_str(&format!("name = \"p\"\ncommand = [\"true\"]\n{extra}")).unwrap()
+    }
+
+    fn named(name: &str, extra: &str) -> PluginConfig {
+        toml::from_str(&format!("name = \"{name}\"\ncommand = [\"true\"]\n{extra}")).unwrap()
+    }
+
+    #[test]
+    fn a_reload_keeps_what_is_unchanged_and_replaces_the_rest() {
+        let mut disabled = Pool::new(named("d", ""));
+        disabled.disable("broken".into());
+        let mut retiring = Pool::new(named("r", ""));
+        retiring.status = PoolStatus::Retiring;
+        let pools = [
+            Pool::new(named("same", "")),
+            Pool::new(named("changed", "")),
+            Pool::new(named("gone", "")),
+            disabled,
+            retiring,
+        ];
+        let plugins = [
+            named("same", ""),
+            named("changed", "max_workers = 3"),
+            named("d", ""),
+            named("r", ""),
+            named("new", ""),
+        ];
+        let plan = Reload::plan(&pools, &plugins);
+        assert_eq!((plan.kept, plan.retire), (1, vec![1, 2, 3]));
+        let started: Vec<&str> = plan.start.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(started, ["changed", "d", "r", "new"]);
     }
 
     fn key(slot: usize) -> ConnKey {

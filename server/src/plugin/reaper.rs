@@ -2,14 +2,13 @@
 //! reaped when it has exited, without the loop ever waiting for it.
 //!
 //! The host hands the [`Reaper`] a worker that has not exited yet ([`Reaper::hold`]); on
-//! SIGCHLD or at its deadline ([`HostTimer::Dying`]) the reaper waits for what has exited
+//! SIGCHLD or at its deadline (a timer of the host's) the reaper waits for what has exited
 //! and kills what is overdue ([`Reaper::reap`]): a worker that went on its own gets
 //! [`REAP_GRACE`] to exit, then SIGKILL to its process group and as long again; one still
 //! there after that is stuck in the kernel and waited for, so that no zombie is left. What
 //! it reaped goes back to the host, which tells the worker's clients how it ended
 //! ([`describe_exit`]) and counts the failure.
 
-use super::host::HostTimer;
 use super::machine::WorkerEnd;
 use super::worker::{self, Worker};
 use std::process::ExitStatus;
@@ -51,15 +50,8 @@ pub struct Reaper {
 impl Reaper {
     /// Holds `worker` until it has exited; it was killed already unless it ended on its
     /// own. Returns its deadline, for the host's timers.
-    pub fn hold(
-        &mut self,
-        worker: Worker,
-        end: WorkerEnd,
-        failure: bool,
-        now: Instant,
-    ) -> (Instant, HostTimer) {
+    pub fn hold(&mut self, worker: Worker, end: WorkerEnd, failure: bool, now: Instant) -> Instant {
         let deadline = now + REAP_GRACE;
-        let timer = HostTimer::Dying(worker.serial);
         let killed = !end.on_its_own();
         self.dying.push(Dying {
             worker,
@@ -68,7 +60,7 @@ impl Reaper {
             deadline,
             killed,
         });
-        (deadline, timer)
+        deadline
     }
 
     /// Whether no worker is dying.
@@ -103,9 +95,9 @@ impl Reaper {
             .any(|d| d.worker.serial == serial && d.deadline == at)
     }
 
-    /// Reaps the dying workers that have exited and kills those past their deadline; new
-    /// deadlines go into `timers`.
-    pub fn reap(&mut self, now: Instant, timers: &mut Vec<(Instant, HostTimer)>) -> Vec<Reaped> {
+    /// Reaps the dying workers that have exited and kills those past their deadline; each
+    /// new deadline is passed to `deadline` with the worker's serial.
+    pub fn reap(&mut self, now: Instant, mut deadline: impl FnMut(Instant, u64)) -> Vec<Reaped> {
         let mut reaped = Vec::new();
         let mut i = 0;
         while i < self.dying.len() {
@@ -116,7 +108,7 @@ impl Reaper {
                 worker::signal_group(d.worker.pid(), libc::SIGKILL);
                 d.killed = true;
                 d.deadline = now + REAP_GRACE;
-                timers.push((d.deadline, HostTimer::Dying(d.worker.serial)));
+                deadline(d.deadline, d.worker.serial);
                 None
             } else if now >= d.deadline {
                 // SIGKILL cannot be ignored; a process still not gone is stuck in the

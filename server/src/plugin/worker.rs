@@ -263,6 +263,3 @@ pub fn kill_orphans() {
         }
     }
 }
-
-/// A worker's hello (`docs/ngw.md` §5), as the vocabulary defines it.
-pub use ngw_vocab::Hello;
