@@ -18,9 +18,9 @@
 
 use super::budget::{Budget, Held, Tenant};
 use super::config::PluginConfig;
-use super::machine::{Due, Event, Machine, Phase, WorkerEnd, WorkerKey};
+use super::machine::{Due, Event, Machine, WorkerEnd, WorkerKey};
 use super::pool::{Census, Notice, Pool, PoolStatus, Refusal, Reload, Residency};
-use super::reaper::{describe_exit, Reaper};
+use super::reaper::{Ending, Reaper};
 use super::worker::{self, Fill, Worker};
 use super::{Bound, Channels, Clients, PluginReport, HOST_FEATURES};
 use crate::session_io::ConnKey;
@@ -61,10 +61,8 @@ pub struct PluginHost {
     stopping: bool,
     /// ngd adopts orphans (`PR_SET_CHILD_SUBREAPER`; the `ngd` binary, not embedders).
     subreaper: bool,
-    bridge_exe: Option<std::path::PathBuf>,
-    /// The `ng` beside ngd, looked for once: workers' `NGW_ANCHOR` (not one on `PATH`,
-    /// which could be another program of that name).
-    anchor: std::sync::OnceLock<Option<std::path::PathBuf>>,
+    /// How workers are started.
+    launcher: worker::Launcher,
     /// Where the workers' channels are watched (the event loop's poll).
     channels: Box<dyn Channels>,
     handle: ServerHandle,
@@ -110,8 +108,7 @@ impl PluginHost {
             umask,
             stopping: false,
             subreaper: init.subreaper,
-            bridge_exe: init.bridge_exe,
-            anchor: std::sync::OnceLock::new(),
+            launcher: worker::Launcher::new(init.bridge_exe),
             channels: init.channels,
             handle: init.handle,
             dirty_workers: Vec::new(),
@@ -548,27 +545,8 @@ impl PluginHost {
     /// Starts a worker for `pool`; `why` is said in the log line.
     fn spawn_worker(&mut self, pool: usize, why: &str, now: Instant) {
         let config = self.pools[pool].config.clone();
-        let bridge_exe = match &self.bridge_exe {
-            Some(p) => Ok(p.clone()),
-            None => std::env::current_exe(),
-        };
         let features = WorkerFeatures::of(&HOST_FEATURES).to_list();
-        let anchor = self
-            .anchor
-            .get_or_init(|| {
-                let exe = std::env::current_exe().ok()?;
-                Some(exe.parent()?.join("ng")).filter(|p| p.is_file())
-            })
-            .as_deref();
-        let spawned = bridge_exe.and_then(|exe| {
-            let launch = worker::Launch {
-                bridge_exe: &exe,
-                host_features: &features,
-                anchor,
-            };
-            worker::spawn(&config, &launch)
-        });
-        let spawned = match spawned {
+        let spawned = match self.launcher.spawn(&config, &features) {
             Ok(s) => s,
             Err(e) => {
                 let reason = format!("cannot start {:?}: {e}", config.command[0]);
@@ -584,8 +562,7 @@ impl PluginHost {
         if let Err(e) = self.channels.register(&mut channel, slot) {
             tracing::error!(plugin = %config.name, "register worker channel: {e}");
             let mut child = spawned.child;
-            worker::signal_group(child.id(), libc::SIGKILL);
-            let _ = child.wait();
+            worker::finish(&mut child);
             return;
         }
         tracing::info!(plugin = %config.name, pid = spawned.child.id(), "worker started: {why}");
@@ -855,30 +832,13 @@ impl PluginHost {
             self.workers[slot].machine.quit(config, now);
             return Ok(());
         }
-        let p = &mut self.pools[pool];
-        p.takes_ctty = Some(self.workers[slot].machine.takes_ctty());
-        if hello.class_names && !p.class_names {
-            p.class_names = true;
+        let takes_ctty = self.workers[slot].machine.takes_ctty();
+        let learned = self.pools[pool].learn(hello, takes_ctty);
+        if learned.reroute {
             self.publish_routes(pool);
         }
-        let p = &mut self.pools[pool];
-        if p.config.commands.is_empty() {
-            if hello.commands.is_empty() && !p.class_names {
-                return Err(WorkerEnd::Protocol("its hello lists no commands".into()));
-            }
-            if p.commands != hello.commands {
-                p.commands = hello.commands.clone();
-                self.publish_routes(pool);
-            }
-        } else if let Some(missing) = p
-            .config
-            .commands
-            .iter()
-            .find(|c| !hello.commands.contains(c))
-        {
-            return Err(WorkerEnd::Protocol(format!(
-                "worker does not serve command '{missing}'"
-            )));
+        if let Some(fault) = learned.fault {
+            return Err(WorkerEnd::Protocol(fault));
         }
         let w = &self.workers[slot];
         tracing::info!(
@@ -989,40 +949,19 @@ impl PluginHost {
         clients: &mut dyn Clients,
         now: Instant,
     ) {
-        let pid = w.pid();
         let pool = w.machine.pool;
-        let (code, how) = describe_exit(status);
-        let reason = end.describe();
-        let p = &self.pools[pool];
-        let name = p.config.name.clone();
-        let full_reason = match w.machine.phase {
-            _ if !end.on_its_own() => reason.clone(),
-            Phase::Starting { .. } => format!(
-                "worker {how} before its hello; see {}",
-                p.config.log_path().display()
-            ),
-            _ => format!("worker {how}: {reason}"),
-        };
+        let config = &self.pools[pool].config;
+        let ending = Ending::of(&w.machine, status, &end, &config.log_path());
         if !w.machine.is_quitting() {
             self.pools[pool].restarts += 1;
         }
         if failure {
-            self.record_failure(pool, full_reason.clone(), now);
+            self.record_failure(pool, ending.full_reason.clone(), now);
         }
-        match w.machine.phase {
-            Phase::Starting { .. } => {
-                tracing::warn!(plugin = %name, pid, "failed start: {full_reason}");
-            }
-            Phase::Quitting { .. } if w.machine.sessions.is_empty() => {
-                tracing::info!(plugin = %name, pid, "worker stopped ({how})");
-            }
-            _ if w.machine.sessions.is_empty() => {
-                tracing::warn!(plugin = %name, pid, "idle worker {how}: {reason}");
-            }
-            _ => {
-                tracing::warn!(plugin = %name, pid, "worker {how} during a session: {reason}");
-            }
-        }
+        ending.log(&self.pools[pool].config.name, w.pid(), &w.machine);
+        let Ending {
+            code, how, reason, ..
+        } = ending;
         for s in w.machine.sessions.into_values() {
             if let Some(conn) = s.conn {
                 let message = format!(
@@ -1103,14 +1042,20 @@ impl PluginHost {
         self.pools[pool].status = PoolStatus::Retiring;
         self.handle.registry().set_plugin_commands(pool, &[], "");
         self.handle.registry().set_class_names(pool, false, "");
-        let config = &self.pools[pool].config;
+        self.retire_workers(Some(pool), now);
+    }
+
+    /// Retires the workers of `pool` (of every pool: `None`): they take no new session,
+    /// and those without one quit now.
+    fn retire_workers(&mut self, pool: Option<usize>, now: Instant) {
         for (slot, w) in self.workers.iter_mut() {
-            if w.machine.pool == pool {
-                w.machine.retired = true;
-                if w.machine.sessions.is_empty() {
-                    w.machine.quit(config, now);
-                    self.dirty_workers.push(slot);
-                }
+            if pool.is_some_and(|p| p != w.machine.pool) {
+                continue;
+            }
+            w.machine.retired = true;
+            if w.machine.sessions.is_empty() {
+                w.machine.quit(&self.pools[w.machine.pool].config, now);
+                self.dirty_workers.push(slot);
             }
         }
         let slots: Vec<usize> = self.workers.iter().map(|(k, _)| k).collect();
@@ -1123,17 +1068,7 @@ impl PluginHost {
     /// after their sessions.
     pub fn stop(&mut self, now: Instant) {
         self.stopping = true;
-        for (slot, w) in self.workers.iter_mut() {
-            w.machine.retired = true;
-            if w.machine.sessions.is_empty() {
-                w.machine.quit(&self.pools[w.machine.pool].config, now);
-                self.dirty_workers.push(slot);
-            }
-        }
-        let slots: Vec<usize> = self.workers.iter().map(|(k, _)| k).collect();
-        for slot in slots {
-            self.schedule(slot);
-        }
+        self.retire_workers(None, now);
         self.dirty_pools.extend(0..self.pools.len());
     }
 

@@ -23,7 +23,7 @@ use super::config::PluginConfig;
 use crate::exit_codes;
 use crate::session_io::ConnKey;
 use ngw_vocab::restart::{Backoff, Decision, GiveUp, RestartPolicy};
-use ngw_vocab::NoticeKind;
+use ngw_vocab::{Hello, NoticeKind};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
@@ -136,6 +136,15 @@ pub enum Residency {
     /// Gave way to more recently used plugins under the memory budget: keeps no worker
     /// until its next session.
     Evicted,
+}
+
+/// What a pool learned from a worker's hello.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Learned {
+    /// Its routes changed (class names, or the commands learned): publish them again.
+    pub reroute: bool,
+    /// The hello does not serve what the pool must: the worker broke the protocol.
+    pub fault: Option<String>,
 }
 
 /// What a reload does with the pools (`ngd reload`): a pool whose table is unchanged and
@@ -268,6 +277,31 @@ impl Pool {
     pub fn touch(&mut self, now: Instant) {
         self.last_used = Some(now);
         self.residency = Residency::Awake;
+    }
+
+    /// Learns what a worker's hello says (`docs/ngw.md` §5): whether its workers take the
+    /// client's terminal (`takes_ctty`), whether they serve class names, and, when the
+    /// table lists no commands, the commands; when it lists them, every one must be served.
+    pub fn learn(&mut self, hello: &Hello, takes_ctty: bool) -> Learned {
+        let mut learned = Learned::default();
+        self.takes_ctty = Some(takes_ctty);
+        if hello.class_names && !self.class_names {
+            self.class_names = true;
+            learned.reroute = true;
+        }
+        if self.config.commands.is_empty() {
+            if hello.commands.is_empty() && !self.class_names {
+                learned.fault = Some("its hello lists no commands".into());
+            } else if self.commands != hello.commands {
+                self.commands = hello.commands.clone();
+                learned.reroute = true;
+            }
+        } else if let Some(missing) =
+            (self.config.commands.iter()).find(|c| !hello.commands.contains(c))
+        {
+            learned.fault = Some(format!("worker does not serve command '{missing}'"));
+        }
+        learned
     }
 
     /// Why it starts a worker now, with `alive` workers not quitting, for the log: a restart
@@ -469,6 +503,49 @@ mod tests {
 
     fn config(extra: &str) -> PluginConfig {
         toml::from_str(&format!("name = \"p\"\ncommand = [\"true\"]\n{extra}")).unwrap()
+    }
+
+    #[test]
+    fn a_hello_teaches_commands_and_class_names_or_is_at_fault() {
+        let hello = |commands: &[&str], class_names| Hello {
+            protocol: Some(1),
+            commands: commands.iter().map(|c| c.to_string()).collect(),
+            class_names,
+            ..Hello::default()
+        };
+        let mut p = Pool::new(config(""));
+        let learned = p.learn(&hello(&["a", "b"], false), true);
+        assert_eq!(
+            learned,
+            Learned {
+                reroute: true,
+                fault: None
+            }
+        );
+        assert_eq!((p.commands.len(), p.takes_ctty), (2, Some(true)));
+        assert_eq!(
+            p.learn(&hello(&["a", "b"], false), true),
+            Learned::default()
+        );
+        let empty = p.learn(&hello(&[], false), false);
+        assert_eq!(empty.fault.as_deref(), Some("its hello lists no commands"));
+        let classes = p.learn(&hello(&[], true), false);
+        assert_eq!(
+            classes,
+            Learned {
+                reroute: true,
+                fault: None
+            }
+        );
+        assert!(p.commands.is_empty() && p.class_names);
+        let mut fixed = Pool::new(config("commands = [\"a\", \"b\"]"));
+        let missing = fixed.learn(&hello(&["a"], false), false);
+        let fault = "worker does not serve command 'b'";
+        assert_eq!(missing.fault.as_deref(), Some(fault));
+        assert!(
+            fixed.commands.is_empty(),
+            "configured commands are routed already"
+        );
     }
 
     fn named(name: &str, extra: &str) -> PluginConfig {

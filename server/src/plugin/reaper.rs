@@ -7,10 +7,11 @@
 //! [`REAP_GRACE`] to exit, then SIGKILL to its process group and as long again; one still
 //! there after that is stuck in the kernel and waited for, so that no zombie is left. What
 //! it reaped goes back to the host, which tells the worker's clients how it ended
-//! ([`describe_exit`]) and counts the failure.
+//! ([`Ending`]) and counts the failure.
 
-use super::machine::WorkerEnd;
+use super::machine::{Machine, Phase, WorkerEnd};
 use super::worker::{self, Worker};
+use std::path::Path;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -134,6 +135,62 @@ impl Reaper {
             worker::signal_group(d.worker.pid(), libc::SIGKILL);
             d.killed = true;
             d.deadline = now;
+        }
+    }
+}
+
+/// How a worker's end is told: to the clients of its sessions, as its pool's failure, and
+/// in the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ending {
+    /// The exit code its sessions end with.
+    pub code: i32,
+    /// How its process ended (`exited with status 3`, `killed by signal 9`).
+    pub how: String,
+    /// Why it ended ([`WorkerEnd::describe`]).
+    pub reason: String,
+    /// The failure's reason for the pool: the reason ngd killed it for, else its exit
+    /// described, with the log to look at for a failed start.
+    pub full_reason: String,
+}
+
+impl Ending {
+    /// The ending of the worker whose machine is `machine`, which ended for `end` with
+    /// `status`; `log` is its plugin's log file.
+    pub fn of(machine: &Machine, status: Option<ExitStatus>, end: &WorkerEnd, log: &Path) -> Self {
+        let (code, how) = describe_exit(status);
+        let reason = end.describe();
+        let full_reason = match machine.phase {
+            _ if !end.on_its_own() => reason.clone(),
+            Phase::Starting { .. } => {
+                format!("worker {how} before its hello; see {}", log.display())
+            }
+            _ => format!("worker {how}: {reason}"),
+        };
+        Self {
+            code,
+            how,
+            reason,
+            full_reason,
+        }
+    }
+
+    /// Logs it for worker `pid` of `plugin`, by what the worker was doing.
+    pub fn log(&self, plugin: &str, pid: u32, machine: &Machine) {
+        let (how, reason) = (&self.how, &self.reason);
+        match machine.phase {
+            Phase::Starting { .. } => {
+                tracing::warn!(plugin = %plugin, pid, "failed start: {}", self.full_reason);
+            }
+            Phase::Quitting { .. } if machine.sessions.is_empty() => {
+                tracing::info!(plugin = %plugin, pid, "worker stopped ({how})");
+            }
+            _ if machine.sessions.is_empty() => {
+                tracing::warn!(plugin = %plugin, pid, "idle worker {how}: {reason}");
+            }
+            _ => {
+                tracing::warn!(plugin = %plugin, pid, "worker {how} during a session: {reason}");
+            }
         }
     }
 }

@@ -14,7 +14,9 @@ use std::fs::OpenOptions;
 use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// The fd number the worker finds its channel on.
@@ -136,6 +138,45 @@ impl Worker {
             Err(e) if e.kind() == ErrorKind::Interrupted => Ok(Fill::More),
             Err(e) => Err(WorkerEnd::ChannelFailed(e.to_string())),
         }
+    }
+}
+
+/// What every worker of a host is started with: the executable that runs bridges and the
+/// `ng` beside ngd.
+#[derive(Debug, Default)]
+pub struct Launcher {
+    /// The executable that runs bridges (default: this process's).
+    bridge_exe: Option<PathBuf>,
+    /// The `ng` beside ngd, looked for once: workers' `NGW_ANCHOR` (not one on `PATH`,
+    /// which could be another program of that name).
+    anchor: OnceLock<Option<PathBuf>>,
+}
+
+impl Launcher {
+    /// A launcher whose bridges run as `bridge_exe` (`None`: this process's executable).
+    pub fn new(bridge_exe: Option<PathBuf>) -> Self {
+        Self {
+            bridge_exe,
+            anchor: OnceLock::new(),
+        }
+    }
+
+    /// Starts a worker for `plugin`, announcing `host_features` (`NGW_HOST_FEATURES`).
+    pub fn spawn(&self, plugin: &PluginConfig, host_features: &str) -> io::Result<Spawned> {
+        let bridge_exe = match &self.bridge_exe {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()?,
+        };
+        let anchor = self.anchor.get_or_init(|| {
+            let exe = std::env::current_exe().ok()?;
+            Some(exe.parent()?.join("ng")).filter(|p| p.is_file())
+        });
+        let launch = Launch {
+            bridge_exe: &bridge_exe,
+            host_features,
+            anchor: anchor.as_deref(),
+        };
+        spawn(plugin, &launch)
     }
 }
 
