@@ -542,10 +542,7 @@ mod tests {
         let missing = fixed.learn(&hello(&["a"], false), false);
         let fault = "worker does not serve command 'b'";
         assert_eq!(missing.fault.as_deref(), Some(fault));
-        assert!(
-            fixed.commands.is_empty(),
-            "configured commands are routed already"
-        );
+        assert_eq!(fixed.commands, ["a", "b"], "the table's commands stay");
     }
 
     fn named(name: &str, extra: &str) -> PluginConfig {
