@@ -176,7 +176,7 @@ impl PluginHost {
             .filter(|(i, p)| !(p.status == PoolStatus::Retiring && self.pool_workers(*i) == 0))
             .map(|(i, p)| {
                 let mut r = PluginReport::of(p);
-                for (_, w) in self.workers.iter().filter(|(_, w)| w.machine.pool == i) {
+                for (_, w) in self.workers_of(i) {
                     r.count(&w.machine, self.budget.shown(w.pid(), w.rss));
                 }
                 r
@@ -184,12 +184,15 @@ impl PluginHost {
             .collect()
     }
 
-    fn pool_workers(&self, pool: usize) -> usize {
+    /// The workers of `pool` in service, with their slots.
+    fn workers_of(&self, pool: usize) -> impl Iterator<Item = (usize, &Worker)> {
         self.workers
             .iter()
-            .filter(|(_, w)| w.machine.pool == pool)
-            .count()
-            + self.reaper.count(pool)
+            .filter(move |(_, w)| w.machine.pool == pool)
+    }
+
+    fn pool_workers(&self, pool: usize) -> usize {
+        self.workers_of(pool).count() + self.reaper.count(pool)
     }
 
     /// True when every active pool knows its commands (configured, or from a hello), or
@@ -277,9 +280,7 @@ impl PluginHost {
     }
 
     fn free_slots(&self, pool: usize) -> usize {
-        self.workers
-            .iter()
-            .filter(|(_, w)| w.machine.pool == pool)
+        self.workers_of(pool)
             .map(|(_, w)| w.machine.free_slots())
             .sum()
     }
@@ -443,22 +444,15 @@ impl PluginHost {
     }
 
     fn surplus(&self, pool: usize) -> bool {
-        let alive = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.machine.pool == pool)
-            .count();
-        alive > self.pools[pool].min_workers()
+        self.workers_of(pool).count() > self.pools[pool].min_workers()
     }
 
     /// Stops `pool`'s ready workers that have no session (it fell asleep or gave way).
     fn quit_idle(&mut self, pool: usize, now: Instant) {
         let idle: Vec<usize> = self
-            .workers
-            .iter()
+            .workers_of(pool)
             .filter(|(_, w)| {
-                w.machine.pool == pool
-                    && w.machine.sessions.is_empty()
+                w.machine.sessions.is_empty()
                     && !w.machine.is_starting()
                     && !w.machine.is_quitting()
             })
@@ -481,7 +475,10 @@ impl PluginHost {
         if !self.budget.is_set() {
             return;
         }
-        let tenants: Vec<Tenant> = (self.pools.iter().enumerate())
+        let tenants: Vec<Tenant> = self
+            .pools
+            .iter()
+            .enumerate()
             .filter(|(_, p)| p.status == PoolStatus::Active)
             .map(|(pool, p)| Tenant {
                 pool,
@@ -489,7 +486,9 @@ impl PluginHost {
                 may_give_way: p.residency == Residency::Awake && p.queue.is_empty(),
             })
             .collect();
-        let workers: Vec<Held> = (self.workers.iter())
+        let workers: Vec<Held> = self
+            .workers
+            .iter()
             .filter(|(_, w)| !w.machine.is_quitting())
             .map(|(_, w)| Held {
                 pool: w.machine.pool,
@@ -570,12 +569,7 @@ impl PluginHost {
         entry.insert(Worker::new(serial, machine, spawned.child, channel));
         self.dirty_workers.push(slot);
         // The pool may now have a surplus: its idle workers' idle timeouts start to count.
-        let slots: Vec<usize> = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.machine.pool == pool)
-            .map(|(k, _)| k)
-            .collect();
+        let slots: Vec<usize> = self.workers_of(pool).map(|(k, _)| k).collect();
         for slot in slots {
             self.schedule(slot);
         }
@@ -600,9 +594,7 @@ impl PluginHost {
     /// Refusals, bindings and spawns for one pool.
     fn maintain_pool(&mut self, pool: usize, clients: &mut dyn Clients, now: Instant) {
         let running: usize = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.machine.pool == pool)
+            .workers_of(pool)
             .map(|(_, w)| w.machine.sessions.len())
             .sum();
         if self.pools[pool].maybe_sleep(now, running) {
@@ -624,9 +616,8 @@ impl PluginHost {
         // that has room (`docs/ngw.md` §15.1).
         while !self.pools[pool].queue.is_empty() {
             let best = self
-                .workers
-                .iter()
-                .filter(|(_, w)| w.machine.pool == pool && w.machine.free_slots() > 0)
+                .workers_of(pool)
+                .filter(|(_, w)| w.machine.free_slots() > 0)
                 .min_by_key(|(_, w)| w.machine.sessions.len())
                 .map(|(k, _)| k);
             let Some(slot) = best else {
@@ -639,14 +630,12 @@ impl PluginHost {
         }
         let census = Census {
             starting: self
-                .workers
-                .iter()
-                .filter(|(_, w)| w.machine.pool == pool && w.machine.is_starting())
+                .workers_of(pool)
+                .filter(|(_, w)| w.machine.is_starting())
                 .count(),
             alive: self
-                .workers
-                .iter()
-                .filter(|(_, w)| w.machine.pool == pool && !w.machine.is_quitting())
+                .workers_of(pool)
+                .filter(|(_, w)| !w.machine.is_quitting())
                 .count(),
             failure_pending: self.reaper.failure_pending(pool),
         };
@@ -928,7 +917,7 @@ impl PluginHost {
     /// Reaps dying workers that have exited; kills those past their deadline.
     fn reap_dying(&mut self, clients: &mut dyn Clients, now: Instant) {
         let timers = &mut self.timers;
-        let reaped = (self.reaper).reap(now, |at, serial| {
+        let reaped = self.reaper.reap(now, |at, serial| {
             timers.push((at, HostTimer::Dying(serial)))
         });
         for r in reaped {

@@ -177,7 +177,8 @@ impl<'a> Reload<'a> {
                 _ => retire.push(pool),
             }
         }
-        let start = (plugins.iter())
+        let start = plugins
+            .iter()
             .filter(|c| !kept.contains(&c.name.as_str()))
             .collect();
         Self {
@@ -296,8 +297,11 @@ impl Pool {
                 self.commands = hello.commands.clone();
                 learned.reroute = true;
             }
-        } else if let Some(missing) =
-            (self.config.commands.iter()).find(|c| !hello.commands.contains(c))
+        } else if let Some(missing) = self
+            .config
+            .commands
+            .iter()
+            .find(|c| !hello.commands.contains(c))
         {
             learned.fault = Some(format!("worker does not serve command '{missing}'"));
         }
