@@ -8,7 +8,7 @@
 //! | [`SIGNALS`] | SIGTERM, SIGINT or SIGHUP arrived |
 //! | `FIRST_LISTENER..FIRST_CONN` | the listeners, in the order given |
 //! | `FIRST_CONN + k` | the connection in slab slot `k` |
-//! | [`FIRST_WORKER`]` + k` | the channel of plugin worker `k` ([`WorkerChannels`], for [`crate::plugin::host`]) |
+//! | [`FIRST_WORKER`]` + k` | the channel of plugin worker `k` (`WorkerChannels`, for [`crate::plugin::host`]) |
 //!
 //! # One turn
 //!

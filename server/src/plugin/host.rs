@@ -1,20 +1,26 @@
-//! The plugin host's I/O shell: worker processes and their channels around the state
-//! machines of [`super::pool`] and [`super::machine`].
+//! The plugin host: the pools and their workers, wired together around the state machines
+//! of [`super::pool`] and [`super::machine`].
 //!
 //! The event loop calls the host through a narrow interface (the methods below) and hands
 //! it a [`Clients`] for what sessions send to their clients; the host never sees a
-//! connection. Its deadlines go into the loop's one timer heap as [`HostTimer`] entries
-//! ([`PluginHost::take_timers`]); nothing is scanned per loop turn.
+//! connection, nor the loop's poll: it has its workers' channels watched through
+//! [`Channels`], by slot. Its deadlines go into the loop's one timer heap as [`HostTimer`]
+//! entries ([`PluginHost::take_timers`]); nothing is scanned per loop turn.
 //!
 //! Where things happen:
-//! * a worker is spawned in [`PluginHost::maintain_pool`] (`spawn_worker`), when the pool
-//!   says so ([`super::pool::Pool::spawns_wanted`]);
+//! * a worker is spawned in [`PluginHost::maintain_pool`] (`spawn_worker`, with
+//!   [`super::worker::Launcher`]), when the pool says so
+//!   ([`super::pool::Pool::spawns_wanted`]); its channel is written and read by
+//!   [`super::worker::Worker`];
 //! * it ends in [`PluginHost::end_worker`]: out of service at once, reaped when it has
-//!   exited (`reap_dying`, never blocking), then [`PluginHost::worker_reaped`] tells its
-//!   clients and counts the failure, after which the pool's next `maintain_pool` restarts
-//!   it when its backoff has passed;
+//!   exited ([`super::reaper`], never blocking), then [`PluginHost::worker_reaped`] tells
+//!   its clients and counts the failure, after which the pool's next `maintain_pool`
+//!   restarts it when its backoff has passed;
 //! * sessions are bound in `maintain_pool` to the ready worker with the most free slots
-//!   taken first by the fewest sessions (`bind`).
+//!   taken first by the fewest sessions (`bind`);
+//! * the memory budget is kept by [`super::budget`], which the host asks after a worker's
+//!   hello, after each session and when the footprints come in; the pools it names give
+//!   way.
 
 use super::budget::{Budget, Held, Tenant};
 use super::config::PluginConfig;

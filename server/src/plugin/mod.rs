@@ -13,9 +13,13 @@
 //! * [`session`]: one session's stdin credit (no I/O);
 //! * [`machine`]: one worker's protocol, sessions (one, or several with `mux`) and timers
 //!   (no I/O);
-//! * [`host`]: the I/O shell: processes, channels, reaping, and the narrow interface the
-//!   event loop calls ([`PluginHost`]), handing it [`Clients`] for what reaches clients;
-//! * [`worker`]: spawning a process and the raw process calls.
+//! * [`budget`]: the memory budget: which pools give way (no I/O), over the workers'
+//!   footprints ([`footprint`], read on a thread of its own);
+//! * [`worker`]: spawning a process, a worker's channel I/O, and the raw process calls;
+//! * [`reaper`]: workers on their way out, reaped without blocking, and how each ended;
+//! * [`host`]: the pools and workers wired together, and the narrow interface the event
+//!   loop calls ([`PluginHost`]), handing it [`Clients`] for what reaches clients and
+//!   [`Channels`] for watching the workers' channels; nothing here knows the loop.
 //!
 //! No worker process outlives the host: every exit is reaped, every stop escalates `q` →
 //! SIGTERM → SIGKILL to the worker's process group, and workers die with `ngd`
