@@ -13,6 +13,8 @@
 //! its own RSS. The decision takes no I/O and is unit-tested below.
 
 use super::footprint::{Footprints, Known, SETTLE};
+use super::pool::{Pool, PoolStatus, Residency};
+use super::worker::Worker;
 use std::time::Instant;
 
 /// The budget and the footprints it is kept with.
@@ -48,6 +50,29 @@ pub struct Held {
     pub rss: u64,
     /// Whether it runs a session.
     pub busy: bool,
+}
+
+impl Tenant {
+    /// Pool `pool`, if it is active.
+    pub fn of(pool: usize, p: &Pool) -> Option<Self> {
+        (p.status == PoolStatus::Active).then(|| Tenant {
+            pool,
+            last_used: p.last_used,
+            may_give_way: p.residency == Residency::Awake && p.queue.is_empty(),
+        })
+    }
+}
+
+impl Held {
+    /// Worker `w`, unless it is quitting.
+    pub fn of(w: &Worker) -> Option<Self> {
+        (!w.machine.is_quitting()).then(|| Held {
+            pool: w.machine.pool,
+            pid: w.pid(),
+            rss: w.rss,
+            busy: !w.machine.sessions.is_empty(),
+        })
+    }
 }
 
 /// Pools that give way, with the total that made them.

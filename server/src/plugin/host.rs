@@ -25,7 +25,7 @@
 use super::budget::{Budget, Held, Tenant};
 use super::config::PluginConfig;
 use super::machine::{Due, Event, Machine, WorkerEnd, WorkerKey};
-use super::pool::{Census, Notice, Pool, PoolStatus, Refusal, Reload, Residency};
+use super::pool::{Census, Notice, Pool, PoolStatus, Refusal, Reload};
 use super::reaper::{Ending, Reaper};
 use super::worker::{self, Fill, Worker};
 use super::{Bound, Channels, Clients, PluginReport, HOST_FEATURES};
@@ -485,23 +485,12 @@ impl PluginHost {
             .pools
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.status == PoolStatus::Active)
-            .map(|(pool, p)| Tenant {
-                pool,
-                last_used: p.last_used,
-                may_give_way: p.residency == Residency::Awake && p.queue.is_empty(),
-            })
+            .filter_map(|(i, p)| Tenant::of(i, p))
             .collect();
         let workers: Vec<Held> = self
             .workers
             .iter()
-            .filter(|(_, w)| !w.machine.is_quitting())
-            .map(|(_, w)| Held {
-                pool: w.machine.pool,
-                pid: w.pid(),
-                rss: w.rss,
-                busy: !w.machine.sessions.is_empty(),
-            })
+            .filter_map(|(_, w)| Held::of(w))
             .collect();
         let Some(eviction) = self.budget.evictions(&tenants, &workers, now) else {
             return;
@@ -788,13 +777,7 @@ impl PluginHost {
                     self.workers[slot].machine.retired = true;
                     self.session_ended(slot, now);
                 }
-                self.pools[pool].notice(Notice {
-                    kind,
-                    message,
-                    session,
-                    pid,
-                    at_ms: Notice::now_ms(),
-                });
+                self.pools[pool].notice(Notice::received(kind, message, session, pid));
                 self.changed = true;
             }
         }
@@ -809,20 +792,10 @@ impl PluginHost {
         now: Instant,
     ) -> Result<(), WorkerEnd> {
         let pool = self.workers[slot].machine.pool;
-        if !hello.speaks_this_protocol() {
-            let theirs = hello.protocol.map_or_else(
-                || "no protocol version".to_owned(),
-                |v| format!("protocol {v}"),
-            );
+        if let Some(reason) = Pool::unspoken(hello) {
             // Retrying would only repeat it: disable the plugin, and let the worker go as
             // any stopped worker does (q, then SIGTERM, then SIGKILL).
-            self.disable(
-                pool,
-                format!(
-                    "its worker speaks ngw {theirs}; this ngd speaks {}",
-                    ngw_vocab::PROTOCOL
-                ),
-            );
+            self.disable(pool, reason);
             let config = &self.pools[pool].config;
             self.workers[slot].machine.quit(config, now);
             return Ok(());
@@ -857,26 +830,11 @@ impl PluginHost {
         let w = &mut self.workers[slot];
         let pool = w.machine.pool;
         self.dirty_pools.push(pool);
-        let p = &self.pools[pool];
-        let config = &p.config;
-        let recycle = config.recycle_after > 0 && w.machine.completed >= config.recycle_after;
         w.rss = worker::rss_bytes(w.pid()).unwrap_or(w.rss);
         let pid = w.pid();
-        let too_big = config.max_memory_mb > 0 && w.rss > config.max_memory_mb << 20;
-        let why = if recycle {
-            Some("recycled after its session limit")
-        } else if too_big {
-            Some("recycled over its memory cap")
-        } else if w.machine.retired {
-            Some("retired by its own notice")
-        } else if self.stopping {
-            Some("stopping")
-        } else if p.status != PoolStatus::Active {
-            Some("no longer needed")
-        } else {
-            None
-        };
-        match why {
+        let p = &self.pools[pool];
+        let config = &p.config;
+        match p.why_quit(&w.machine, w.rss, self.stopping) {
             Some(why) => {
                 // A mux worker finishes its other sessions first; none are bound meanwhile.
                 w.machine.retired = true;

@@ -20,6 +20,7 @@
 //! replaced by a fresh one on the next reload, changed table or not.
 
 use super::config::PluginConfig;
+use super::machine::Machine;
 use crate::exit_codes;
 use crate::session_io::ConnKey;
 use ngw_vocab::restart::{Backoff, Decision, GiveUp, RestartPolicy};
@@ -117,6 +118,17 @@ pub struct Notice {
 }
 
 impl Notice {
+    /// A notice from worker `pid`, received now.
+    pub fn received(kind: NoticeKind, message: String, session: Option<u64>, pid: u32) -> Self {
+        Self {
+            kind,
+            message,
+            session,
+            pid,
+            at_ms: Self::now_ms(),
+        }
+    }
+
     /// Milliseconds since the Unix epoch, for [`Notice::at_ms`].
     pub fn now_ms() -> u64 {
         SystemTime::now()
@@ -280,6 +292,22 @@ impl Pool {
         self.residency = Residency::Awake;
     }
 
+    /// Why a pool cannot use a worker whose hello is `hello`: it speaks another version of
+    /// the protocol (`None`: this one).
+    pub fn unspoken(hello: &Hello) -> Option<String> {
+        if hello.speaks_this_protocol() {
+            return None;
+        }
+        let theirs = hello.protocol.map_or_else(
+            || "no protocol version".to_owned(),
+            |v| format!("protocol {v}"),
+        );
+        let ours = ngw_vocab::PROTOCOL;
+        Some(format!(
+            "its worker speaks ngw {theirs}; this ngd speaks {ours}"
+        ))
+    }
+
     /// Learns what a worker's hello says (`docs/ngw.md` §5): whether its workers take the
     /// client's terminal (`takes_ctty`), whether they serve class names, and, when the
     /// table lists no commands, the commands; when it lists them, every one must be served.
@@ -306,6 +334,26 @@ impl Pool {
             learned.fault = Some(format!("worker does not serve command '{missing}'"));
         }
         learned
+    }
+
+    /// Why a worker of this pool whose session just ended quits rather than waits for the
+    /// next one (`None`: it waits): its session limit, its memory cap (`rss` bytes), its
+    /// own `retire`, ngd stopping, or the pool no longer active.
+    pub fn why_quit(&self, machine: &Machine, rss: u64, stopping: bool) -> Option<&'static str> {
+        let config = &self.config;
+        if config.recycle_after > 0 && machine.completed >= config.recycle_after {
+            Some("recycled after its session limit")
+        } else if config.max_memory_mb > 0 && rss > config.max_memory_mb << 20 {
+            Some("recycled over its memory cap")
+        } else if machine.retired {
+            Some("retired by its own notice")
+        } else if stopping {
+            Some("stopping")
+        } else if self.status != PoolStatus::Active {
+            Some("no longer needed")
+        } else {
+            None
+        }
     }
 
     /// Why it starts a worker now, with `alive` workers not quitting, for the log: a restart
