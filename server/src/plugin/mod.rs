@@ -120,7 +120,7 @@ pub trait Clients {
 /// implements it over its poll, so that nothing here knows the loop or its tokens. A
 /// channel is named by its worker's slot; readiness comes back as
 /// [`PluginHost::on_ready`] for that slot.
-pub trait Channels: std::fmt::Debug {
+pub trait Channels: std::fmt::Debug + Send {
     /// Watches the channel of the worker in `slot` (readable and writable, edge-triggered).
     fn register(&self, channel: &mut mio::net::UnixStream, slot: usize) -> std::io::Result<()>;
     /// Stops watching a channel that is closed or about to be.
