@@ -128,13 +128,6 @@ impl fmt::Debug for WorkerFeatures {
     }
 }
 
-impl serde::Serialize for WorkerFeatures {
-    /// An array of names, in order (a hello's `features`).
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.names())
-    }
-}
-
 impl<'de> serde::Deserialize<'de> for WorkerFeatures {
     /// An array of strings, as a hello's `features`; anything else is an error.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

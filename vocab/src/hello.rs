@@ -5,56 +5,74 @@
 //! ignored when it is read, so later versions can add some without a version bump.
 
 use crate::feature::WorkerFeatures;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+use serde_json::{Map, Value};
 
 /// The version of the worker protocol spoken here.
 pub const PROTOCOL: u32 = 1;
 
 /// A worker's hello.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 pub struct Hello {
     /// The protocol version; ngd refuses any but [`PROTOCOL`].
     pub protocol: Option<i64>,
     /// The worker's pid.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     /// Commands it serves.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub commands: Vec<String>,
     /// `interrupt`, `fork`, ... (names this side does not know are left out).
-    #[serde(default, skip_serializing_if = "is_none")]
+    #[serde(default)]
     pub features: WorkerFeatures,
     /// Its inbound payload cap.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_chunk: Option<u64>,
     /// Its hangup-to-kill delay.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub kill_grace_ms: Option<u64>,
     /// With `mux`: how many sessions it runs at once.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_sessions: Option<u64>,
     /// SDK name, for logs and status.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sdk: Option<String>,
     /// The language runtime, for logs and status.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
     /// A refusal to start.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// It also serves command names shaped like Java class names.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default)]
     pub class_names: bool,
-}
-
-fn is_none(features: &WorkerFeatures) -> bool {
-    *features == WorkerFeatures::NONE
 }
 
 impl Hello {
     /// Whether it speaks this protocol version.
     pub fn speaks_this_protocol(&self) -> bool {
         self.protocol == Some(i64::from(PROTOCOL))
+    }
+
+    /// The JSON object, with the fields that are set: no empty `commands` or `features`,
+    /// no `class_names` unless true.
+    pub fn to_json(&self) -> Map<String, Value> {
+        let fields = [
+            ("protocol", self.protocol.map(Value::from)),
+            ("pid", self.pid.map(Value::from)),
+            (
+                "commands",
+                (!self.commands.is_empty()).then(|| self.commands.clone().into()),
+            ),
+            (
+                "features",
+                (self.features != WorkerFeatures::NONE).then(|| self.features.names().into()),
+            ),
+            ("max_chunk", self.max_chunk.map(Value::from)),
+            ("kill_grace_ms", self.kill_grace_ms.map(Value::from)),
+            ("max_sessions", self.max_sessions.map(Value::from)),
+            ("sdk", self.sdk.clone().map(Value::from)),
+            ("runtime", self.runtime.clone().map(Value::from)),
+            ("error", self.error.clone().map(Value::from)),
+            ("class_names", self.class_names.then_some(Value::Bool(true))),
+        ];
+        let set = fields
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.to_owned(), v?)));
+        set.collect()
     }
 }
 
@@ -92,8 +110,8 @@ mod tests {
             error: Some("no".into()),
             ..Hello::default()
         };
-        let text = serde_json::to_string(&refusal).unwrap();
-        assert_eq!(text, r#"{"protocol":1,"pid":7,"error":"no"}"#);
+        let text = Value::Object(refusal.to_json()).to_string();
+        assert_eq!(text, r#"{"error":"no","pid":7,"protocol":1}"#);
         assert_eq!(serde_json::from_str::<Hello>(&text).unwrap(), refusal);
         let old: Hello = serde_json::from_str(r#"{"protocol":2}"#).unwrap();
         assert!(!old.speaks_this_protocol());

@@ -189,14 +189,11 @@ impl Hello {
             runtime: self.runtime.clone(),
             ..ngw_vocab::Hello::default()
         };
-        let mut v = serde_json::to_value(hello).unwrap_or_default();
-        let Some(map) = v.as_object_mut() else {
-            return v;
-        };
+        let mut map = hello.to_json();
         for (k, val) in &self.extra {
             map.insert(k.clone(), val.clone());
         }
-        v
+        Value::Object(map)
     }
 }
 
@@ -259,13 +256,15 @@ impl Channel {
 
     /// Says the worker cannot start (an error hello, `docs/ngw.md` §5) and closes.
     pub fn refuse(mut self, reason: &str) -> Result<(), Error> {
-        let hello = serde_json::to_value(ngw_vocab::Hello {
-            protocol: Some(PROTOCOL.into()),
-            pid: Some(std::process::id()),
-            error: Some(reason.to_owned()),
-            ..ngw_vocab::Hello::default()
-        })
-        .unwrap_or_default();
+        let hello = Value::Object(
+            ngw_vocab::Hello {
+                protocol: Some(PROTOCOL.into()),
+                pid: Some(std::process::id()),
+                error: Some(reason.to_owned()),
+                ..ngw_vocab::Hello::default()
+            }
+            .to_json(),
+        );
         let mut buf = BytesMut::new();
         encode(
             ChunkType::WORKER_HELLO,
