@@ -65,8 +65,6 @@ pub struct PluginHost {
     /// ngd's umask, sent as `NGW_UMASK` when the client does not report its own.
     umask: u32,
     stopping: bool,
-    /// ngd adopts orphans (`PR_SET_CHILD_SUBREAPER`; the `ngd` binary, not embedders).
-    subreaper: bool,
     /// How workers are started.
     launcher: worker::Launcher,
     /// Where the workers' channels are watched (the event loop's poll).
@@ -102,18 +100,14 @@ impl PluginHost {
     /// A host for these plugins (workers start on the first [`PluginHost::settle`]).
     pub fn new(init: HostInit) -> Self {
         let umask = crate::sys::current_umask();
-        if init.subreaper {
-            worker::become_subreaper();
-        }
         let mut host = Self {
             workers: Slab::new(),
             pools: Vec::new(),
-            reaper: Reaper::default(),
+            reaper: Reaper::new(init.subreaper),
             next_serial: 0,
             next_session: 0,
             umask,
             stopping: false,
-            subreaper: init.subreaper,
             launcher: worker::Launcher::new(init.bridge_exe),
             channels: init.channels,
             handle: init.handle,
@@ -942,7 +936,7 @@ impl PluginHost {
             self.end_worker(slot, WorkerEnd::Exited, clients, now);
         }
         self.reap_dying(clients, now);
-        if self.subreaper {
+        if self.reaper.adopts() {
             self.reap_orphans(clients, now);
         }
     }
@@ -952,17 +946,14 @@ impl PluginHost {
             let Some(pid) = worker::exited_child() else {
                 return;
             };
-            let worker = self
-                .workers
-                .iter()
-                .find(|(_, w)| w.pid() == pid)
-                .map(|(k, _)| k);
-            if let Some(slot) = worker {
-                self.end_worker(slot, WorkerEnd::Exited, clients, now);
-            } else if self.reaper.holds(pid) {
-                self.reap_dying(clients, now);
-            } else {
-                worker::reap(pid);
+            let slot = self.workers.iter().find(|(_, w)| w.pid() == pid);
+            let slot = slot.map(|(k, _)| k);
+            if self.reaper.reap_if_orphan(pid, slot.is_some()) {
+                continue;
+            }
+            match slot {
+                Some(slot) => self.end_worker(slot, WorkerEnd::Exited, clients, now),
+                None => self.reap_dying(clients, now),
             }
         }
     }
@@ -1034,9 +1025,7 @@ impl PluginHost {
         }
         self.reaper.kill_all(now);
         self.reap_dying(clients, now);
-        if self.subreaper {
-            worker::kill_orphans();
-        }
+        self.reaper.kill_orphans();
     }
 }
 

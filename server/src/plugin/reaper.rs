@@ -1,5 +1,6 @@
-//! Workers on their way out: each is out of service once its channel is closed, and is
-//! reaped when it has exited, without the loop ever waiting for it.
+//! Workers on their way out, and the orphans ngd adopts: each worker is out of service
+//! once its channel is closed, and is reaped when it has exited, without the loop ever
+//! waiting for it.
 //!
 //! The host hands the [`Reaper`] a worker that has not exited yet ([`Reaper::hold`]); on
 //! SIGCHLD or at its deadline (a timer of the host's) the reaper waits for what has exited
@@ -8,6 +9,11 @@
 //! there after that is stuck in the kernel and waited for, so that no zombie is left. What
 //! it reaped goes back to the host, which tells the worker's clients how it ended
 //! ([`Ending`]) and counts the failure.
+//!
+//! The `ngd` binary adopts what its workers' commands leave behind
+//! (`PR_SET_CHILD_SUBREAPER`, [`Reaper::new`]): each such orphan is reaped when SIGCHLD
+//! says it exited ([`Reaper::reap_if_orphan`]), and those still running when ngd stops are
+//! killed ([`Reaper::kill_orphans`]).
 
 use super::machine::{Machine, Phase, WorkerEnd};
 use super::worker::{self, Worker};
@@ -42,13 +48,63 @@ pub struct Reaped {
     pub status: Option<ExitStatus>,
 }
 
-/// The dying workers of one host.
+/// The dying workers of one host, and its orphans.
 #[derive(Debug, Default)]
 pub struct Reaper {
     dying: Vec<Dying>,
+    /// ngd adopts orphans (`PR_SET_CHILD_SUBREAPER`; the `ngd` binary, not embedders).
+    adopts: bool,
 }
 
 impl Reaper {
+    /// A reaper; with `adopts`, ngd becomes the reaper of its descendants' orphans.
+    pub fn new(adopts: bool) -> Self {
+        if adopts {
+            worker::become_subreaper();
+        }
+        Self {
+            dying: Vec::new(),
+            adopts,
+        }
+    }
+
+    /// Whether ngd adopts orphans.
+    pub fn adopts(&self) -> bool {
+        self.adopts
+    }
+
+    /// Reaps the exited child `pid` if it is an orphan ngd adopted rather than one of its
+    /// workers (`in_service`, or dying); false for a worker, which the host ends.
+    pub fn reap_if_orphan(&self, pid: u32, in_service: bool) -> bool {
+        if in_service || self.holds(pid) {
+            return false;
+        }
+        worker::reap(pid);
+        true
+    }
+
+    /// At the very end: kills and reaps every process ngd adopted, until none is left (a
+    /// killed orphan's own children are adopted in turn), within a second.
+    pub fn kill_orphans(&self) {
+        if !self.adopts {
+            return;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while std::time::Instant::now() < deadline {
+            let children = crate::sys::children();
+            if children.is_empty() {
+                return;
+            }
+            tracing::info!("killing {} leftover processes", children.len());
+            for pid in &children {
+                crate::sys::signal(*pid, libc::SIGKILL);
+            }
+            for pid in children {
+                crate::sys::reap(pid, true);
+            }
+        }
+    }
+
     /// Holds `worker` until it has exited; it was killed already unless it ended on its
     /// own. Returns its deadline, for the host's timers.
     pub fn hold(&mut self, worker: Worker, end: WorkerEnd, failure: bool, now: Instant) -> Instant {

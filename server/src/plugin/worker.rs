@@ -285,22 +285,3 @@ pub fn finish(child: &mut std::process::Child) -> Option<std::process::ExitStatu
 pub fn reap(pid: u32) {
     crate::sys::reap(pid, false);
 }
-
-/// At the very end: kills and reaps every process ngd adopted, until none is left (a
-/// killed orphan's own children are adopted in turn), within a second.
-pub fn kill_orphans() {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    while std::time::Instant::now() < deadline {
-        let children = crate::sys::children();
-        if children.is_empty() {
-            return;
-        }
-        tracing::info!("killing {} leftover processes", children.len());
-        for pid in &children {
-            crate::sys::signal(*pid, libc::SIGKILL);
-        }
-        for pid in children {
-            crate::sys::reap(pid, true);
-        }
-    }
-}
