@@ -137,21 +137,21 @@ impl PluginHost {
     /// Registers `pool`'s commands; a name already taken disables the pool.
     fn publish_routes(&mut self, pool: usize) {
         let p = &self.pools[pool];
-        let registry = self.handle.registry();
         let class_names = p.config.class_names || p.class_names;
-        if !registry.set_class_names(pool, class_names, &p.config.name) {
+        let registry = self.handle.registry();
+        let unrouted = registry.route_plugin(pool, &p.config.name, &p.commands, class_names);
+        if unrouted.class_names {
             tracing::warn!(
                 plugin = %p.config.name,
                 "class names are already routed to another plugin; this one serves its commands only"
             );
         }
-        let clashes = registry.set_plugin_commands(pool, &p.commands, &p.config.name);
-        if !clashes.is_empty() {
-            let reason = format!(
-                "command name(s) {} already taken by another command",
-                clashes.join(", ")
+        if !unrouted.commands.is_empty() {
+            let taken = unrouted.commands.join(", ");
+            self.disable(
+                pool,
+                format!("command name(s) {taken} already taken by another command"),
             );
-            self.disable(pool, reason);
         }
     }
 
@@ -984,8 +984,7 @@ impl PluginHost {
     fn retire_pool(&mut self, pool: usize, now: Instant) {
         tracing::info!(plugin = %self.pools[pool].config.name, "retiring");
         self.pools[pool].status = PoolStatus::Retiring;
-        self.handle.registry().set_plugin_commands(pool, &[], "");
-        self.handle.registry().set_class_names(pool, false, "");
+        self.handle.registry().unroute_plugin(pool);
         self.retire_workers(Some(pool), now);
     }
 
