@@ -289,12 +289,9 @@ impl PluginHost {
     /// the worker wants more than the client was asked for (a classic client sends one
     /// chunk per `S`; a worker's window may want many).
     pub fn stdin(&mut self, bound: &Bound, data: Bytes) -> (usize, bool) {
-        let Some(w) = self.workers.get_mut(bound.worker.slot) else {
+        let Some(w) = self.worker_mut(bound.worker) else {
             return (0, false);
         };
-        if w.serial != bound.worker.serial {
-            return (0, false);
-        }
         let backlog = w.machine.client_stdin(bound.session, data);
         self.dirty_workers.push(bound.worker.slot);
         self.schedule(bound.worker.slot);
@@ -311,12 +308,14 @@ impl PluginHost {
 
     /// The client of a bound session is gone (or its connection left the session).
     pub fn hang_up(&mut self, bound: &Bound, now: Instant) {
-        let Some(w) = self.workers.get_mut(bound.worker.slot) else {
+        let key = bound.worker;
+        let Some(w) = self
+            .workers
+            .get_mut(key.slot)
+            .filter(|w| w.serial == key.serial)
+        else {
             return;
         };
-        if w.serial != bound.worker.serial {
-            return;
-        }
         let config = &self.pools[w.machine.pool].config;
         w.machine.hang_up(bound.session, config, now);
         tracing::debug!(
