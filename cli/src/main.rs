@@ -193,7 +193,7 @@ fn main() -> ExitCode {
 /// `ngd bridge <protocol> -- <command...>`: runs the protocol's bridge as an ngw worker and
 /// exits with its status (2 for a bad invocation, as for a bad worker environment).
 fn bridge(protocol: &str, command: Vec<OsString>) -> ExitCode {
-    let config = match ngw::BridgeConfig::from_env() {
+    let config = match ngw_vocab::BridgeConfig::from_env() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ngd bridge {protocol}: {e}");

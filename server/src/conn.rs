@@ -556,7 +556,10 @@ impl Conn {
 
     /// A signal the client forwarded (`K`).
     fn signal(&mut self, host: &mut PluginHost, name: SignalName) {
-        let kills = crate::sys::terminating_signal(name.as_bytes());
+        let kills = name
+            .signal()
+            .filter(|&s| ngw_vocab::Effect::of(s) == ngw_vocab::Effect::Ends)
+            .map(ng_proto::Signal::number);
         match &mut self.state {
             ConnState::Plugin(p) => {
                 if let plugin::Signalled::Ends(number) = p.signal(host, &name, kills) {

@@ -8,7 +8,7 @@
 //! | [`SIGNALS`] | SIGTERM, SIGINT or SIGHUP arrived |
 //! | `FIRST_LISTENER..FIRST_CONN` | the listeners, in the order given |
 //! | `FIRST_CONN + k` | the connection in slab slot `k` |
-//! | `FIRST_WORKER + k` | the channel of plugin worker `k` ([`crate::plugin::host`]) |
+//! | [`FIRST_WORKER`]` + k` | the channel of plugin worker `k` (`WorkerChannels`, for [`crate::plugin::host`]) |
 //!
 //! # One turn
 //!
@@ -38,7 +38,7 @@ mod housekeeping;
 mod timers;
 
 use crate::conn::{Conn, Core, Env, ReadBudget};
-use crate::plugin::{HostInit, HostTimer, PluginConfig, PluginHost, FIRST_WORKER};
+use crate::plugin::{Channels, HostInit, HostTimer, PluginConfig, PluginHost};
 use crate::pool::Pool;
 use crate::security::PeerVerdict;
 use crate::session_io::{ConnKey, LoopNotifier};
@@ -63,6 +63,25 @@ pub const WAKER: Token = Token(0);
 pub const SIGNALS: Token = Token(1);
 const FIRST_LISTENER: usize = 2;
 const FIRST_CONN: usize = 64;
+/// Plugin worker channels: token `FIRST_WORKER + slot` (connections stay below it).
+pub const FIRST_WORKER: usize = 1 << 24;
+
+/// The plugin host's worker channels, registered with the loop's poll under
+/// `FIRST_WORKER + slot`.
+#[derive(Debug)]
+struct WorkerChannels(mio::Registry);
+
+impl Channels for WorkerChannels {
+    fn register(&self, channel: &mut mio::net::UnixStream, slot: usize) -> std::io::Result<()> {
+        let interest = mio::Interest::READABLE | mio::Interest::WRITABLE;
+        self.0
+            .register(channel, Token(FIRST_WORKER + slot), interest)
+    }
+
+    fn deregister(&self, channel: &mut mio::net::UnixStream) {
+        let _ = self.0.deregister(channel);
+    }
+}
 /// How many listeners a server may have.
 pub const MAX_LISTENERS: usize = FIRST_CONN - FIRST_LISTENER;
 
@@ -170,7 +189,7 @@ impl EventLoop {
         let host = PluginHost::new(HostInit {
             plugins,
             handle: handle.clone(),
-            registry: poll.registry().try_clone()?,
+            channels: Box::new(WorkerChannels(poll.registry().try_clone()?)),
             bridge_exe,
             // The binary owns its process tree: adopt what workers' commands leave behind,
             // and reap it on SIGCHLD. (An embedding program keeps its own tree.)

@@ -43,6 +43,15 @@ impl fmt::Debug for Target {
     }
 }
 
+/// What [`Registry::route_plugin`] could not route.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unrouted {
+    /// Class names are routed to another pool already.
+    pub class_names: bool,
+    /// Command names another command has.
+    pub commands: Vec<String>,
+}
+
 /// One registered command.
 #[derive(Clone, Debug)]
 pub struct Entry {
@@ -106,6 +115,28 @@ impl Registry {
     /// True if `name` is a command (not an alias).
     pub fn contains(&self, name: &str) -> bool {
         self.read_commands().contains_key(name)
+    }
+
+    /// Routes plugin pool `pool` (named `plugin`): its `commands`, and names shaped like Java
+    /// class names when `class_names`; its previous routes are replaced. Says what could not
+    /// be routed because another command or pool has it.
+    pub fn route_plugin(
+        &self,
+        pool: usize,
+        plugin: &str,
+        commands: &[String],
+        class_names: bool,
+    ) -> Unrouted {
+        Unrouted {
+            class_names: !self.set_class_names(pool, class_names, plugin),
+            commands: self.set_plugin_commands(pool, commands, plugin),
+        }
+    }
+
+    /// Withdraws every route of plugin pool `pool`.
+    pub fn unroute_plugin(&self, pool: usize) {
+        self.set_plugin_commands(pool, &[], "");
+        self.set_class_names(pool, false, "");
     }
 
     /// Routes `names` to plugin pool `pool`, replacing that pool's previous routes. Names

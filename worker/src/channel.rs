@@ -2,15 +2,16 @@
 //! routes chunks (and passed descriptors) to sessions, and the shared writer.
 
 use crate::fds::{self, Batches, ClientFds};
-use crate::feature::{Negotiated, WorkerFeature, WorkerFeatures};
+use crate::feature::Negotiated;
 use crate::session::{Header, Interrupt, Session, Shared};
-use crate::writer::{lock, Writer, TAKEN};
+use crate::writer::{lock, Writer};
 use crate::Handler;
 use bytes::BytesMut;
 use ng_proto::codec::{encode, Decoder, Limits};
 use ng_proto::ext::{SignalName, WinSize};
 use ng_proto::ChunkType;
-use serde_json::{json, Value};
+use ngw_vocab::{WorkerFeature, WorkerFeatures, PROTOCOL};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{self, Write};
@@ -20,8 +21,6 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
-/// The protocol version this crate speaks.
-pub const PROTOCOL: u32 = 1;
 /// The inbound chunk cap announced in the hello.
 pub const MAX_CHUNK: u32 = 16 * 1024 * 1024;
 
@@ -178,27 +177,23 @@ impl Hello {
     }
 
     fn to_json(&self, n: &Negotiated) -> Value {
-        let features = n.features().names();
-        let mut v = json!({
-            "protocol": PROTOCOL,
-            "pid": std::process::id(),
-            "commands": self.commands,
-            "features": features,
-            "max_chunk": MAX_CHUNK,
-            "max_sessions": if n.mux { self.max_sessions } else { 1 },
-            "sdk": self.sdk,
-        });
-        let map = v.as_object_mut().expect("an object");
-        if let Some(ms) = self.kill_grace_ms {
-            map.insert("kill_grace_ms".into(), json!(ms));
-        }
-        if let Some(rt) = &self.runtime {
-            map.insert("runtime".into(), json!(rt));
-        }
+        let hello = ngw_vocab::Hello {
+            protocol: Some(PROTOCOL.into()),
+            pid: Some(std::process::id()),
+            commands: self.commands.clone(),
+            features: n.features(),
+            max_chunk: Some(MAX_CHUNK.into()),
+            kill_grace_ms: self.kill_grace_ms,
+            max_sessions: Some(if n.mux { self.max_sessions } else { 1 }.into()),
+            sdk: Some(self.sdk.clone()),
+            runtime: self.runtime.clone(),
+            ..ngw_vocab::Hello::default()
+        };
+        let mut map = hello.to_json();
         for (k, val) in &self.extra {
             map.insert(k.clone(), val.clone());
         }
-        v
+        Value::Object(map)
     }
 }
 
@@ -261,7 +256,15 @@ impl Channel {
 
     /// Says the worker cannot start (an error hello, `docs/ngw.md` §5) and closes.
     pub fn refuse(mut self, reason: &str) -> Result<(), Error> {
-        let hello = json!({"protocol": PROTOCOL, "pid": std::process::id(), "error": reason});
+        let hello = Value::Object(
+            ngw_vocab::Hello {
+                protocol: Some(PROTOCOL.into()),
+                pid: Some(std::process::id()),
+                error: Some(reason.to_owned()),
+                ..ngw_vocab::Hello::default()
+            }
+            .to_json(),
+        );
         let mut buf = BytesMut::new();
         encode(
             ChunkType::WORKER_HELLO,
@@ -585,7 +588,7 @@ impl Reader {
         };
         let take = fds.is_some() && self.take_fds.as_ref().is_some_and(|p| (p.0)(command));
         let answer: &[u8] = if take { b"" } else { b"relay" };
-        let _ = self.writer.send(id, TAKEN, answer);
+        let _ = self.writer.send(id, ChunkType::WORKER_TAKEN, answer);
         let (map, fds) = fds.filter(|_| take)?;
         let mut slots: [Option<OwnedFd>; 3] = [None, None, None];
         for (fd, n) in fds.into_iter().zip(map.fds()) {

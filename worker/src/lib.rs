@@ -30,10 +30,11 @@
 //! [`Session::stopped`], [`Session::exit_by_signal`]) and `stdin-window`
 //! ([`Hello::stdin_window`]).
 //!
-//! The protocol's vocabulary is shared with ngd, which depends on this crate: the
-//! features ([`WorkerFeature`], [`WorkerFeatures`]), the signal names ([`Signal`],
-//! [`SignalName`], from `ng-proto`), and [`RestartPolicy`], the backoff and give-up rules
-//! of ngd's pools and of the bridges.
+//! The protocol's vocabulary is `ngw-vocab`'s, shared with ngd and re-exported here: the
+//! features ([`WorkerFeature`], [`WorkerFeatures`]), notice kinds ([`NoticeKind`]), the
+//! signal names ([`Signal`], [`SignalName`], from `ng-proto`) and what they do
+//! ([`SignalEffect`]), the bridges' configuration ([`BridgeConfig`]) and [`RestartPolicy`],
+//! the backoff and give-up rules of ngd's pools and of the bridges.
 //!
 //! A worker whose commands run on the client's own terminal, pipes and files when ngd
 //! passes them (our `ng` on ngd's Unix socket), and on the relayed streams otherwise:
@@ -55,23 +56,22 @@
 //! }).unwrap();
 //! ```
 
-mod bridge;
 mod channel;
 mod fds;
 mod feature;
-pub mod restart;
 mod session;
 pub mod testing;
 mod writer;
 
-pub use bridge::BridgeConfig;
 pub use channel::{exit_spawn_error, Channel, Error, FdPolicy, Hello, DEFAULT_STDIN_WINDOW};
 pub use fds::ClientFds;
-pub use feature::{Negotiated, WorkerFeature, WorkerFeatures};
-pub use ng_proto::{Signal, SignalName};
-pub use restart::RestartPolicy;
+pub use feature::Negotiated;
+pub use ngw_vocab::signal::Effect as SignalEffect;
+pub use ngw_vocab::{
+    restart, BridgeConfig, NoticeKind, RestartPolicy, Signal, SignalName, WorkerFeature,
+    WorkerFeatures,
+};
 pub use session::{Interrupt, Output, Session, Stdin};
-pub use writer::{STOPPED, TAKEN};
 
 /// A session handler: runs one command and returns its exit code (0–255).
 ///

@@ -3,11 +3,12 @@
 
 use crate::fds::ClientFds;
 use crate::feature::Negotiated;
-use crate::writer::{lock, Writer, STOPPED};
+use crate::writer::{lock, Writer};
 use crossbeam_channel::{Receiver, Sender};
 use ng_proto::ext::{ExitReport, FdMap, SignalName, WinSize};
 use ng_proto::ChunkType;
 use ng_proto::Signal;
+use ngw_vocab::NoticeKind;
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
@@ -334,7 +335,7 @@ impl Session {
         };
         self.stdout
             .writer
-            .send(self.channel_id, STOPPED, n.as_bytes())?;
+            .send(self.channel_id, ChunkType::WORKER_STOPPED, n.as_bytes())?;
         Ok(true)
     }
 
@@ -400,10 +401,9 @@ impl Session {
         std::mem::replace(&mut self.stdin, closed)
     }
 
-    /// Tells ngd something about this session (`docs/ngw.md` §15.3): `kind` is
-    /// `fallback`, `stale`, `retire` or an informational word.
-    pub fn notice(&self, kind: &str, message: &str) {
-        self.stdout.writer.notice(kind, message, Some(self.id));
+    /// Tells ngd something about this session (`docs/ngw.md` §15.3).
+    pub fn notice(&self, kind: NoticeKind, message: &str) {
+        self.stdout.writer.notice(&kind, message, Some(self.id));
     }
 
     /// Environment as `(String, String)` pairs, lossily decoded.

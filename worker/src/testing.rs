@@ -461,8 +461,8 @@ impl Driver {
             | ChunkType::STDERR
             | ChunkType::SEND_INPUT
             | ChunkType::EXIT
-            | crate::TAKEN
-            | crate::STOPPED => {
+            | ChunkType::WORKER_TAKEN
+            | ChunkType::WORKER_STOPPED => {
                 let id = self.current_in()?;
                 let s = self
                     .sessions
@@ -480,7 +480,7 @@ impl Driver {
                         s.out.exit = payload;
                         s.done = true;
                     }
-                    crate::TAKEN => {
+                    ChunkType::WORKER_TAKEN => {
                         if s.out.taken.is_some() {
                             return Err(bad(format!("a second `t` for session {id}")));
                         }
@@ -496,7 +496,9 @@ impl Driver {
                             }
                         });
                     }
-                    crate::STOPPED => s.out.stops.push(String::from_utf8_lossy(&payload).into()),
+                    ChunkType::WORKER_STOPPED => {
+                        s.out.stops.push(String::from_utf8_lossy(&payload).into())
+                    }
                     _ => {
                         if payload.is_empty() {
                             if s.asked || s.grant > 0 {

@@ -1,19 +1,14 @@
-//! The write half of the channel to ngd, shared by the reader (pongs) and every session,
-//! and the chunk types only a worker sends.
+//! The write half of the channel to ngd, shared by the reader (pongs) and every session.
 
 use crate::feature::Negotiated;
 use bytes::BytesMut;
 use ng_proto::codec::encode;
 use ng_proto::ChunkType;
+use ngw_vocab::NoticeKind;
 use serde_json::json;
 use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
-
-/// Chunk `t` (worker → ngd, `fds`): the answer to a session that came with descriptors.
-pub const TAKEN: ChunkType = ChunkType(b't');
-/// Chunk `z` (worker → ngd, `signals`): the command stopped itself.
-pub const STOPPED: ChunkType = ChunkType(b'z');
 
 /// Locks `m`, taking over a lock a panicking thread left poisoned.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -86,13 +81,13 @@ impl Writer {
 
     /// Sends a notice (`docs/ngw.md` §15.3) when the host takes them; otherwise writes it
     /// to stderr, the plugin's log.
-    pub(crate) fn notice(&self, kind: &str, message: &str, session: Option<u64>) {
+    pub(crate) fn notice(&self, kind: &NoticeKind, message: &str, session: Option<u64>) {
         let notices = lock(&self.inner).notices;
         if !notices {
             eprintln!("ngw: {kind}: {message}");
             return;
         }
-        let mut v = json!({"kind": kind, "message": message});
+        let mut v = json!({"kind": kind.as_str(), "message": message});
         if let Some(id) = session {
             v["session"] = json!(id);
         }

@@ -40,7 +40,7 @@ fn handler(s: &mut Session) -> i32 {
             }
         },
         "notice" => {
-            s.notice("fallback", "ran cold");
+            s.notice(ngw::NoticeKind::Fallback, "ran cold");
             0
         }
         "leave" => {

@@ -60,7 +60,7 @@ pub fn validate(options: &Map<String, Value>) -> Result<(), String> {
 /// process's exit status. `COMMAND` says where the plugins are: `fledge` (or nothing) for
 /// `plugins_dir`, which defaults to fledge's own directory, or one directory path.
 /// `--ngd-fledge-ui-helper QUESTION` runs the terminal prompt helper instead.
-pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
+pub fn run(command: Vec<OsString>, config: ngw_vocab::BridgeConfig) -> i32 {
     if command.first().is_some_and(|c| c == ui::HELPER_FLAG) {
         let q = command.get(1).map(|q| q.to_string_lossy().into_owned());
         return ui::helper_main(q.as_deref().unwrap_or(""));

@@ -10,7 +10,7 @@ fn main() {
         Some(i) => args[i + 1..].to_vec(),
         None => args,
     };
-    let config = match ngw::BridgeConfig::from_env() {
+    let config = match ngw_vocab::BridgeConfig::from_env() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ng-bridge-fledge: {e}");

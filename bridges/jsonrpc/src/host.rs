@@ -13,6 +13,7 @@ use crate::profile::{self, exit, Tool};
 use crate::restart::{Decision, RestartPolicy};
 use crossbeam_channel::{select, Receiver, Sender};
 use ngw::Signal;
+use ngw_vocab::NoticeKind;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -86,7 +87,11 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 
 impl Bridge {
     /// A bridge for `command` (not started).
-    pub fn new(command: Vec<OsString>, config: &ngw::BridgeConfig, opts: Options) -> Arc<Self> {
+    pub fn new(
+        command: Vec<OsString>,
+        config: &ngw_vocab::BridgeConfig,
+        opts: Options,
+    ) -> Arc<Self> {
         let state_dir = std::env::var_os("XDG_STATE_HOME")
             .map(std::path::PathBuf::from)
             .or_else(|| {
@@ -510,13 +515,13 @@ impl Bridge {
                 st.disabled_noticed = true;
                 drop(st);
                 if first {
-                    s.notice("disabled", &r);
+                    s.notice(NoticeKind::Disabled, &r);
                 }
                 Some(r)
             }
             _ => {
                 drop(st);
-                s.notice("restart", &format!("{why}; restarting it"));
+                s.notice(NoticeKind::Restart, &format!("{why}; restarting it"));
                 None
             }
         }
@@ -604,7 +609,7 @@ impl Bridge {
             Ok(call) => call,
             Err((message, code, notice)) => {
                 if let Some(reason) = notice {
-                    s.notice("disabled", &reason);
+                    s.notice(NoticeKind::Disabled, &reason);
                 }
                 if message.is_empty() {
                     return code;

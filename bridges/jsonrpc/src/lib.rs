@@ -87,7 +87,7 @@ pub fn ngd_timeouts(options: &Map<String, Value>) -> NgdTimeouts {
 /// disables the pool with that reason until a reload), to every session that reaches the
 /// bridge (exit 126) and in the log. The bridge keeps running rather than exit, so that ngd
 /// does not start it, and the plugin, again with a fresh restart budget.
-pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
+pub fn run(command: Vec<OsString>, config: ngw_vocab::BridgeConfig) -> i32 {
     let channel = match ngw::Channel::from_env() {
         Ok(c) => c,
         Err(e) => ngw::exit_spawn_error(&e),
@@ -97,7 +97,11 @@ pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
 
 /// Runs the bridge on an already connected channel (what [`run`] does after reading
 /// `NGW_FD`).
-pub fn serve(channel: ngw::Channel, command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
+pub fn serve(
+    channel: ngw::Channel,
+    command: Vec<OsString>,
+    config: ngw_vocab::BridgeConfig,
+) -> i32 {
     let opts = match config::Options::from_map(&config.options) {
         Ok(o) => o,
         Err(e) => {

@@ -1,8 +1,8 @@
 //! The restart policy, sans I/O: backoff per restart (1 s, 5 s, 25 s by default) and the
 //! limit (more than 3 restarts within 10 minutes disables the plugin), as an
-//! [`ngw::RestartPolicy`] with the bridge's configuration and its words for giving up.
+//! [`ngw_vocab::RestartPolicy`] with the bridge's configuration and its words for giving up.
 
-use ngw::restart::{self, Backoff, GiveUp};
+use ngw_vocab::restart::{self, Backoff, GiveUp};
 use std::time::Duration;
 
 /// What to do after the plugin failed.
@@ -15,11 +15,11 @@ pub enum Decision {
     Disable(String),
 }
 
-/// The bridge's [`ngw::RestartPolicy`]: a list of delays, and a limit of restarts within a
+/// The bridge's [`ngw_vocab::RestartPolicy`]: a list of delays, and a limit of restarts within a
 /// sliding window, on a clock of milliseconds.
 #[derive(Clone, Debug)]
 pub struct RestartPolicy {
-    policy: ngw::RestartPolicy<u64>,
+    policy: ngw_vocab::RestartPolicy<u64>,
     window: u64,
 }
 
@@ -38,7 +38,7 @@ impl RestartPolicy {
             window: Duration::from_millis(window),
         };
         Self {
-            policy: ngw::RestartPolicy::new(schedule, rule),
+            policy: ngw_vocab::RestartPolicy::new(schedule, rule),
             window,
         }
     }

@@ -36,7 +36,7 @@ fn main() {
         peer("nu_plugin_inc").into_os_string(),
         peer("nu_plugin_formats").into_os_string(),
     ];
-    let config = ngw::BridgeConfig {
+    let config = ngw_vocab::BridgeConfig {
         name: "nu-hop".into(),
         ..Default::default()
     };

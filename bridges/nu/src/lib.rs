@@ -146,7 +146,7 @@ impl Options {
 /// Runs the bridge as an ngw worker (`ngd bridge nu -- COMMAND...`); returns the
 /// process's exit status: 0 after ngd's quit, 2 for a bad channel, 78 when it refused to
 /// start (the reason is in its error hello and in the log).
-pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
+pub fn run(command: Vec<OsString>, config: ngw_vocab::BridgeConfig) -> i32 {
     let channel = match ngw::Channel::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -158,7 +158,11 @@ pub fn run(command: Vec<OsString>, config: ngw::BridgeConfig) -> i32 {
 }
 
 /// Serves on an open channel (what [`run`] does after opening it; tests call it directly).
-pub fn serve(channel: ngw::Channel, command: Vec<OsString>, config: &ngw::BridgeConfig) -> i32 {
+pub fn serve(
+    channel: ngw::Channel,
+    command: Vec<OsString>,
+    config: &ngw_vocab::BridgeConfig,
+) -> i32 {
     let refuse = |channel: ngw::Channel, reason: String| {
         eprintln!("ngd bridge nu: {reason}");
         let _ = channel.refuse(&reason);
@@ -201,7 +205,7 @@ pub fn serve(channel: ngw::Channel, command: Vec<OsString>, config: &ngw::Bridge
 /// Finds the plugins, starts each, learns their signatures.
 fn start(
     command: &[OsString],
-    config: &ngw::BridgeConfig,
+    config: &ngw_vocab::BridgeConfig,
     opts: &Options,
 ) -> Result<Bridge, String> {
     let base = config

@@ -9,7 +9,7 @@ use crate::host::{Event, Routed, Router};
 use crate::json::J;
 use crate::msg;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use ngw::restart::{Backoff, Decision, GiveUp, RestartPolicy};
+use ngw_vocab::restart::{Backoff, Decision, GiveUp, RestartPolicy};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};

@@ -983,7 +983,7 @@ mod tests {
         active.idle = 1;
         active.residency = Residency::Asleep;
         active.notices = vec![Notice {
-            kind: "fallback".to_owned(),
+            kind: "fallback".into(),
             message: "ran cold".to_owned(),
             session: None,
             pid: 7,

@@ -324,8 +324,8 @@ impl PluginConfig {
     }
 
     /// What a bridge is told about its plugin (`NGW_BRIDGE_CONFIG`).
-    pub fn bridge_config(&self) -> ngw::BridgeConfig {
-        ngw::BridgeConfig {
+    pub fn bridge_config(&self) -> ngw_vocab::BridgeConfig {
+        ngw_vocab::BridgeConfig {
             name: self.name.clone(),
             cwd: self.cwd.clone(),
             env: self.env.clone(),
@@ -482,7 +482,7 @@ mod tests {
         let bridge = p.bridge_config();
         assert_eq!(bridge.name, "p");
         assert_eq!(bridge.env.get("A").map(String::as_str), Some("1"));
-        let back = ngw::BridgeConfig::from_json(&bridge.to_json()).unwrap();
+        let back = ngw_vocab::BridgeConfig::from_json(&bridge.to_json()).unwrap();
         assert_eq!(back, bridge);
     }
 

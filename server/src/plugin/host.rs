@@ -1,67 +1,42 @@
-//! The plugin host's I/O shell: worker processes and their channels around the state
-//! machines of [`super::pool`] and [`super::machine`].
+//! The plugin host: the pools and their workers, wired together around the state machines
+//! of [`super::pool`] and [`super::machine`].
 //!
 //! The event loop calls the host through a narrow interface (the methods below) and hands
 //! it a [`Clients`] for what sessions send to their clients; the host never sees a
-//! connection. Its deadlines go into the loop's one timer heap as [`HostTimer`] entries
-//! ([`PluginHost::take_timers`]); nothing is scanned per loop turn.
+//! connection, nor the loop's poll: it has its workers' channels watched through
+//! [`Channels`], by slot. Its deadlines go into the loop's one timer heap as [`HostTimer`]
+//! entries ([`PluginHost::take_timers`]); nothing is scanned per loop turn.
 //!
 //! Where things happen:
-//! * a worker is spawned in [`PluginHost::maintain_pool`] (`spawn_worker`), when the pool
-//!   says so ([`super::pool::Pool::spawns_wanted`]);
+//! * a worker is spawned in [`PluginHost::maintain_pool`] (`spawn_worker`, with
+//!   [`super::worker::Launcher`]), when the pool says so
+//!   ([`super::pool::Pool::spawns_wanted`]); its channel is written and read by
+//!   [`super::worker::Worker`];
 //! * it ends in [`PluginHost::end_worker`]: out of service at once, reaped when it has
-//!   exited (`reap_dying`, never blocking), then [`PluginHost::worker_reaped`] tells its
-//!   clients and counts the failure, after which the pool's next `maintain_pool` restarts
-//!   it when its backoff has passed;
+//!   exited ([`super::reaper`], never blocking), then [`PluginHost::worker_reaped`] tells
+//!   its clients and counts the failure, after which the pool's next `maintain_pool`
+//!   restarts it when its backoff has passed;
 //! * sessions are bound in `maintain_pool` to the ready worker with the most free slots
-//!   taken first by the fewest sessions (`bind`).
+//!   taken first by the fewest sessions (`bind`);
+//! * the memory budget is kept by [`super::budget`], which the host asks after a worker's
+//!   hello, after each session and when the footprints come in; the pools it names give
+//!   way.
 
+use super::budget::{Budget, Held, Tenant};
 use super::config::PluginConfig;
-use super::footprint::{Footprints, Known};
-use super::machine::{Due, Event, Machine, Phase, WorkerEnd, WorkerKey};
-use super::pool::{evictions, Census, Notice, Pool, PoolStatus, Refusal, Residency, Usage};
-use super::worker;
-use super::{Bound, Clients, PluginReport, HOST_FEATURES};
+use super::machine::{Due, Event, Machine, WorkerEnd, WorkerKey};
+use super::pool::{Census, Notice, Pool, PoolStatus, Refusal, Reload};
+use super::reaper::{Ending, Reaper};
+use super::worker::{self, Fill, Worker};
+use super::{Bound, Channels, Clients, PluginReport, HOST_FEATURES};
 use crate::session_io::ConnKey;
 use crate::ServerHandle;
-use bytes::{Buf, Bytes, BytesMut};
-use mio::{Interest, Token};
+use bytes::Bytes;
 use ng_proto::{ChunkType, Decoder, Limits};
-use ngw::WorkerFeatures;
+use ngw_vocab::{NoticeKind, WorkerFeatures};
 use slab::Slab;
-use std::io::{ErrorKind, Read, Write};
-use std::os::fd::AsRawFd;
-use std::process::{Child, ExitStatus};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
-
-/// Worker channels: token `FIRST_WORKER + slot` (connections stay below it).
-pub const FIRST_WORKER: usize = 1 << 24;
-/// How long after its channel closes a worker may take to exit before it is killed.
-const REAP_GRACE: Duration = Duration::from_millis(500);
-
-/// Why a pool starts a worker now, for the log: a restart after failures (with the last
-/// one), the pool's first workers, a replacement to keep `min_workers`, or sessions waiting.
-fn spawn_reason(pool: &Pool, alive: usize) -> String {
-    if pool.failures > 0 {
-        return format!(
-            "restart after {} failure(s) in a row: {}",
-            pool.failures,
-            pool.last_failure.as_deref().unwrap_or("unknown")
-        );
-    }
-    if alive < pool.config.min_workers {
-        if pool.sessions == 0 && pool.restarts == 0 {
-            "starting the pool".to_owned()
-        } else {
-            format!(
-                "replacing a worker (min_workers = {})",
-                pool.config.min_workers
-            )
-        }
-    } else {
-        format!("{} session(s) waiting", pool.queue.len())
-    }
-}
 
 /// A host deadline in the loop's timer heap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -76,41 +51,6 @@ pub enum HostTimer {
     Footprint,
 }
 
-/// One worker process and its channel.
-#[derive(Debug)]
-struct Worker {
-    serial: u64,
-    machine: Machine,
-    child: Child,
-    channel: mio::net::UnixStream,
-    rbuf: BytesMut,
-    readable: bool,
-    writable: bool,
-    timer_at: Option<Instant>,
-    /// Its own resident memory, as last measured (when ready, after each session): what
-    /// `max_memory_mb` caps, and its footprint until [`Footprints`] has one.
-    rss: u64,
-}
-
-impl Worker {
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-/// A worker whose channel is closed, waiting to be reaped (its exit status tells its
-/// clients what happened). Never waited for on the loop thread: SIGCHLD or the deadline.
-#[derive(Debug)]
-struct Dying {
-    worker: Worker,
-    end: WorkerEnd,
-    /// A failed start or an early death, counted when reaped; its pool starts no worker
-    /// until then.
-    failure: bool,
-    deadline: Instant,
-    killed: bool,
-}
-
 /// The pools and their workers. See the module docs.
 #[derive(Debug)]
 pub struct PluginHost {
@@ -118,32 +58,25 @@ pub struct PluginHost {
     /// The pools, in configuration order. Indices are stable for the life of the process
     /// (a reload retires a pool and appends a new one).
     pools: Vec<Pool>,
-    dying: Vec<Dying>,
+    /// Workers out of service, until they are reaped.
+    reaper: Reaper,
     next_serial: u64,
     next_session: u64,
     /// ngd's umask, sent as `NGW_UMASK` when the client does not report its own.
     umask: u32,
     stopping: bool,
-    /// ngd adopts orphans (`PR_SET_CHILD_SUBREAPER`; the `ngd` binary, not embedders).
-    subreaper: bool,
-    bridge_exe: Option<std::path::PathBuf>,
-    /// The `ng` beside ngd, looked for once: workers' `NGW_ANCHOR` (not one on `PATH`,
-    /// which could be another program of that name).
-    anchor: std::sync::OnceLock<Option<std::path::PathBuf>>,
-    registry: mio::Registry,
+    /// How workers are started.
+    launcher: worker::Launcher,
+    /// Where the workers' channels are watched (the event loop's poll).
+    channels: Box<dyn Channels>,
     handle: ServerHandle,
     dirty_workers: Vec<usize>,
     dirty_pools: Vec<usize>,
     timers: Vec<(Instant, HostTimer)>,
     changed: bool,
     scratch: Vec<u8>,
-    /// The most bytes the workers of all pools may hold (`memory_budget_mb`); `None`: no
-    /// budget.
-    memory_budget: Option<u64>,
-    /// Each worker's memory with its descendants, read off the event loop.
-    footprints: Footprints,
-    /// When the readings asked for are looked at ([`HostTimer::Footprint`]).
-    footprint_check: Option<Instant>,
+    /// The memory budget and the workers' footprints.
+    budget: Budget,
 }
 
 /// What [`PluginHost::new`] takes.
@@ -153,8 +86,8 @@ pub struct HostInit {
     pub plugins: Vec<PluginConfig>,
     /// For routes and statistics.
     pub handle: ServerHandle,
-    /// To register worker channels (token `FIRST_WORKER + slot`).
-    pub registry: mio::Registry,
+    /// Where worker channels are watched for readiness.
+    pub channels: Box<dyn Channels>,
     /// The executable that runs bridges (default: this process's).
     pub bridge_exe: Option<std::path::PathBuf>,
     /// Adopt and reap orphans.
@@ -167,30 +100,23 @@ impl PluginHost {
     /// A host for these plugins (workers start on the first [`PluginHost::settle`]).
     pub fn new(init: HostInit) -> Self {
         let umask = crate::sys::current_umask();
-        if init.subreaper {
-            worker::become_subreaper();
-        }
         let mut host = Self {
             workers: Slab::new(),
             pools: Vec::new(),
-            dying: Vec::new(),
+            reaper: Reaper::new(init.subreaper),
             next_serial: 0,
             next_session: 0,
             umask,
             stopping: false,
-            subreaper: init.subreaper,
-            bridge_exe: init.bridge_exe,
-            anchor: std::sync::OnceLock::new(),
-            registry: init.registry,
+            launcher: worker::Launcher::new(init.bridge_exe),
+            channels: init.channels,
             handle: init.handle,
             dirty_workers: Vec::new(),
             dirty_pools: Vec::new(),
             timers: Vec::new(),
             changed: true,
             scratch: vec![0; 64 << 10],
-            memory_budget: init.memory_budget,
-            footprints: Footprints::default(),
-            footprint_check: None,
+            budget: Budget::new(init.memory_budget),
         };
         for config in init.plugins {
             host.add_pool(Pool::new(config));
@@ -211,21 +137,21 @@ impl PluginHost {
     /// Registers `pool`'s commands; a name already taken disables the pool.
     fn publish_routes(&mut self, pool: usize) {
         let p = &self.pools[pool];
-        let registry = self.handle.registry();
         let class_names = p.config.class_names || p.class_names;
-        if !registry.set_class_names(pool, class_names, &p.config.name) {
+        let registry = self.handle.registry();
+        let unrouted = registry.route_plugin(pool, &p.config.name, &p.commands, class_names);
+        if unrouted.class_names {
             tracing::warn!(
                 plugin = %p.config.name,
                 "class names are already routed to another plugin; this one serves its commands only"
             );
         }
-        let clashes = registry.set_plugin_commands(pool, &p.commands, &p.config.name);
-        if !clashes.is_empty() {
-            let reason = format!(
-                "command name(s) {} already taken by another command",
-                clashes.join(", ")
+        if !unrouted.commands.is_empty() {
+            let taken = unrouted.commands.join(", ");
+            self.disable(
+                pool,
+                format!("command name(s) {taken} already taken by another command"),
             );
-            self.disable(pool, reason);
         }
     }
 
@@ -249,56 +175,24 @@ impl PluginHost {
             .enumerate()
             .filter(|(i, p)| !(p.status == PoolStatus::Retiring && self.pool_workers(*i) == 0))
             .map(|(i, p)| {
-                let mut r = PluginReport {
-                    name: p.config.name.clone(),
-                    protocol: p.config.protocol,
-                    status: p.status.clone(),
-                    commands: p.commands.clone(),
-                    starting: 0,
-                    idle: 0,
-                    busy: 0,
-                    quitting: 0,
-                    running: 0,
-                    queued: p.queue.len(),
-                    sessions: p.sessions,
-                    restarts: p.restarts,
-                    failures: p.failures,
-                    last_failure: p.last_failure.clone(),
-                    notices: p.notices.iter().cloned().collect(),
-                    notice_counts: p.notice_counts.clone(),
-                    log: p.config.log_path().display().to_string(),
-                    residency: p.residency,
-                    memory_bytes: 0,
-                };
-                for (_, w) in self.workers.iter().filter(|(_, w)| w.machine.pool == i) {
-                    let m = &w.machine;
-                    r.running += m.sessions.len();
-                    if !m.is_quitting() {
-                        // The latest reading, else (until the first) the worker's RSS.
-                        r.memory_bytes += self.footprints.latest(w.pid()).unwrap_or(w.rss);
-                    }
-                    match m.phase {
-                        Phase::Starting { .. } => r.starting += 1,
-                        Phase::Quitting { .. } => r.quitting += 1,
-                        Phase::Ready { .. } if m.sessions.is_empty() => r.idle += 1,
-                        Phase::Ready { .. } => r.busy += 1,
-                    }
+                let mut r = PluginReport::of(p);
+                for (_, w) in self.workers_of(i) {
+                    r.count(&w.machine, self.budget.shown(w.pid(), w.rss));
                 }
                 r
             })
             .collect()
     }
 
-    fn pool_workers(&self, pool: usize) -> usize {
+    /// The workers of `pool` in service, with their slots.
+    fn workers_of(&self, pool: usize) -> impl Iterator<Item = (usize, &Worker)> {
         self.workers
             .iter()
-            .filter(|(_, w)| w.machine.pool == pool)
-            .count()
-            + self
-                .dying
-                .iter()
-                .filter(|d| d.worker.machine.pool == pool)
-                .count()
+            .filter(move |(_, w)| w.machine.pool == pool)
+    }
+
+    fn pool_workers(&self, pool: usize) -> usize {
+        self.workers_of(pool).count() + self.reaper.count(pool)
     }
 
     /// True when every active pool knows its commands (configured, or from a hello), or
@@ -314,7 +208,7 @@ impl PluginHost {
 
     /// True when no worker is left (for the end of a shutdown).
     pub fn is_empty(&self) -> bool {
-        self.workers.is_empty() && self.dying.is_empty()
+        self.workers.is_empty() && self.reaper.is_empty()
     }
 
     /// The longest a worker's stop escalation can take, plus a margin for reaping.
@@ -344,11 +238,8 @@ impl PluginHost {
         match timer {
             HostTimer::Worker(k) => self.worker(k).is_some_and(|w| w.timer_at == Some(at)),
             HostTimer::Pool(p) => self.pools.get(p).is_some_and(|p| p.deadline() == Some(at)),
-            HostTimer::Dying(serial) => self
-                .dying
-                .iter()
-                .any(|d| d.worker.serial == serial && d.deadline == at),
-            HostTimer::Footprint => self.footprint_check == Some(at),
+            HostTimer::Dying(serial) => self.reaper.is_deadline(serial, at),
+            HostTimer::Footprint => self.budget.is_check_at(at),
         }
     }
 
@@ -389,9 +280,7 @@ impl PluginHost {
     }
 
     fn free_slots(&self, pool: usize) -> usize {
-        self.workers
-            .iter()
-            .filter(|(_, w)| w.machine.pool == pool)
+        self.workers_of(pool)
             .map(|(_, w)| w.machine.free_slots())
             .sum()
     }
@@ -400,12 +289,9 @@ impl PluginHost {
     /// the worker wants more than the client was asked for (a classic client sends one
     /// chunk per `S`; a worker's window may want many).
     pub fn stdin(&mut self, bound: &Bound, data: Bytes) -> (usize, bool) {
-        let Some(w) = self.workers.get_mut(bound.worker.slot) else {
+        let Some(w) = self.worker_mut(bound.worker) else {
             return (0, false);
         };
-        if w.serial != bound.worker.serial {
-            return (0, false);
-        }
         let backlog = w.machine.client_stdin(bound.session, data);
         self.dirty_workers.push(bound.worker.slot);
         self.schedule(bound.worker.slot);
@@ -422,12 +308,14 @@ impl PluginHost {
 
     /// The client of a bound session is gone (or its connection left the session).
     pub fn hang_up(&mut self, bound: &Bound, now: Instant) {
-        let Some(w) = self.workers.get_mut(bound.worker.slot) else {
+        let key = bound.worker;
+        let Some(w) = self
+            .workers
+            .get_mut(key.slot)
+            .filter(|w| w.serial == key.serial)
+        else {
             return;
         };
-        if w.serial != bound.worker.serial {
-            return;
-        }
         let config = &self.pools[w.machine.pool].config;
         w.machine.hang_up(bound.session, config, now);
         tracing::debug!(
@@ -465,7 +353,7 @@ impl PluginHost {
         }
     }
 
-    /// Readiness of worker channel `slot` (token `FIRST_WORKER + slot`).
+    /// Readiness of the channel of the worker in `slot` ([`Channels::register`]).
     pub fn on_ready(
         &mut self,
         slot: usize,
@@ -519,10 +407,10 @@ impl PluginHost {
             HostTimer::Pool(pool) => self.dirty_pools.push(pool),
             HostTimer::Dying(_) => self.reap_dying(clients, now),
             HostTimer::Footprint => {
-                self.footprint_check = None;
+                self.budget.fired();
                 self.enforce_budget(now);
-                if self.footprints.pending() {
-                    self.check_footprints(now);
+                if let Some(at) = self.budget.again(now) {
+                    self.timers.push((at, HostTimer::Footprint));
                 }
             }
         }
@@ -555,22 +443,15 @@ impl PluginHost {
     }
 
     fn surplus(&self, pool: usize) -> bool {
-        let alive = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.machine.pool == pool)
-            .count();
-        alive > self.pools[pool].min_workers()
+        self.workers_of(pool).count() > self.pools[pool].min_workers()
     }
 
     /// Stops `pool`'s ready workers that have no session (it fell asleep or gave way).
     fn quit_idle(&mut self, pool: usize, now: Instant) {
         let idle: Vec<usize> = self
-            .workers
-            .iter()
+            .workers_of(pool)
             .filter(|(_, w)| {
-                w.machine.pool == pool
-                    && w.machine.sessions.is_empty()
+                w.machine.sessions.is_empty()
                     && !w.machine.is_starting()
                     && !w.machine.is_quitting()
             })
@@ -587,66 +468,43 @@ impl PluginHost {
         self.changed = true;
     }
 
-    /// Looks at the footprints asked for a little later: the budget is kept with them.
-    fn check_footprints(&mut self, now: Instant) {
-        if self.footprint_check.is_none() {
-            let at = now + super::footprint::SETTLE;
-            self.footprint_check = Some(at);
-            self.timers.push((at, HostTimer::Footprint));
-        }
-    }
-
-    /// What a worker holds with its descendants: the latest footprint, else its own RSS;
-    /// `None` while its first reading is coming.
-    fn footprint(&self, w: &Worker, now: Instant) -> Option<u64> {
-        match self.footprints.known(w.pid(), now) {
-            Known::Bytes(bytes) => Some(bytes),
-            Known::Awaited => None,
-            Known::Unknown => Some(w.rss),
-        }
-    }
-
-    /// Keeps the workers' memory within the budget: the least recently used pools that are
-    /// awake and idle give way ([`super::pool::evictions`]). Not while a worker's first
-    /// reading is coming: the footprint timer looks again when it has come.
+    /// Keeps the workers' memory within the budget ([`super::budget`]): pools give way,
+    /// their idle workers quit.
     fn enforce_budget(&mut self, now: Instant) {
-        let Some(budget) = self.memory_budget else {
+        if !self.budget.is_set() {
+            return;
+        }
+        let tenants: Vec<Tenant> = self
+            .pools
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Tenant::of(i, p))
+            .collect();
+        let workers: Vec<Held> = self
+            .workers
+            .iter()
+            .filter_map(|(_, w)| Held::of(w))
+            .collect();
+        let Some(eviction) = self.budget.evictions(&tenants, &workers, now) else {
             return;
         };
-        let mut usage = Vec::with_capacity(self.pools.len());
-        for (i, p) in self.pools.iter().enumerate() {
-            if p.status != PoolStatus::Active {
-                continue;
-            }
-            let mut bytes = 0;
-            let mut busy = false;
-            for (_, w) in self.workers.iter().filter(|(_, w)| w.machine.pool == i) {
-                if !w.machine.is_quitting() {
-                    let Some(held) = self.footprint(w, now) else {
-                        return;
-                    };
-                    bytes += held;
-                    busy |= !w.machine.sessions.is_empty();
-                }
-            }
-            usage.push(Usage {
-                pool: i,
-                bytes,
-                last_used: p.last_used,
-                evictable: p.residency == Residency::Awake && !busy && p.queue.is_empty(),
-            });
-        }
-        let total: u64 = usage.iter().map(|u| u.bytes).sum();
-        for pool in evictions(&usage, budget) {
+        for pool in eviction.pools {
             tracing::info!(
                 plugin = %self.pools[pool].config.name,
                 "gives way: the workers hold {} MiB, over the memory budget of {} MiB; it \
                  is the least recently used",
-                total >> 20,
-                budget >> 20
+                eviction.total >> 20,
+                eviction.limit >> 20
             );
             self.pools[pool].evict();
             self.quit_idle(pool, now);
+        }
+    }
+
+    /// Asks for worker `pid`'s footprint, and for the budget's look at it.
+    fn measure(&mut self, pid: u32, now: Instant) {
+        if let Some(at) = self.budget.measure(pid, now) {
+            self.timers.push((at, HostTimer::Footprint));
         }
     }
 
@@ -674,27 +532,8 @@ impl PluginHost {
     /// Starts a worker for `pool`; `why` is said in the log line.
     fn spawn_worker(&mut self, pool: usize, why: &str, now: Instant) {
         let config = self.pools[pool].config.clone();
-        let bridge_exe = match &self.bridge_exe {
-            Some(p) => Ok(p.clone()),
-            None => std::env::current_exe(),
-        };
         let features = WorkerFeatures::of(&HOST_FEATURES).to_list();
-        let anchor = self
-            .anchor
-            .get_or_init(|| {
-                let exe = std::env::current_exe().ok()?;
-                Some(exe.parent()?.join("ng")).filter(|p| p.is_file())
-            })
-            .as_deref();
-        let spawned = bridge_exe.and_then(|exe| {
-            let launch = worker::Launch {
-                bridge_exe: &exe,
-                host_features: &features,
-                anchor,
-            };
-            worker::spawn(&config, &launch)
-        });
-        let spawned = match spawned {
+        let spawned = match self.launcher.spawn(&config, &features) {
             Ok(s) => s,
             Err(e) => {
                 let reason = format!("cannot start {:?}: {e}", config.command[0]);
@@ -707,37 +546,18 @@ impl PluginHost {
         let entry = self.workers.vacant_entry();
         let slot = entry.key();
         let mut channel = spawned.channel;
-        if let Err(e) = self.registry.register(
-            &mut channel,
-            Token(FIRST_WORKER + slot),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
+        if let Err(e) = self.channels.register(&mut channel, slot) {
             tracing::error!(plugin = %config.name, "register worker channel: {e}");
             let mut child = spawned.child;
-            worker::signal_group(child.id(), libc::SIGKILL);
-            let _ = child.wait();
+            worker::finish(&mut child);
             return;
         }
         tracing::info!(plugin = %config.name, pid = spawned.child.id(), "worker started: {why}");
-        entry.insert(Worker {
-            serial,
-            machine: Machine::new(pool, &config, WorkerFeatures::of(&HOST_FEATURES), now),
-            child: spawned.child,
-            channel,
-            rbuf: BytesMut::new(),
-            readable: true,
-            writable: true,
-            timer_at: None,
-            rss: 0,
-        });
+        let machine = Machine::new(pool, &config, WorkerFeatures::of(&HOST_FEATURES), now);
+        entry.insert(Worker::new(serial, machine, spawned.child, channel));
         self.dirty_workers.push(slot);
         // The pool may now have a surplus: its idle workers' idle timeouts start to count.
-        let slots: Vec<usize> = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.machine.pool == pool)
-            .map(|(k, _)| k)
-            .collect();
+        let slots: Vec<usize> = self.workers_of(pool).map(|(k, _)| k).collect();
         for slot in slots {
             self.schedule(slot);
         }
@@ -762,9 +582,7 @@ impl PluginHost {
     /// Refusals, bindings and spawns for one pool.
     fn maintain_pool(&mut self, pool: usize, clients: &mut dyn Clients, now: Instant) {
         let running: usize = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.machine.pool == pool)
+            .workers_of(pool)
             .map(|(_, w)| w.machine.sessions.len())
             .sum();
         if self.pools[pool].maybe_sleep(now, running) {
@@ -786,9 +604,8 @@ impl PluginHost {
         // that has room (`docs/ngw.md` §15.1).
         while !self.pools[pool].queue.is_empty() {
             let best = self
-                .workers
-                .iter()
-                .filter(|(_, w)| w.machine.pool == pool && w.machine.free_slots() > 0)
+                .workers_of(pool)
+                .filter(|(_, w)| w.machine.free_slots() > 0)
                 .min_by_key(|(_, w)| w.machine.sessions.len())
                 .map(|(k, _)| k);
             let Some(slot) = best else {
@@ -801,23 +618,18 @@ impl PluginHost {
         }
         let census = Census {
             starting: self
-                .workers
-                .iter()
-                .filter(|(_, w)| w.machine.pool == pool && w.machine.is_starting())
+                .workers_of(pool)
+                .filter(|(_, w)| w.machine.is_starting())
                 .count(),
             alive: self
-                .workers
-                .iter()
-                .filter(|(_, w)| w.machine.pool == pool && !w.machine.is_quitting())
+                .workers_of(pool)
+                .filter(|(_, w)| !w.machine.is_quitting())
                 .count(),
-            failure_pending: self
-                .dying
-                .iter()
-                .any(|d| d.failure && d.worker.machine.pool == pool),
+            failure_pending: self.reaper.failure_pending(pool),
         };
         let spawns = self.pools[pool].spawns_wanted(now, census, self.stopping);
         for _ in 0..spawns {
-            let why = spawn_reason(&self.pools[pool], census.alive);
+            let why = self.pools[pool].spawn_reason(census.alive);
             self.spawn_worker(pool, &why, now);
             let p = &self.pools[pool];
             if p.status != PoolStatus::Active || p.next_spawn.is_some() {
@@ -873,34 +685,10 @@ impl PluginHost {
         let Some(w) = self.workers.get_mut(slot) else {
             return;
         };
-        // Write first: headers and stdin go out before we wait for answers. A client's
-        // descriptors go with the first byte of their session's header (one `sendmsg`).
-        while w.writable && !w.machine.wbuf.is_empty() {
-            let marks = &w.machine.fd_marks;
-            let (end, fds) = match marks.front() {
-                Some((0, passed)) => (marks.get(1).map_or(usize::MAX, |m| m.0), Some(passed)),
-                Some((at, _)) => (*at, None),
-                None => (usize::MAX, None),
-            };
-            let data = &w.machine.wbuf[..end.min(w.machine.wbuf.len())];
-            let result = match fds {
-                Some(passed) => {
-                    crate::sys::send_with_fds(w.channel.as_raw_fd(), data, &passed.raw())
-                }
-                None => w.channel.write(data),
-            };
-            match result {
-                Ok(n) => {
-                    w.machine.wbuf.advance(n);
-                    w.machine.wrote(n);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => w.writable = false,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.end_worker(slot, WorkerEnd::ChannelFailed(e.to_string()), clients, now);
-                    return;
-                }
-            }
+        // Write first: headers and stdin go out before we wait for answers.
+        if let Err(end) = w.flush() {
+            self.end_worker(slot, end, clients, now);
+            return;
         }
         let mut decoder = Decoder::new(Limits::default());
         loop {
@@ -928,20 +716,11 @@ impl PluginHost {
             let Some(w) = self.workers.get_mut(slot) else {
                 return;
             };
-            if !w.readable {
-                return;
-            }
-            match w.channel.read(&mut self.scratch) {
-                Ok(0) => {
-                    w.readable = false;
-                    self.end_worker(slot, WorkerEnd::Closed, clients, now);
-                    return;
-                }
-                Ok(n) => w.rbuf.extend_from_slice(&self.scratch[..n]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => w.readable = false,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.end_worker(slot, WorkerEnd::ChannelFailed(e.to_string()), clients, now);
+            match w.fill(&mut self.scratch) {
+                Ok(Fill::More) => {}
+                Ok(Fill::Drained) => return,
+                Err(end) => {
+                    self.end_worker(slot, end, clients, now);
                     return;
                 }
             }
@@ -984,19 +763,14 @@ impl PluginHost {
             } => {
                 let name = &self.pools[pool].config.name;
                 tracing::info!(plugin = %name, pid, kind = %kind, session, "notice: {message}");
-                if kind == "retire" {
+                let kind = NoticeKind::from_name(&kind);
+                if kind == NoticeKind::Retire {
                     // A recycle, not a failure: no new session; replaced when its
                     // sessions are done.
                     self.workers[slot].machine.retired = true;
                     self.session_ended(slot, now);
                 }
-                self.pools[pool].notice(Notice {
-                    kind,
-                    message,
-                    session,
-                    pid,
-                    at_ms: Notice::now_ms(),
-                });
+                self.pools[pool].notice(Notice::received(kind, message, session, pid));
                 self.changed = true;
             }
         }
@@ -1007,49 +781,25 @@ impl PluginHost {
     fn on_hello(
         &mut self,
         slot: usize,
-        hello: &worker::Hello,
+        hello: &ngw_vocab::Hello,
         now: Instant,
     ) -> Result<(), WorkerEnd> {
         let pool = self.workers[slot].machine.pool;
-        if hello.protocol != Some(1) {
-            let theirs = hello.protocol.map_or_else(
-                || "no protocol version".to_owned(),
-                |v| format!("protocol {v}"),
-            );
+        if let Some(reason) = Pool::unspoken(hello) {
             // Retrying would only repeat it: disable the plugin, and let the worker go as
             // any stopped worker does (q, then SIGTERM, then SIGKILL).
-            self.disable(
-                pool,
-                format!("its worker speaks ngw {theirs}; this ngd speaks 1"),
-            );
+            self.disable(pool, reason);
             let config = &self.pools[pool].config;
             self.workers[slot].machine.quit(config, now);
             return Ok(());
         }
-        let p = &mut self.pools[pool];
-        p.takes_ctty = Some(self.workers[slot].machine.takes_ctty());
-        if hello.class_names && !p.class_names {
-            p.class_names = true;
+        let takes_ctty = self.workers[slot].machine.takes_ctty();
+        let learned = self.pools[pool].learn(hello, takes_ctty);
+        if learned.reroute {
             self.publish_routes(pool);
         }
-        let p = &mut self.pools[pool];
-        if p.config.commands.is_empty() {
-            if hello.commands.is_empty() && !p.class_names {
-                return Err(WorkerEnd::Protocol("its hello lists no commands".into()));
-            }
-            if p.commands != hello.commands {
-                p.commands = hello.commands.clone();
-                self.publish_routes(pool);
-            }
-        } else if let Some(missing) = p
-            .config
-            .commands
-            .iter()
-            .find(|c| !hello.commands.contains(c))
-        {
-            return Err(WorkerEnd::Protocol(format!(
-                "worker does not serve command '{missing}'"
-            )));
+        if let Some(fault) = learned.fault {
+            return Err(WorkerEnd::Protocol(fault));
         }
         let w = &self.workers[slot];
         tracing::info!(
@@ -1062,8 +812,7 @@ impl PluginHost {
         );
         let (pid, rss) = (w.pid(), worker::rss_bytes(w.pid()).unwrap_or(0));
         self.workers[slot].rss = rss;
-        self.footprints.request(pid, now);
-        self.check_footprints(now);
+        self.measure(pid, now);
         self.dirty_pools.push(pool);
         self.enforce_budget(now);
         Ok(())
@@ -1074,26 +823,11 @@ impl PluginHost {
         let w = &mut self.workers[slot];
         let pool = w.machine.pool;
         self.dirty_pools.push(pool);
+        w.rss = worker::rss_bytes(w.pid()).unwrap_or(w.rss);
+        let pid = w.pid();
         let p = &self.pools[pool];
         let config = &p.config;
-        let recycle = config.recycle_after > 0 && w.machine.completed >= config.recycle_after;
-        w.rss = worker::rss_bytes(w.pid()).unwrap_or(w.rss);
-        self.footprints.request(w.pid(), now);
-        let too_big = config.max_memory_mb > 0 && w.rss > config.max_memory_mb << 20;
-        let why = if recycle {
-            Some("recycled after its session limit")
-        } else if too_big {
-            Some("recycled over its memory cap")
-        } else if w.machine.retired {
-            Some("retired by its own notice")
-        } else if self.stopping {
-            Some("stopping")
-        } else if p.status != PoolStatus::Active {
-            Some("no longer needed")
-        } else {
-            None
-        };
-        match why {
+        match p.why_quit(&w.machine, w.rss, self.stopping) {
             Some(why) => {
                 // A mux worker finishes its other sessions first; none are bound meanwhile.
                 w.machine.retired = true;
@@ -1106,7 +840,7 @@ impl PluginHost {
             None => w.machine.idle_again(config, now),
         }
         self.schedule(slot);
-        self.check_footprints(now);
+        self.measure(pid, now);
         self.enforce_budget(now);
     }
 
@@ -1117,8 +851,8 @@ impl PluginHost {
             return;
         }
         let mut w = self.workers.remove(slot);
-        self.footprints.forget(w.pid());
-        let _ = self.registry.deregister(&mut w.channel);
+        self.budget.forget(w.pid());
+        self.channels.deregister(&mut w.channel);
         let pool = w.machine.pool;
         self.dirty_pools.push(pool);
         self.changed = true;
@@ -1131,47 +865,21 @@ impl PluginHost {
             let status = worker::finish(&mut w.child);
             self.worker_reaped(w, status, end, failure, clients, now);
         } else {
-            let deadline = now + REAP_GRACE;
-            self.timers.push((deadline, HostTimer::Dying(w.serial)));
-            let killed = !end.on_its_own();
-            self.dying.push(Dying {
-                worker: w,
-                end,
-                failure,
-                deadline,
-                killed,
-            });
+            let serial = w.serial;
+            let deadline = self.reaper.hold(w, end, failure, now);
+            self.timers.push((deadline, HostTimer::Dying(serial)));
         }
     }
 
     /// Reaps dying workers that have exited; kills those past their deadline.
     fn reap_dying(&mut self, clients: &mut dyn Clients, now: Instant) {
-        let mut i = 0;
-        while i < self.dying.len() {
-            let d = &mut self.dying[i];
-            let status = if worker::has_exited(d.worker.pid()) {
-                Some(worker::finish(&mut d.worker.child))
-            } else if now >= d.deadline && !d.killed {
-                worker::signal_group(d.worker.pid(), libc::SIGKILL);
-                d.killed = true;
-                d.deadline = now + REAP_GRACE;
-                self.timers
-                    .push((d.deadline, HostTimer::Dying(d.worker.serial)));
-                None
-            } else if now >= d.deadline {
-                // SIGKILL cannot be ignored; a process still not gone is stuck in the
-                // kernel. Waiting for it here is the only way not to leave a zombie.
-                Some(worker::finish(&mut d.worker.child))
-            } else {
-                None
-            };
-            match status {
-                Some(status) => {
-                    let d = self.dying.swap_remove(i);
-                    self.worker_reaped(d.worker, status, d.end, d.failure, clients, now);
-                }
-                None => i += 1,
-            }
+        let timers = &mut self.timers;
+        let reaped = self.reaper.reap(now, |at, serial| {
+            timers.push((at, HostTimer::Dying(serial)))
+        });
+        for r in reaped {
+            let d = r.dying;
+            self.worker_reaped(d.worker, r.status, d.end, d.failure, clients, now);
         }
     }
 
@@ -1187,40 +895,19 @@ impl PluginHost {
         clients: &mut dyn Clients,
         now: Instant,
     ) {
-        let pid = w.pid();
         let pool = w.machine.pool;
-        let (code, how) = describe_exit(status);
-        let reason = end.describe();
-        let p = &self.pools[pool];
-        let name = p.config.name.clone();
-        let full_reason = match w.machine.phase {
-            _ if !end.on_its_own() => reason.clone(),
-            Phase::Starting { .. } => format!(
-                "worker {how} before its hello; see {}",
-                p.config.log_path().display()
-            ),
-            _ => format!("worker {how}: {reason}"),
-        };
+        let config = &self.pools[pool].config;
+        let ending = Ending::of(&w.machine, status, &end, &config.log_path());
         if !w.machine.is_quitting() {
             self.pools[pool].restarts += 1;
         }
         if failure {
-            self.record_failure(pool, full_reason.clone(), now);
+            self.record_failure(pool, ending.full_reason.clone(), now);
         }
-        match w.machine.phase {
-            Phase::Starting { .. } => {
-                tracing::warn!(plugin = %name, pid, "failed start: {full_reason}");
-            }
-            Phase::Quitting { .. } if w.machine.sessions.is_empty() => {
-                tracing::info!(plugin = %name, pid, "worker stopped ({how})");
-            }
-            _ if w.machine.sessions.is_empty() => {
-                tracing::warn!(plugin = %name, pid, "idle worker {how}: {reason}");
-            }
-            _ => {
-                tracing::warn!(plugin = %name, pid, "worker {how} during a session: {reason}");
-            }
-        }
+        ending.log(&self.pools[pool].config.name, w.pid(), &w.machine);
+        let Ending {
+            code, how, reason, ..
+        } = ending;
         for s in w.machine.sessions.into_values() {
             if let Some(conn) = s.conn {
                 let message = format!(
@@ -1248,7 +935,7 @@ impl PluginHost {
             self.end_worker(slot, WorkerEnd::Exited, clients, now);
         }
         self.reap_dying(clients, now);
-        if self.subreaper {
+        if self.reaper.adopts() {
             self.reap_orphans(clients, now);
         }
     }
@@ -1258,17 +945,14 @@ impl PluginHost {
             let Some(pid) = worker::exited_child() else {
                 return;
             };
-            let worker = self
-                .workers
-                .iter()
-                .find(|(_, w)| w.pid() == pid)
-                .map(|(k, _)| k);
-            if let Some(slot) = worker {
-                self.end_worker(slot, WorkerEnd::Exited, clients, now);
-            } else if self.dying.iter().any(|d| d.worker.pid() == pid) {
-                self.reap_dying(clients, now);
-            } else {
-                worker::reap(pid);
+            let slot = self.workers.iter().find(|(_, w)| w.pid() == pid);
+            let slot = slot.map(|(k, _)| k);
+            if self.reaper.reap_if_orphan(pid, slot.is_some()) {
+                continue;
+            }
+            match slot {
+                Some(slot) => self.end_worker(slot, WorkerEnd::Exited, clients, now),
+                None => self.reap_dying(clients, now),
             }
         }
     }
@@ -1277,20 +961,11 @@ impl PluginHost {
     /// replaced by fresh ones, removed ones retire after their running sessions, new ones
     /// start. A replaced pool's successor takes over its queue and learned commands.
     pub fn reload(&mut self, plugins: &[PluginConfig], now: Instant) -> (usize, usize) {
-        let mut kept = Vec::new();
-        for pool in 0..self.pools.len() {
-            let p = &self.pools[pool];
-            if p.status == PoolStatus::Retiring {
-                continue;
-            }
-            match plugins.iter().find(|c| c.name == p.config.name) {
-                Some(c) if *c == p.config && p.status == PoolStatus::Active => {
-                    kept.push(c.name.clone());
-                }
-                _ => self.retire_pool(pool, now),
-            }
+        let plan = Reload::plan(&self.pools, plugins);
+        for &pool in &plan.retire {
+            self.retire_pool(pool, now);
         }
-        for config in plugins.iter().filter(|c| !kept.contains(&c.name)) {
+        for config in plan.start {
             let mut next = Pool::new(config.clone());
             for old in self
                 .pools
@@ -1302,22 +977,27 @@ impl PluginHost {
             self.add_pool(next);
         }
         self.changed = true;
-        (kept.len(), plugins.len() - kept.len())
+        (plan.kept, plugins.len() - plan.kept)
     }
 
     fn retire_pool(&mut self, pool: usize, now: Instant) {
         tracing::info!(plugin = %self.pools[pool].config.name, "retiring");
         self.pools[pool].status = PoolStatus::Retiring;
-        self.handle.registry().set_plugin_commands(pool, &[], "");
-        self.handle.registry().set_class_names(pool, false, "");
-        let config = &self.pools[pool].config;
+        self.handle.registry().unroute_plugin(pool);
+        self.retire_workers(Some(pool), now);
+    }
+
+    /// Retires the workers of `pool` (of every pool: `None`): they take no new session,
+    /// and those without one quit now.
+    fn retire_workers(&mut self, pool: Option<usize>, now: Instant) {
         for (slot, w) in self.workers.iter_mut() {
-            if w.machine.pool == pool {
-                w.machine.retired = true;
-                if w.machine.sessions.is_empty() {
-                    w.machine.quit(config, now);
-                    self.dirty_workers.push(slot);
-                }
+            if pool.is_some_and(|p| p != w.machine.pool) {
+                continue;
+            }
+            w.machine.retired = true;
+            if w.machine.sessions.is_empty() {
+                w.machine.quit(&self.pools[w.machine.pool].config, now);
+                self.dirty_workers.push(slot);
             }
         }
         let slots: Vec<usize> = self.workers.iter().map(|(k, _)| k).collect();
@@ -1330,17 +1010,7 @@ impl PluginHost {
     /// after their sessions.
     pub fn stop(&mut self, now: Instant) {
         self.stopping = true;
-        for (slot, w) in self.workers.iter_mut() {
-            w.machine.retired = true;
-            if w.machine.sessions.is_empty() {
-                w.machine.quit(&self.pools[w.machine.pool].config, now);
-                self.dirty_workers.push(slot);
-            }
-        }
-        let slots: Vec<usize> = self.workers.iter().map(|(k, _)| k).collect();
-        for slot in slots {
-            self.schedule(slot);
-        }
+        self.retire_workers(None, now);
         self.dirty_pools.extend(0..self.pools.len());
     }
 
@@ -1351,15 +1021,9 @@ impl PluginHost {
         for slot in slots {
             self.end_worker(slot, WorkerEnd::ServerStopped, clients, now);
         }
-        for d in &mut self.dying {
-            worker::signal_group(d.worker.pid(), libc::SIGKILL);
-            d.killed = true;
-            d.deadline = now;
-        }
+        self.reaper.kill_all(now);
         self.reap_dying(clients, now);
-        if self.subreaper {
-            worker::kill_orphans();
-        }
+        self.reaper.kill_orphans();
     }
 }
 
@@ -1372,30 +1036,4 @@ fn reader_blocked(machine: &Machine, clients: &dyn Clients) -> bool {
         machine.sessions.values().next().and_then(|s| s.conn)
     };
     conn.is_some_and(|c| clients.output_full(c))
-}
-
-/// How a worker's process ended, as a client should hear it: `(exit code, description)`.
-pub fn describe_exit(status: Option<ExitStatus>) -> (i32, String) {
-    use std::os::unix::process::ExitStatusExt;
-    match status {
-        Some(s) => match (s.code(), s.signal()) {
-            (Some(code), _) => (1, format!("exited with status {code}")),
-            (None, Some(sig)) => (128 + sig, format!("killed by signal {sig}")),
-            _ => (1, "ended".to_owned()),
-        },
-        None => (1, "status unknown".to_owned()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exits_map_to_shell_codes() {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(describe_exit(Some(ExitStatus::from_raw(9))).0, 137);
-        assert_eq!(describe_exit(Some(ExitStatus::from_raw(3 << 8))).0, 1);
-        assert_eq!(describe_exit(None).0, 1);
-    }
 }

@@ -16,7 +16,6 @@
 
 use super::config::PluginConfig;
 use super::session::{Ask, FdOffer, SessionRelay, StdinBuffer, ToWorker};
-use super::worker::Hello;
 use super::Clients;
 use crate::passed_fds::PassedFds;
 use crate::session_io::ConnKey;
@@ -24,7 +23,7 @@ use bytes::{Bytes, BytesMut};
 use ng_proto::codec::encode;
 use ng_proto::ext::{self, ExitReport, SignalName, SignalTarget, WinSize};
 use ng_proto::{exit, ChunkType, Request, Signal};
-use ngw::{WorkerFeature, WorkerFeatures};
+use ngw_vocab::{Hello, WorkerFeature, WorkerFeatures};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -46,7 +45,7 @@ pub const MAX_SESSIONS: u64 = 1024;
 /// A worker, as the event loop's tokens and the connections' bound state name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WorkerKey {
-    /// The slab index (token `FIRST_WORKER + slot`).
+    /// The slab index (the host's name for its channel).
     pub slot: usize,
     /// Unique per spawned worker (slots are reused; serials are not).
     pub serial: u64,

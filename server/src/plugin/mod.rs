@@ -13,27 +13,33 @@
 //! * [`session`]: one session's stdin credit (no I/O);
 //! * [`machine`]: one worker's protocol, sessions (one, or several with `mux`) and timers
 //!   (no I/O);
-//! * [`host`]: the I/O shell: processes, channels, reaping, and the narrow interface the
-//!   event loop calls ([`PluginHost`]), handing it [`Clients`] for what reaches clients;
-//! * [`worker`]: spawning a process and the raw process calls.
+//! * [`budget`]: the memory budget: which pools give way (no I/O), over the workers'
+//!   footprints ([`footprint`], read on a thread of its own);
+//! * [`worker`]: spawning a process, a worker's channel I/O, and the raw process calls;
+//! * [`reaper`]: workers on their way out, reaped without blocking, and how each ended;
+//! * [`host`]: the pools and workers wired together, and the narrow interface the event
+//!   loop calls ([`PluginHost`]), handing it [`Clients`] for what reaches clients and
+//!   [`Channels`] for watching the workers' channels; nothing here knows the loop.
 //!
 //! No worker process outlives the host: every exit is reaped, every stop escalates `q` →
 //! SIGTERM → SIGKILL to the worker's process group, and workers die with `ngd`
 //! (`PR_SET_PDEATHSIG`).
 
+pub mod budget;
 pub mod config;
 pub mod footprint;
 pub mod host;
 pub mod machine;
 pub mod pool;
+pub mod reaper;
 pub mod session;
 pub mod worker;
 
 use crate::session_io::ConnKey;
 pub use config::PluginConfig;
-pub use host::{HostInit, HostTimer, PluginHost, FIRST_WORKER};
+pub use host::{HostInit, HostTimer, PluginHost};
 pub use machine::{WorkerEnd, WorkerKey};
-use ngw::WorkerFeature;
+use ngw_vocab::WorkerFeature;
 pub use pool::{Notice, PoolStatus, Refusal};
 use serde::{Deserialize, Serialize};
 use session::StdinBuffer;
@@ -110,6 +116,17 @@ pub trait Clients {
     fn take_queued(&mut self, conn: ConnKey) -> Option<Queued>;
 }
 
+/// Where the host has its workers' channels watched for readiness: the event loop
+/// implements it over its poll, so that nothing here knows the loop or its tokens. A
+/// channel is named by its worker's slot; readiness comes back as
+/// [`PluginHost::on_ready`] for that slot.
+pub trait Channels: std::fmt::Debug + Send {
+    /// Watches the channel of the worker in `slot` (readable and writable, edge-triggered).
+    fn register(&self, channel: &mut mio::net::UnixStream, slot: usize) -> std::io::Result<()>;
+    /// Stops watching a channel that is closed or about to be.
+    fn deregister(&self, channel: &mut mio::net::UnixStream);
+}
+
 /// A snapshot of one pool for `ng-stats` and `ngd status`; `ngd warm` and `ngd list` read
 /// it back from `ng-stats --json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -152,4 +169,46 @@ pub struct PluginReport {
     pub residency: pool::Residency,
     /// Its workers' memory with their descendants (summed PSS, `footprint`), in bytes.
     pub memory_bytes: u64,
+}
+
+impl PluginReport {
+    /// The report of pool `p`, before its workers are counted ([`PluginReport::count`]).
+    pub fn of(p: &pool::Pool) -> Self {
+        Self {
+            name: p.config.name.clone(),
+            protocol: p.config.protocol,
+            status: p.status.clone(),
+            commands: p.commands.clone(),
+            starting: 0,
+            idle: 0,
+            busy: 0,
+            quitting: 0,
+            running: 0,
+            queued: p.queue.len(),
+            sessions: p.sessions,
+            restarts: p.restarts,
+            failures: p.failures,
+            last_failure: p.last_failure.clone(),
+            notices: p.notices.iter().cloned().collect(),
+            notice_counts: p.notice_counts.clone(),
+            log: p.config.log_path().display().to_string(),
+            residency: p.residency,
+            memory_bytes: 0,
+        }
+    }
+
+    /// Counts one of the pool's workers, by its machine's phase; `memory` is what it
+    /// holds, counted unless it is quitting.
+    pub fn count(&mut self, m: &machine::Machine, memory: u64) {
+        self.running += m.sessions.len();
+        if !m.is_quitting() {
+            self.memory_bytes += memory;
+        }
+        match m.phase {
+            machine::Phase::Starting { .. } => self.starting += 1,
+            machine::Phase::Quitting { .. } => self.quitting += 1,
+            machine::Phase::Ready { .. } if m.sessions.is_empty() => self.idle += 1,
+            machine::Phase::Ready { .. } => self.busy += 1,
+        }
+    }
 }

@@ -12,7 +12,7 @@
 //! A pool also decides whether it keeps workers at all ([`Residency`]): one with no
 //! session for `idle_to_zero_ms` falls asleep and keeps none (the next session starts a
 //! worker, as auto-start starts a server), and under the server's memory budget the least
-//! recently used pools give way first ([`evictions`]).
+//! recently used pools give way first ([`super::budget`]).
 //!
 //! A pool is also disabled by its worker's `disabled` notice (§15.3): a bridge that gave up
 //! on its plugin says so, and from then on the pool refuses sessions (126) with the
@@ -20,9 +20,11 @@
 //! replaced by a fresh one on the next reload, changed table or not.
 
 use super::config::PluginConfig;
+use super::machine::Machine;
 use crate::exit_codes;
 use crate::session_io::ConnKey;
-use ngw::restart::{Backoff, Decision, GiveUp, RestartPolicy};
+use ngw_vocab::restart::{Backoff, Decision, GiveUp, RestartPolicy};
+use ngw_vocab::{Hello, NoticeKind};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime};
@@ -31,9 +33,6 @@ use std::time::{Duration, Instant, SystemTime};
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How many notices a pool keeps (`docs/ngw.md` §15.3).
 pub const NOTICES_KEPT: usize = 8;
-/// The notice kind by which a worker says that what it serves is disabled for good (a
-/// bridge whose plugin crashed too often): the pool is disabled with its message.
-pub const NOTICE_DISABLED: &str = "disabled";
 
 /// Whether a pool takes sessions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,8 +104,8 @@ pub struct Waiting {
 /// A worker's notice (`n` chunk), as kept and shown.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Notice {
-    /// `fallback`, `stale`, `retire` or another word.
-    pub kind: String,
+    /// What happened.
+    pub kind: NoticeKind,
     /// The worker's sentence.
     pub message: String,
     /// The session it is about, if any.
@@ -119,6 +118,17 @@ pub struct Notice {
 }
 
 impl Notice {
+    /// A notice from worker `pid`, received now.
+    pub fn received(kind: NoticeKind, message: String, session: Option<u64>, pid: u32) -> Self {
+        Self {
+            kind,
+            message,
+            session,
+            pid,
+            at_ms: Self::now_ms(),
+        }
+    }
+
     /// Milliseconds since the Unix epoch, for [`Notice::at_ms`].
     pub fn now_ms() -> u64 {
         SystemTime::now()
@@ -140,38 +150,55 @@ pub enum Residency {
     Evicted,
 }
 
-/// One pool's share of the memory budget, as the host measured it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Usage {
-    /// The pool's index.
-    pub pool: usize,
-    /// Its workers' resident memory.
-    pub bytes: u64,
-    /// Its last session's start (`None`: never used).
-    pub last_used: Option<Instant>,
-    /// Whether it may give way now: awake, no session running or waiting.
-    pub evictable: bool,
+/// What a pool learned from a worker's hello.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Learned {
+    /// Its routes changed (class names, or the commands learned): publish them again.
+    pub reroute: bool,
+    /// The hello does not serve what the pool must: the worker broke the protocol.
+    pub fault: Option<String>,
 }
 
-/// The pools to evict so that the total stays within `budget` bytes: the least recently
-/// used evictable ones first (never used before used), as few as needed. When the
-/// evictable pools cannot bring the total down, all of them go (pools with sessions stay).
-pub fn evictions(usage: &[Usage], budget: u64) -> Vec<usize> {
-    let mut total: u64 = usage.iter().map(|u| u.bytes).sum();
-    let mut candidates: Vec<&Usage> = usage
-        .iter()
-        .filter(|u| u.evictable && u.bytes > 0)
-        .collect();
-    candidates.sort_by_key(|u| (u.last_used, u.pool));
-    let mut out = Vec::new();
-    for u in candidates {
-        if total <= budget {
-            break;
+/// What a reload does with the pools (`ngd reload`): a pool whose table is unchanged and
+/// that is active is kept; one whose table changed or went, or that is disabled, retires;
+/// every table not kept starts a new pool, which takes over what a retiring pool of its
+/// name had.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Reload<'a> {
+    /// How many pools are kept.
+    pub kept: usize,
+    /// The pools that retire.
+    pub retire: Vec<usize>,
+    /// The tables that start a new pool.
+    pub start: Vec<&'a PluginConfig>,
+}
+
+impl<'a> Reload<'a> {
+    /// The plan for reloading `pools` with the tables `plugins`.
+    pub fn plan(pools: &[Pool], plugins: &'a [PluginConfig]) -> Self {
+        let mut kept = Vec::new();
+        let mut retire = Vec::new();
+        for (pool, p) in pools.iter().enumerate() {
+            if p.status == PoolStatus::Retiring {
+                continue;
+            }
+            match plugins.iter().find(|c| c.name == p.config.name) {
+                Some(c) if *c == p.config && p.status == PoolStatus::Active => {
+                    kept.push(c.name.as_str());
+                }
+                _ => retire.push(pool),
+            }
         }
-        total -= u.bytes;
-        out.push(u.pool);
+        let start = plugins
+            .iter()
+            .filter(|c| !kept.contains(&c.name.as_str()))
+            .collect();
+        Self {
+            kept: kept.len(),
+            retire,
+            start,
+        }
     }
-    out
 }
 
 /// What the host counts of a pool's workers when the pool decides about spawning.
@@ -263,6 +290,95 @@ impl Pool {
     pub fn touch(&mut self, now: Instant) {
         self.last_used = Some(now);
         self.residency = Residency::Awake;
+    }
+
+    /// Why a pool cannot use a worker whose hello is `hello`: it speaks another version of
+    /// the protocol (`None`: this one).
+    pub fn unspoken(hello: &Hello) -> Option<String> {
+        if hello.speaks_this_protocol() {
+            return None;
+        }
+        let theirs = hello.protocol.map_or_else(
+            || "no protocol version".to_owned(),
+            |v| format!("protocol {v}"),
+        );
+        let ours = ngw_vocab::PROTOCOL;
+        Some(format!(
+            "its worker speaks ngw {theirs}; this ngd speaks {ours}"
+        ))
+    }
+
+    /// Learns what a worker's hello says (`docs/ngw.md` §5): whether its workers take the
+    /// client's terminal (`takes_ctty`), whether they serve class names, and, when the
+    /// table lists no commands, the commands; when it lists them, every one must be served.
+    pub fn learn(&mut self, hello: &Hello, takes_ctty: bool) -> Learned {
+        let mut learned = Learned::default();
+        self.takes_ctty = Some(takes_ctty);
+        if hello.class_names && !self.class_names {
+            self.class_names = true;
+            learned.reroute = true;
+        }
+        if self.config.commands.is_empty() {
+            if hello.commands.is_empty() && !self.class_names {
+                learned.fault = Some("its hello lists no commands".into());
+            } else if self.commands != hello.commands {
+                self.commands = hello.commands.clone();
+                learned.reroute = true;
+            }
+        } else if let Some(missing) = self
+            .config
+            .commands
+            .iter()
+            .find(|c| !hello.commands.contains(c))
+        {
+            learned.fault = Some(format!("worker does not serve command '{missing}'"));
+        }
+        learned
+    }
+
+    /// Why a worker of this pool whose session just ended quits rather than waits for the
+    /// next one (`None`: it waits): its session limit, its memory cap (`rss` bytes), its
+    /// own `retire`, ngd stopping, or the pool no longer active.
+    pub fn why_quit(&self, machine: &Machine, rss: u64, stopping: bool) -> Option<&'static str> {
+        let config = &self.config;
+        if config.recycle_after > 0 && machine.completed >= config.recycle_after {
+            Some("recycled after its session limit")
+        } else if config.max_memory_mb > 0 && rss > config.max_memory_mb << 20 {
+            Some("recycled over its memory cap")
+        } else if machine.retired {
+            Some("retired by its own notice")
+        } else if stopping {
+            Some("stopping")
+        } else if self.status != PoolStatus::Active {
+            Some("no longer needed")
+        } else {
+            None
+        }
+    }
+
+    /// Why it starts a worker now, with `alive` workers not quitting, for the log: a restart
+    /// after failures (with the last one), its first workers, a replacement to keep
+    /// `min_workers`, or sessions waiting.
+    pub fn spawn_reason(&self, alive: usize) -> String {
+        if self.failures > 0 {
+            return format!(
+                "restart after {} failure(s) in a row: {}",
+                self.failures,
+                self.last_failure.as_deref().unwrap_or("unknown")
+            );
+        }
+        if alive < self.config.min_workers {
+            if self.sessions == 0 && self.restarts == 0 {
+                "starting the pool".to_owned()
+            } else {
+                format!(
+                    "replacing a worker (min_workers = {})",
+                    self.config.min_workers
+                )
+            }
+        } else {
+            format!("{} session(s) waiting", self.queue.len())
+        }
     }
 
     /// The workers it keeps running: `min_workers` while awake, none asleep or evicted.
@@ -401,13 +517,15 @@ impl Pool {
         self.failures = self.restart.failures();
     }
 
-    /// Keeps a notice (the last [`NOTICES_KEPT`]) and counts it. A `disabled` notice
-    /// disables the pool with the notice's message as the reason.
+    /// Keeps a notice (the last [`NOTICES_KEPT`]) and counts it. A `disabled` notice (a
+    /// bridge whose plugin failed too often) disables the pool with the notice's message
+    /// as the reason.
     pub fn notice(&mut self, notice: Notice) {
-        if notice.kind == NOTICE_DISABLED {
+        if notice.kind == NoticeKind::Disabled {
             self.disable(notice.message.clone());
         }
-        *self.notice_counts.entry(notice.kind.clone()).or_default() += 1;
+        let count = self.notice_counts.entry(notice.kind.as_str().to_owned());
+        *count.or_default() += 1;
         if self.notices.len() == NOTICES_KEPT {
             self.notices.pop_front();
         }
@@ -437,6 +555,76 @@ mod tests {
 
     fn config(extra: &str) -> PluginConfig {
         toml::from_str(&format!("name = \"p\"\ncommand = [\"true\"]\n{extra}")).unwrap()
+    }
+
+    #[test]
+    fn a_hello_teaches_commands_and_class_names_or_is_at_fault() {
+        let hello = |commands: &[&str], class_names| Hello {
+            protocol: Some(1),
+            commands: commands.iter().map(|c| c.to_string()).collect(),
+            class_names,
+            ..Hello::default()
+        };
+        let mut p = Pool::new(config(""));
+        let learned = p.learn(&hello(&["a", "b"], false), true);
+        assert_eq!(
+            learned,
+            Learned {
+                reroute: true,
+                fault: None
+            }
+        );
+        assert_eq!((p.commands.len(), p.takes_ctty), (2, Some(true)));
+        assert_eq!(
+            p.learn(&hello(&["a", "b"], false), true),
+            Learned::default()
+        );
+        let empty = p.learn(&hello(&[], false), false);
+        assert_eq!(empty.fault.as_deref(), Some("its hello lists no commands"));
+        let classes = p.learn(&hello(&[], true), false);
+        assert_eq!(
+            classes,
+            Learned {
+                reroute: true,
+                fault: None
+            }
+        );
+        assert!(p.commands.is_empty() && p.class_names);
+        let mut fixed = Pool::new(config("commands = [\"a\", \"b\"]"));
+        let missing = fixed.learn(&hello(&["a"], false), false);
+        let fault = "worker does not serve command 'b'";
+        assert_eq!(missing.fault.as_deref(), Some(fault));
+        assert_eq!(fixed.commands, ["a", "b"], "the table's commands stay");
+    }
+
+    fn named(name: &str, extra: &str) -> PluginConfig {
+        toml::from_str(&format!("name = \"{name}\"\ncommand = [\"true\"]\n{extra}")).unwrap()
+    }
+
+    #[test]
+    fn a_reload_keeps_what_is_unchanged_and_replaces_the_rest() {
+        let mut disabled = Pool::new(named("d", ""));
+        disabled.disable("broken".into());
+        let mut retiring = Pool::new(named("r", ""));
+        retiring.status = PoolStatus::Retiring;
+        let pools = [
+            Pool::new(named("same", "")),
+            Pool::new(named("changed", "")),
+            Pool::new(named("gone", "")),
+            disabled,
+            retiring,
+        ];
+        let plugins = [
+            named("same", ""),
+            named("changed", "max_workers = 3"),
+            named("d", ""),
+            named("r", ""),
+            named("new", ""),
+        ];
+        let plan = Reload::plan(&pools, &plugins);
+        assert_eq!((plan.kept, plan.retire), (1, vec![1, 2, 3]));
+        let started: Vec<&str> = plan.start.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(started, ["changed", "d", "r", "new"]);
     }
 
     fn key(slot: usize) -> ConnKey {
@@ -651,7 +839,11 @@ mod tests {
         let mut p = Pool::new(config(""));
         for i in 0..10 {
             p.notice(Notice {
-                kind: if i % 2 == 0 { "fallback" } else { "stale" }.into(),
+                kind: if i % 2 == 0 {
+                    NoticeKind::Fallback
+                } else {
+                    NoticeKind::Stale
+                },
                 message: format!("n{i}"),
                 session: None,
                 pid: 1,
@@ -698,37 +890,6 @@ mod tests {
         let mut none = Pool::new(config("min_workers = 0"));
         none.touch(t0);
         assert_eq!(none.sleep_at(), None);
-    }
-
-    #[test]
-    fn the_least_recently_used_give_way_first() {
-        let t0 = Instant::now();
-        let mb = 1 << 20;
-        let u = |pool, bytes, used: Option<u64>, evictable| Usage {
-            pool,
-            bytes: bytes * mb,
-            last_used: used.map(|s| t0 + Duration::from_secs(s)),
-            evictable,
-        };
-        let usage = [
-            u(0, 30, Some(5), true),
-            u(1, 30, Some(1), true),
-            u(2, 30, Some(9), true),
-            u(3, 30, Some(0), false),
-        ];
-        // 120 MiB against 100: one goes, the least recently used evictable one.
-        assert_eq!(evictions(&usage, 100 * mb), [1]);
-        assert_eq!(evictions(&usage, 60 * mb), [1, 0]);
-        assert_eq!(evictions(&usage, 120 * mb), Vec::<usize>::new());
-        // A pool with a session never goes; when the rest cannot make it, all of them do.
-        assert_eq!(evictions(&usage, 10 * mb), [1, 0, 2]);
-        // Never used counts as least recently used; empty pools are not candidates.
-        let usage = [
-            u(0, 30, Some(5), true),
-            u(1, 30, None, true),
-            u(2, 0, None, true),
-        ];
-        assert_eq!(evictions(&usage, 40 * mb), [1]);
     }
 
     #[test]

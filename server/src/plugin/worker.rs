@@ -1,4 +1,5 @@
-//! Spawning one worker process and owning its channel.
+//! Spawning one worker process and owning its channel: [`spawn`], then a [`Worker`]
+//! writes what its machine owes the channel and reads what arrives, without blocking.
 //!
 //! `docs/ngw.md` §1: a `socketpair(AF_UNIX, SOCK_STREAM)`; our end non-blocking and
 //! close-on-exec, the worker's end on fd 3 (`NGW_FD=3`); stdin `/dev/null`; stdout and
@@ -7,11 +8,16 @@
 //! `ngd` killed with SIGKILL.
 
 use super::config::{PluginConfig, Protocol};
+use super::machine::{Machine, WorkerEnd};
+use bytes::{Buf, BytesMut};
 use std::fs::OpenOptions;
-use std::io;
+use std::io::{self, ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Instant;
 
 /// The fd number the worker finds its channel on.
 pub const CHANNEL_FD: i32 = 3;
@@ -23,6 +29,155 @@ pub struct Spawned {
     pub child: Child,
     /// Our end of the channel, non-blocking.
     pub channel: mio::net::UnixStream,
+}
+
+/// One worker process and its channel, as the host keeps it.
+#[derive(Debug)]
+pub struct Worker {
+    /// Unique per spawned worker (slots are reused; serials are not).
+    pub serial: u64,
+    /// Its protocol, sessions and timers.
+    pub machine: Machine,
+    /// The process (its pid is also its process group).
+    pub child: Child,
+    /// Our end of its channel, registered for readiness.
+    pub channel: mio::net::UnixStream,
+    /// Bytes read and not yet decoded.
+    pub rbuf: BytesMut,
+    /// The channel may have bytes to read (edge-triggered: set by readiness, cleared at
+    /// `WouldBlock`).
+    pub readable: bool,
+    /// The channel may take bytes.
+    pub writable: bool,
+    /// Its deadline in the loop's timer heap, if one is there.
+    pub timer_at: Option<Instant>,
+    /// Its own resident memory, as last measured (when ready, after each session): what
+    /// `max_memory_mb` caps, and its footprint until the budget has one.
+    pub rss: u64,
+}
+
+/// What reading a worker's channel left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// Bytes may be waiting to be decoded: decode, then read again.
+    More,
+    /// Nothing more to read until the channel is ready again.
+    Drained,
+}
+
+impl Worker {
+    /// A worker just spawned, its channel registered.
+    pub fn new(serial: u64, machine: Machine, child: Child, channel: mio::net::UnixStream) -> Self {
+        Self {
+            serial,
+            machine,
+            child,
+            channel,
+            rbuf: BytesMut::new(),
+            readable: true,
+            writable: true,
+            timer_at: None,
+            rss: 0,
+        }
+    }
+
+    /// Its pid, which is also its process group.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Writes what its machine owes the channel until it would block. A client's
+    /// descriptors go with the first byte of their session's header (one `sendmsg`).
+    pub fn flush(&mut self) -> Result<(), WorkerEnd> {
+        while self.writable && !self.machine.wbuf.is_empty() {
+            let marks = &self.machine.fd_marks;
+            let (end, fds) = match marks.front() {
+                Some((0, passed)) => (marks.get(1).map_or(usize::MAX, |m| m.0), Some(passed)),
+                Some((at, _)) => (*at, None),
+                None => (usize::MAX, None),
+            };
+            let data = &self.machine.wbuf[..end.min(self.machine.wbuf.len())];
+            let result = match fds {
+                Some(passed) => {
+                    crate::sys::send_with_fds(self.channel.as_raw_fd(), data, &passed.raw())
+                }
+                None => self.channel.write(data),
+            };
+            match result {
+                Ok(n) => {
+                    self.machine.wbuf.advance(n);
+                    self.machine.wrote(n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.writable = false,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(WorkerEnd::ChannelFailed(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads once from the channel into `rbuf`, through `scratch`; the end of the channel
+    /// ends the worker.
+    pub fn fill(&mut self, scratch: &mut [u8]) -> Result<Fill, WorkerEnd> {
+        if !self.readable {
+            return Ok(Fill::Drained);
+        }
+        match self.channel.read(scratch) {
+            Ok(0) => {
+                self.readable = false;
+                Err(WorkerEnd::Closed)
+            }
+            Ok(n) => {
+                self.rbuf.extend_from_slice(&scratch[..n]);
+                Ok(Fill::More)
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                self.readable = false;
+                Ok(Fill::Drained)
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(Fill::More),
+            Err(e) => Err(WorkerEnd::ChannelFailed(e.to_string())),
+        }
+    }
+}
+
+/// What every worker of a host is started with: the executable that runs bridges and the
+/// `ng` beside ngd.
+#[derive(Debug, Default)]
+pub struct Launcher {
+    /// The executable that runs bridges (default: this process's).
+    bridge_exe: Option<PathBuf>,
+    /// The `ng` beside ngd, looked for once: workers' `NGW_ANCHOR` (not one on `PATH`,
+    /// which could be another program of that name).
+    anchor: OnceLock<Option<PathBuf>>,
+}
+
+impl Launcher {
+    /// A launcher whose bridges run as `bridge_exe` (`None`: this process's executable).
+    pub fn new(bridge_exe: Option<PathBuf>) -> Self {
+        Self {
+            bridge_exe,
+            anchor: OnceLock::new(),
+        }
+    }
+
+    /// Starts a worker for `plugin`, announcing `host_features` (`NGW_HOST_FEATURES`).
+    pub fn spawn(&self, plugin: &PluginConfig, host_features: &str) -> io::Result<Spawned> {
+        let bridge_exe = match &self.bridge_exe {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()?,
+        };
+        let anchor = self.anchor.get_or_init(|| {
+            let exe = std::env::current_exe().ok()?;
+            Some(exe.parent()?.join("ng")).filter(|p| p.is_file())
+        });
+        let launch = Launch {
+            bridge_exe: &bridge_exe,
+            host_features,
+            anchor: anchor.as_deref(),
+        };
+        spawn(plugin, &launch)
+    }
 }
 
 /// How ngd starts a plugin's workers.
@@ -129,51 +284,4 @@ pub fn finish(child: &mut std::process::Child) -> Option<std::process::ExitStatu
 /// Reaps one child that is known to have exited.
 pub fn reap(pid: u32) {
     crate::sys::reap(pid, false);
-}
-
-/// At the very end: kills and reaps every process ngd adopted, until none is left (a
-/// killed orphan's own children are adopted in turn), within a second.
-pub fn kill_orphans() {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    while std::time::Instant::now() < deadline {
-        let children = crate::sys::children();
-        if children.is_empty() {
-            return;
-        }
-        tracing::info!("killing {} leftover processes", children.len());
-        for pid in &children {
-            crate::sys::signal(*pid, libc::SIGKILL);
-        }
-        for pid in children {
-            crate::sys::reap(pid, true);
-        }
-    }
-}
-
-/// The fields of a worker's hello that ngd uses (`docs/ngw.md` §5).
-#[derive(Clone, Debug, Default, serde::Deserialize, PartialEq, Eq)]
-pub struct Hello {
-    /// Must be 1.
-    pub protocol: Option<i64>,
-    /// The worker's pid.
-    pub pid: Option<u32>,
-    /// Commands it serves.
-    #[serde(default)]
-    pub commands: Vec<String>,
-    /// `interrupt`, `fork`, ... (names ngd does not know are left out).
-    #[serde(default)]
-    pub features: ngw::WorkerFeatures,
-    /// Its inbound payload cap.
-    pub max_chunk: Option<u64>,
-    /// Its hangup-to-kill delay.
-    pub kill_grace_ms: Option<u64>,
-    /// With `mux`: how many sessions it runs at once.
-    pub max_sessions: Option<u64>,
-    /// SDK name, for status.
-    pub sdk: Option<String>,
-    /// A refusal to start.
-    pub error: Option<String>,
-    /// It also serves command names shaped like Java class names (`docs/ngw.md` §5).
-    #[serde(default)]
-    pub class_names: bool,
 }

@@ -263,20 +263,3 @@ pub fn send_with_fds(fd: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<usize>
     }
     ng_sys::scm::send_with_fds(fd, data, fds)
 }
-
-/// The number of a signal a client may forward whose default action ends a process
-/// (`SIGINT`, `SIGTERM`, ...); `None` for others (`SIGWINCH`, `SIGCONT`, `SIGTSTP`, ...).
-pub fn terminating_signal(name: &[u8]) -> Option<i32> {
-    use ng_proto::Signal;
-    match Signal::from_name(name)? {
-        signal @ (Signal::Hup
-        | Signal::Int
-        | Signal::Quit
-        | Signal::Term
-        | Signal::Usr1
-        | Signal::Usr2
-        | Signal::Pipe
-        | Signal::Alrm) => Some(signal.number()),
-        _ => None,
-    }
-}

@@ -14,6 +14,7 @@ use crate::discover::Resolved;
 use crate::streams::{Sink, Streams};
 use crate::sys::{self, Pid, Signal};
 use crossbeam_channel::{unbounded, RecvError};
+use ngw_vocab::Effect;
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -111,11 +112,9 @@ enum ClientJob {
 impl ClientJob {
     /// The state after the client forwarded `sig`.
     fn after(self, sig: Option<Signal>) -> Self {
-        match sig {
-            Some(libc::SIGCONT) => ClientJob::Running,
-            Some(libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU | libc::SIGSTOP) => {
-                ClientJob::Stopped
-            }
+        match sig.and_then(ngw::Signal::from_number).map(Effect::of) {
+            Some(Effect::Continues) => ClientJob::Running,
+            Some(Effect::Stops) => ClientJob::Stopped,
             _ => self,
         }
     }

@@ -125,16 +125,15 @@ fn attach(child: &mut Child, err: &Sink) -> Attached {
     }
 }
 
-/// The event an interrupt ngd forwarded is for the host: a resize, a stop and a continue
-/// are not the user giving up.
+/// The event an interrupt ngd forwarded is for the host: a resize, a stop, a continue and
+/// a signal that does nothing by default are not the user giving up.
 fn interrupt_event(interrupt: Result<ngw::Interrupt, RecvError>) -> Option<Event> {
     match interrupt {
         Ok(ngw::Interrupt::WindowSize(_)) | Err(_) => None,
         Ok(ngw::Interrupt::Signal(name) | ngw::Interrupt::ProcessSignal(name))
-            if matches!(
-                name.signal(),
-                Some(ngw::Signal::Winch | ngw::Signal::Tstp | ngw::Signal::Cont)
-            ) =>
+            if name
+                .signal()
+                .is_some_and(|s| ngw_vocab::Effect::of(s).is_harmless()) =>
         {
             None
         }
@@ -432,7 +431,7 @@ mod tests {
 
     #[test]
     fn only_giving_up_interrupts_the_run() {
-        for quiet in ["SIGWINCH", "SIGTSTP", "SIGCONT"] {
+        for quiet in ["SIGWINCH", "SIGTSTP", "SIGTTIN", "SIGCONT", "SIGCHLD"] {
             assert_eq!(interrupt_event(signal(quiet)), None, "{quiet}");
             assert_eq!(
                 interrupt_event(Ok(Interrupt::ProcessSignal(name(quiet)))),

@@ -273,7 +273,7 @@ impl SparePool {
                 None => return Ok(spare.child),
                 Some(why) => {
                     s.notice(
-                        "fallback",
+                        ngw_vocab::NoticeKind::Fallback,
                         &format!("{command}: {why}; started a new process"),
                     );
                     spare.stop();

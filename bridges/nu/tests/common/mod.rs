@@ -46,7 +46,7 @@ pub fn fake(dir: &Path, mode: &str) -> PathBuf {
 pub fn bridge(plugins: &[&Path], options: &str) -> (Driver, std::thread::JoinHandle<i32>) {
     let (ours, theirs) = UnixStream::pair().unwrap();
     let options: serde_json::Value = serde_json::from_str(options).unwrap();
-    let config = ngw::BridgeConfig {
+    let config = ngw_vocab::BridgeConfig {
         name: "nu-test".into(),
         options: options.as_object().unwrap().clone(),
         ..Default::default()
