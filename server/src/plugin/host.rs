@@ -820,8 +820,9 @@ impl PluginHost {
 
     /// After an `X` (or a retire): recycle, retire or wait for the next session.
     fn session_ended(&mut self, slot: usize, now: Instant) {
+        let pool = self.workers[slot].machine.pool;
+        self.pools[pool].session_ended(now);
         let w = &mut self.workers[slot];
-        let pool = w.machine.pool;
         self.dirty_pools.push(pool);
         w.rss = worker::rss_bytes(w.pid()).unwrap_or(w.rss);
         let pid = w.pid();

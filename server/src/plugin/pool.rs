@@ -389,7 +389,14 @@ impl Pool {
         }
     }
 
-    /// When it falls asleep if no session comes: `idle_to_zero_ms` after its last use.
+    /// A session of the pool ended at `now`: it was in use until then.
+    pub fn session_ended(&mut self, now: Instant) {
+        self.last_used = Some(now);
+    }
+
+    /// When it falls asleep if no session comes: `idle_to_zero_ms` after its last use (a
+    /// session's start or end, whichever came last), so a session longer than that does
+    /// not leave it asleep the moment it ends.
     pub fn sleep_at(&self) -> Option<Instant> {
         let after = self.config.idle_to_zero_ms;
         (self.residency == Residency::Awake && after > 0 && self.config.min_workers > 0)
@@ -854,6 +861,18 @@ mod tests {
         assert_eq!(p.notices.front().map(|n| n.message.as_str()), Some("n2"));
         assert_eq!(p.notice_counts["fallback"], 5);
         assert_eq!(p.notice_counts["stale"], 5);
+    }
+
+    #[test]
+    fn a_session_longer_than_idle_to_zero_leaves_its_pool_awake_when_it_ends() {
+        let mut p = Pool::new(config("idle_to_zero_ms = 1000"));
+        let t0 = Instant::now();
+        p.touch(t0);
+        let end = t0 + Duration::from_secs(5);
+        p.session_ended(end);
+        assert!(!p.maybe_sleep(end, 0));
+        assert_eq!(p.sleep_at(), Some(end + Duration::from_secs(1)));
+        assert!(p.maybe_sleep(end + Duration::from_secs(1), 0));
     }
 
     #[test]
