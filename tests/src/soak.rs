@@ -76,7 +76,8 @@ impl Kind {
         Kind::Fork,
     ];
 
-    /// Its share of the mix, in percent (as in `benches/soak`).
+    /// Its share of this mix, in percent (`benches/soak` mixes these five with the Nu,
+    /// JVM and JSON-RPC plugins' commands).
     pub fn weight(self) -> u64 {
         match self {
             Kind::True => 25,

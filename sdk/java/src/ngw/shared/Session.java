@@ -168,7 +168,7 @@ public final class Session implements NailSession {
             listeners = List.copyOf(disconnects.values());
         }
         in.end();
-        Thread t = new Thread(group, () -> {
+        Runnable notify = () -> {
             CURRENT.set(this);
             for (Runnable l : listeners) {
                 try {
@@ -179,7 +179,14 @@ public final class Session implements NailSession {
                     }
                 }
             }
-        }, "ngw-hangup-" + id);
+        };
+        Thread t;
+        try {
+            t = new Thread(group, notify, "ngw-hangup-" + id);
+        } catch (IllegalThreadStateException e) {
+            // The group is gone with its last thread (a daemon group, up to JDK 18).
+            t = new Thread(notify, "ngw-hangup-" + id);
+        }
         t.setDaemon(true);
         t.start();
         group.interrupt();

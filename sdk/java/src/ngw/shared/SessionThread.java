@@ -48,12 +48,21 @@ final class SessionThread {
         p.run();
     }
 
-    /** A session's threads: an uncaught exception is printed on the session's stderr. */
+    /**
+     * A session's threads: an uncaught exception is printed on the session's stderr.
+     *
+     * <p>A daemon group: up to JDK 18 a thread group stays in its parent's list of groups,
+     * with everything it reaches (its session, the session's streams and environment), until
+     * it is destroyed, and a daemon group is destroyed when its last thread ends. (From JDK 19
+     * a parent holds its groups weakly and this flag does nothing.)
+     */
     private static final class Group extends ThreadGroup {
         volatile Session session;
 
+        @SuppressWarnings("removal")
         Group() {
             super("ngw-session");
+            setDaemon(true);
         }
 
         @Override
