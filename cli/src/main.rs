@@ -54,34 +54,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the server in the foreground.
-    Serve {
-        /// Where to listen: 127.0.0.1:2113, `[::1]:2113` or local:/path.sock (repeatable;
-        /// default: the private Unix socket and 127.0.0.1:2113).
-        #[arg(long = "listen", value_name = "ADDR")]
-        listen: Vec<ListenAddr>,
-        /// The configuration file (default: $XDG_CONFIG_HOME/ngd/ngd.toml, if present).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-        /// Log level or filter (error, warn, info, debug, trace); RUST_LOG also works.
-        #[arg(long, value_name = "LEVEL")]
-        log_level: Option<String>,
-        /// Allow listening on non-loopback addresses.
-        #[arg(long)]
-        allow_remote: bool,
-        /// Append the log to FILE instead of writing it to stderr.
-        #[arg(long, value_name = "FILE")]
-        log_file: Option<PathBuf>,
-        /// Log line format: text, or json (one object per line).
-        #[arg(long, value_name = "FORMAT")]
-        log_format: Option<LogFormat>,
-        /// Stop after MS milliseconds without any connection (0: never; default: never,
-        /// or 15 minutes for a server started by ng's auto-start).
-        #[arg(long, value_name = "MS")]
-        idle_exit: Option<u64>,
-        /// Started on demand by ng: the idle exit defaults to 15 minutes.
-        #[arg(long, hide = true)]
-        autostarted: bool,
-    },
+    Serve(ServeOptions),
     /// Show a running server's statistics.
     Status {
         /// Print JSON.
@@ -139,25 +112,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve {
-            listen,
-            config,
-            log_level,
-            allow_remote,
-            log_file,
-            log_format,
-            idle_exit,
-            autostarted,
-        } => serve(ServeOptions {
-            listen,
-            config_path: config,
-            log_level,
-            allow_remote,
-            log_file,
-            log_format,
-            idle_exit,
-            autostarted,
-        }),
+        Command::Serve(options) => serve(options),
         Command::Status { json, server } => {
             let args: &[&str] = if json { &["--json"] } else { &[] };
             remote::run(server, "ng-stats", args)
@@ -221,15 +176,34 @@ fn bridge(protocol: &str, command: Vec<OsString>) -> ExitCode {
     ExitCode::from(u8::try_from(status & 0xff).unwrap_or(1))
 }
 
-/// `ngd serve`'s command line.
+// `ngd serve`'s command line.
+#[derive(clap::Args, Debug)]
 struct ServeOptions {
+    /// Where to listen: 127.0.0.1:2113, `[::1]:2113` or local:/path.sock (repeatable;
+    /// default: the private Unix socket and 127.0.0.1:2113).
+    #[arg(long = "listen", value_name = "ADDR")]
     listen: Vec<ListenAddr>,
-    config_path: Option<PathBuf>,
+    /// The configuration file (default: $XDG_CONFIG_HOME/ngd/ngd.toml, if present).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Log level or filter (error, warn, info, debug, trace); RUST_LOG also works.
+    #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
+    /// Allow listening on non-loopback addresses.
+    #[arg(long)]
     allow_remote: bool,
+    /// Append the log to FILE instead of writing it to stderr.
+    #[arg(long, value_name = "FILE")]
     log_file: Option<PathBuf>,
+    /// Log line format: text, or json (one object per line).
+    #[arg(long, value_name = "FORMAT")]
     log_format: Option<LogFormat>,
+    /// Stop after MS milliseconds without any connection (0: never; default: never,
+    /// or 15 minutes for a server started by ng's auto-start).
+    #[arg(long, value_name = "MS")]
     idle_exit: Option<u64>,
+    /// Started on demand by ng: the idle exit defaults to 15 minutes.
+    #[arg(long, hide = true)]
     autostarted: bool,
 }
 
@@ -239,7 +213,7 @@ fn serve(options: ServeOptions) -> ExitCode {
     let activated = ng_server::activation::take_listeners();
     let ServeOptions {
         listen,
-        config_path,
+        config: config_path,
         log_level,
         allow_remote,
         log_file,
