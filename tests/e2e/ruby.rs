@@ -11,7 +11,7 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use ng_tests::plugins::{repo_root, Plugin, PluginServer, TAG_VAR};
+use ng_tests::plugins::{repo_root, send_signal, Plugin, PluginServer, TAG_VAR};
 use ng_tests::{both_clients, Client, ClientCmd, Output, Transport};
 
 const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -303,8 +303,7 @@ both_clients! {
             }
             let running = cmd.cwd(&dir).args(["ruby", "exact.rb", "trap"]).spawn();
             running.wait_for_stdout("ready", std::time::Duration::from_secs(30));
-            // SAFETY: kill(2) on the client we spawned.
-            assert_eq!(unsafe { libc::kill(running.pid() as libc::pid_t, libc::SIGINT) }, 0);
+            send_signal(running.pid(), libc::SIGINT);
             let out = running.wait();
             out.assert_code(42);
             assert_eq!(out.stdout_text(), "ready\ngot INT\n", "{out:?}");
