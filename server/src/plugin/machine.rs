@@ -184,15 +184,24 @@ pub struct Machine {
     pub retired: bool,
     /// Bytes for the worker's channel.
     pub wbuf: BytesMut,
-    /// Descriptors to send with the byte at this offset of [`Machine::wbuf`] (a session
-    /// header's first byte, or its `s`), in offset order; see [`Machine::wrote`].
-    pub fd_marks: VecDeque<(usize, PassedFds)>,
+    /// Descriptors to send with a session's header in [`Machine::wbuf`], in offset order;
+    /// see [`Machine::next_write`] and [`Machine::wrote`].
+    pub fd_marks: VecDeque<FdMark>,
     /// What the host supports (what `NGW_HOST_FEATURES` announced).
     host: WorkerFeatures,
     /// The session most recently selected towards the worker / from the worker (`mux`).
     out_selected: Option<u64>,
     in_selected: Option<u64>,
     ping_serial: u64,
+}
+
+/// A session's descriptors waiting in [`Machine::wbuf`]: they go with the bytes `at..end`,
+/// the session's `s` (with `mux`) and header.
+#[derive(Debug)]
+pub struct FdMark {
+    pub at: usize,
+    pub end: usize,
+    pub fds: PassedFds,
 }
 
 impl Machine {
@@ -251,6 +260,21 @@ impl Machine {
         self.both_speak(WorkerFeature::Signals)
     }
 
+    /// The next write to the channel: how many bytes from the front of [`Machine::wbuf`],
+    /// and the descriptors to send with them. A session's descriptors go in a `sendmsg` of
+    /// their own that holds that session's start and header and nothing after it: the
+    /// worker gives a read's descriptors to the last session start in the read (the kernel
+    /// ends a read with the message that carries descriptors), so a later session's start
+    /// in the same message would take them (`docs/ngw.md` §15.4).
+    pub fn next_write(&self) -> (usize, Option<&PassedFds>) {
+        let len = self.wbuf.len();
+        match self.fd_marks.front() {
+            Some(mark) if mark.at == 0 => (mark.end.min(len), Some(&mark.fds)),
+            Some(mark) => (mark.at.min(len), None),
+            None => (len, None),
+        }
+    }
+
     /// `n` bytes of [`Machine::wbuf`] were written (and, if a mark was at its front, its
     /// descriptors sent with the first of them): the marks move along, sent ones are
     /// dropped (closing ngd's copies).
@@ -258,11 +282,12 @@ impl Machine {
         if n == 0 {
             return;
         }
-        if self.fd_marks.front().is_some_and(|(at, _)| *at == 0) {
+        if self.fd_marks.front().is_some_and(|m| m.at == 0) {
             self.fd_marks.pop_front();
         }
-        for (at, _) in &mut self.fd_marks {
-            *at = at.saturating_sub(n);
+        for mark in &mut self.fd_marks {
+            mark.at = mark.at.saturating_sub(n);
+            mark.end = mark.end.saturating_sub(n);
         }
     }
 
@@ -423,14 +448,16 @@ impl Machine {
         encode(ChunkType::COMMAND, command.as_bytes(), &mut header);
         let offered = fds.is_some();
         let pty_offered = fds.as_ref().is_some_and(|f| f.pty_map().is_some());
-        if let Some(passed) = fds {
-            self.fd_marks.push_back((self.wbuf.len(), passed));
-        }
+        let at = self.wbuf.len();
         if self.is_mux() && self.out_selected != Some(id) {
             encode(SELECT, id.to_string().as_bytes(), &mut self.wbuf);
             self.out_selected = Some(id);
         }
         self.wbuf.extend_from_slice(&header);
+        if let Some(fds) = fds {
+            let end = self.wbuf.len();
+            self.fd_marks.push_back(FdMark { at, end, fds });
+        }
         let mux = self.is_mux();
         if let Phase::Ready {
             idle_since,
@@ -1318,6 +1345,65 @@ mod tests {
     }
 
     #[test]
+    fn descriptors_go_in_a_message_that_ends_with_their_session_header() {
+        // The worker gives a read's descriptors to the last session start in it, and the
+        // kernel ends a read with the message that carries them: a session without
+        // descriptors whose header shares that message would take the other's.
+        let c = config("");
+        let t0 = Instant::now();
+        let hello = r#"{"protocol":1,"pid":1,"commands":["x"],"features":["mux","fds","signals"],"max_sessions":8}"#;
+        let mut m = ready(&["mux", "fds", "signals"], hello, &c, t0);
+        let bind = |m: &mut Machine, id: u64, fds: Option<PassedFds>| {
+            let req = request("x");
+            m.bind(
+                id,
+                conn(id as usize),
+                "x".into(),
+                &req,
+                0o022,
+                StdinBuffer::default(),
+                fds,
+                t0,
+            )
+        };
+        assert!(bind(&mut m, 1, Some(passed(b"0,1,2"))));
+        let first = m.wbuf.len();
+        assert!(!bind(&mut m, 2, None));
+        let second = m.wbuf.len();
+        assert!(bind(&mut m, 3, Some(passed(b"0,1,2"))));
+        assert!(bind(&mut m, 4, Some(passed(b"0,1,2"))));
+        let fourth_at = m.fd_marks[2].at;
+
+        // Session 1's descriptors with exactly its `s` and header.
+        let (n, fds) = m.next_write();
+        assert_eq!((n, fds.map(|f| f.raw().len())), (first, Some(3)));
+        let next = |m: &Machine| {
+            let (n, fds) = m.next_write();
+            (n, fds.is_some())
+        };
+        let sent = chunks(&mut BytesMut::from(&m.wbuf[..n]));
+        assert_eq!(sent.iter().filter(|c| c.starts_with("s ")).count(), 1);
+        // A partial write: the descriptors went with its first byte; the rest of its header
+        // and session 2's go plain, up to session 3's start.
+        bytes::Buf::advance(&mut m.wbuf, 5);
+        m.wrote(5);
+        assert_eq!(next(&m), (second - 5, false));
+        bytes::Buf::advance(&mut m.wbuf, second - 5);
+        m.wrote(second - 5);
+        // Session 3's, then session 4's, each in a message of its own.
+        let (n, with) = next(&m);
+        assert_eq!((n, with), (fourth_at - second, true));
+        bytes::Buf::advance(&mut m.wbuf, n);
+        m.wrote(n);
+        let (n, with) = next(&m);
+        assert_eq!((n, with), (m.wbuf.len(), true));
+        bytes::Buf::advance(&mut m.wbuf, n);
+        m.wrote(n);
+        assert!(m.fd_marks.is_empty());
+        assert_eq!(next(&m), (0, false));
+    }
+
+    #[test]
     fn the_pseudo_terminal_goes_only_to_a_worker_that_takes_it() {
         let c = config("");
         let t0 = Instant::now();
@@ -1337,7 +1423,7 @@ mod tests {
             Some(fds),
             t0
         ));
-        assert_eq!(m.fd_marks[0].1.raw().len(), 4);
+        assert_eq!(m.fd_marks[0].fds.raw().len(), 4);
         let sent = chunks(&mut m.wbuf.clone());
         assert!(
             sent.contains(&"E NGW_CLIENT_PTY=1,2".to_owned()),
@@ -1361,7 +1447,7 @@ mod tests {
             Some(fds),
             t0
         ));
-        assert_eq!(m.fd_marks[0].1.raw().len(), 3);
+        assert_eq!(m.fd_marks[0].fds.raw().len(), 3);
         let sent = chunks(&mut m.wbuf.clone());
         assert!(
             !sent.iter().any(|c| c.starts_with("E NGW_CLIENT_PTY")),
@@ -1400,11 +1486,11 @@ mod tests {
         );
         assert!(offered);
         assert_eq!(m.fd_marks.len(), 1);
-        assert_eq!(m.fd_marks[0].0, 6, "at the header's first byte");
+        assert_eq!(m.fd_marks[0].at, 6, "at the header's first byte");
         m.wrote(3);
-        assert_eq!(m.fd_marks[0].0, 3);
+        assert_eq!(m.fd_marks[0].at, 3);
         m.wrote(3);
-        assert_eq!(m.fd_marks[0].0, 0);
+        assert_eq!(m.fd_marks[0].at, 0);
         m.wrote(1);
         assert!(m.fd_marks.is_empty(), "sent with that byte, then closed");
         let mut log = Log::default();

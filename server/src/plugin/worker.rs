@@ -90,13 +90,8 @@ impl Worker {
     /// descriptors go with the first byte of their session's header (one `sendmsg`).
     pub fn flush(&mut self) -> Result<(), WorkerEnd> {
         while self.writable && !self.machine.wbuf.is_empty() {
-            let marks = &self.machine.fd_marks;
-            let (end, fds) = match marks.front() {
-                Some((0, passed)) => (marks.get(1).map_or(usize::MAX, |m| m.0), Some(passed)),
-                Some((at, _)) => (*at, None),
-                None => (usize::MAX, None),
-            };
-            let data = &self.machine.wbuf[..end.min(self.machine.wbuf.len())];
+            let (len, fds) = self.machine.next_write();
+            let data = &self.machine.wbuf[..len];
             let result = match fds {
                 Some(passed) => {
                     crate::sys::send_with_fds(self.channel.as_raw_fd(), data, &passed.raw())
