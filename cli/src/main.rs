@@ -207,7 +207,18 @@ struct ServeOptions {
     autostarted: bool,
 }
 
+/// The C allocator's arenas for `ngd serve`: the loop thread's and one for every nail
+/// thread. Each arena keeps what its threads freed; glibc's default (eight per core) let
+/// ngd's RSS settle about 3 MiB higher under a soak, with the same live heap.
+const MALLOC_ARENAS: u32 = 2;
+
 fn serve(options: ServeOptions) -> ExitCode {
+    // A user's MALLOC_ARENA_MAX (or glibc tunable) is theirs to set.
+    let user_set = std::env::var_os("MALLOC_ARENA_MAX").is_some()
+        || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("arena_max"));
+    if !user_set {
+        ng_sys::process::limit_malloc_arenas(MALLOC_ARENAS);
+    }
     // Both change the environment: before any thread starts.
     let notifier = std::sync::Arc::new(ng_server::activation::Notifier::from_env());
     let activated = ng_server::activation::take_listeners();

@@ -1,5 +1,5 @@
-//! This process and its children: ids, process groups, the umask, the core-dump limit, an
-//! immediate exit, a bare `fork`, watching another process's end (`pidfd`), and what a
+//! This process and its children: ids, process groups, the umask, the core-dump limit, the
+//! allocator's arenas, an immediate exit, a bare `fork`, watching another process's end (`pidfd`), and what a
 //! spawned child does between `fork` and `exec` ([`on_spawn`]).
 
 use crate::check;
@@ -7,6 +7,22 @@ use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+
+/// Caps the C allocator's arenas at `n` (glibc's `mallopt(M_ARENA_MAX)`): every thread
+/// beyond them shares one, instead of glibc's default of eight per core, each keeping the
+/// memory its threads freed. `false` where the C library is not glibc or refused.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn limit_malloc_arenas(n: u32) -> bool {
+    let n = libc::c_int::try_from(n).unwrap_or(libc::c_int::MAX);
+    // SAFETY: mallopt takes two integers and only changes the allocator's settings.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, n) == 1 }
+}
+
+/// Caps the C allocator's arenas: only glibc has them.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn limit_malloc_arenas(_n: u32) -> bool {
+    false
+}
 
 /// Our real uid (`getuid`).
 pub fn real_uid() -> u32 {
