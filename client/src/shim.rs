@@ -25,25 +25,36 @@ use std::os::unix::fs::MetadataExt as _;
 /// The device and inode of a file.
 type Identity = (u64, u64);
 
-/// The program a shell would run for `name`, as an absolute path, skipping `ng` itself;
-/// `cwd` is the working directory (empty if unknown: relative entries are then skipped).
+/// The program a shell would run for `name`, as an absolute path, skipping `ng` itself.
+/// Relative entries are skipped when the working directory cannot be known.
 pub fn find(name: &OsStr) -> Option<Vec<u8>> {
     let path = std::env::var_os("PATH")?;
     let me = identity(OsStr::new("/proc/self/exe"))?;
-    let cwd = std::env::current_dir().ok().map(|d| d.into_os_string());
-    search(name.as_bytes(), path.as_bytes(), cwd.as_deref(), me)
+    let cwd = || std::env::current_dir().ok().map(|d| d.into_os_string());
+    search(name.as_bytes(), path.as_bytes(), cwd, me)
 }
 
-/// [`find`] over a given `PATH`, working directory and identity of `ng`.
-fn search(name: &[u8], path: &[u8], cwd: Option<&OsStr>, me: Identity) -> Option<Vec<u8>> {
+/// [`find`] over a given `PATH`, working directory (asked for at the first relative entry)
+/// and identity of `ng`.
+fn search(
+    name: &[u8],
+    path: &[u8],
+    cwd: impl FnOnce() -> Option<OsString>,
+    me: Identity,
+) -> Option<Vec<u8>> {
     if name.is_empty() || name.contains(&b'/') {
         return None;
     }
+    let mut cwd = Some(cwd);
+    let mut known: Option<OsString> = None;
     for dir in path.split(|&b| b == b':') {
         let mut candidate = Vec::with_capacity(dir.len() + name.len() + 64);
         if !dir.starts_with(b"/") {
             // As the shell resolves `dir/name`: against the working directory.
-            let Some(cwd) = cwd.map(OsStr::as_bytes) else {
+            if let Some(ask) = cwd.take() {
+                known = ask();
+            }
+            let Some(cwd) = known.as_deref().map(OsStr::as_bytes) else {
                 continue;
             };
             candidate.extend_from_slice(cwd);
@@ -123,12 +134,12 @@ mod tests {
         executable(&d.join("c/tool"));
         let me = identity(d.join("shims/tool").as_os_str()).unwrap();
         let path = format!("{0}/shims:{0}/a:{0}/b:{0}/shims:{0}/c", d.display());
-        let found = search(b"tool", path.as_bytes(), None, me).unwrap();
+        let found = search(b"tool", path.as_bytes(), || None, me).unwrap();
         assert_eq!(found, format!("{}/c/tool", d.display()).into_bytes());
         // Only ng itself: nothing.
         let path = format!("{0}/shims:{0}/a", d.display());
-        assert_eq!(search(b"tool", path.as_bytes(), None, me), None);
-        assert_eq!(search(b"a/tool", path.as_bytes(), None, me), None);
+        assert_eq!(search(b"tool", path.as_bytes(), || None, me), None);
+        assert_eq!(search(b"a/tool", path.as_bytes(), || None, me), None);
     }
 
     #[test]
@@ -139,13 +150,13 @@ mod tests {
         executable(&d.join("bin/tool"));
         executable(&d.join("tool"));
         let me = (0, 0);
-        let cwd = Some(d.as_os_str());
+        let cwd = || Some(d.as_os_str().to_owned());
         let found = search(b"tool", b"bin:/nonexistent", cwd, me).unwrap();
         assert_eq!(found, format!("{}/bin/tool", d.display()).into_bytes());
         // An empty entry is the working directory.
         let found = search(b"tool", b"/nonexistent::bin", cwd, me).unwrap();
         assert_eq!(found, format!("{}/tool", d.display()).into_bytes());
         // Without a working directory, a relative entry finds nothing.
-        assert_eq!(search(b"tool", b"bin", None, me), None);
+        assert_eq!(search(b"tool", b"bin", || None, me), None);
     }
 }

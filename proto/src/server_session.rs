@@ -180,7 +180,8 @@ pub enum ExtensionEvent {
 
 #[derive(Debug)]
 enum Phase {
-    Header(HeaderState),
+    /// Boxed: the header's state is large, and a session spends most of its life running.
+    Header(Box<HeaderState>),
     Running(Running),
     Exited,
 }
@@ -277,7 +278,7 @@ impl ServerSession {
         Self {
             config,
             decoder: Decoder::new(config.limits),
-            phase: Phase::Header(HeaderState::default()),
+            phase: Phase::Header(Box::default()),
             opened: now,
             last_rx: now,
             tx: BytesMut::new(),
