@@ -205,7 +205,10 @@ fn two_venvs_each_activated_in_turn_run_their_own_yamllint() {
 
     // A: the warmed program, warm.
     let (out, pool) = s.compare(&cold_a, &with_a, false, &cwd, "--version");
-    assert_eq!((out.stdout_text().as_str(), pool.as_deref()), (A, Some("yamllint")));
+    assert_eq!(
+        (out.stdout_text().as_str(), pool.as_deref()),
+        (A, Some("yamllint"))
+    );
     let (out, pool) = s.compare(&cold_a, &with_a, false, &cwd, "-f parsable -");
     assert!(out.stdout_text().contains("trailing-spaces"), "{out:?}");
     assert_eq!(pool.as_deref(), Some("yamllint"));
@@ -228,13 +231,20 @@ fn two_venvs_each_activated_in_turn_run_their_own_yamllint() {
         p[derived]["program"],
         s.b.join("yamllint").to_string_lossy().as_ref()
     );
-    for args in ["--version", "-f parsable -", "-f parsable /nonexistent.yaml"] {
+    for args in [
+        "--version",
+        "-f parsable -",
+        "-f parsable /nonexistent.yaml",
+    ] {
         let (out, pool) = s.compare(&cold_b, &with_b, false, &cwd, args);
         assert_eq!(pool.as_deref(), Some(derived), "{args}: {out:?}");
     }
     // A again: its own pool.
     let (out, pool) = s.compare(&cold_a, &with_a, false, &cwd, "--version");
-    assert_eq!((out.stdout_text().as_str(), pool.as_deref()), (A, Some("yamllint")));
+    assert_eq!(
+        (out.stdout_text().as_str(), pool.as_deref()),
+        (A, Some("yamllint"))
+    );
 
     // `ngd list` shows the derived pool with its parent; a reload removes it.
     let list = s.user.ngd().args(["list", "--json"]).run();
@@ -332,7 +342,10 @@ fn a_program_of_another_kind_earlier_on_path_is_run_directly_and_exactly() {
         out.assert_code(5);
         let text = out.stdout_text();
         // A `#!` script's $0 is its path, as the kernel gives it to the interpreter.
-        let first = format!("argv0={} args=one two three\n", bin.join("yamllint").display());
+        let first = format!(
+            "argv0={} args=one two three\n",
+            bin.join("yamllint").display()
+        );
         assert!(text.starts_with(&first), "{text}");
         assert!(text.contains(YAML), "{text}");
     }
@@ -355,7 +368,10 @@ fn shims_twice_on_path_or_not_at_all() {
     // Twice, before A: A, warm.
     let twice = s.path(&[&shims, &shims, &s.a]);
     let (out, pool) = s.compare(&cold_a, &twice, false, &cwd, "--version");
-    assert_eq!((out.stdout_text().as_str(), pool.as_deref()), (A, Some("yamllint")));
+    assert_eq!(
+        (out.stdout_text().as_str(), pool.as_deref()),
+        (A, Some("yamllint"))
+    );
     // Not on PATH, the shim called by its path: what PATH has, A, warm.
     let (out, pool) = s.compare(&cold_a, &cold_a, true, &cwd, "-f parsable -");
     assert!(out.stdout_text().contains("trailing-spaces"), "{out:?}");
