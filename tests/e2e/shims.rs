@@ -327,17 +327,21 @@ fn a_program_of_another_kind_earlier_on_path_is_run_directly_and_exactly() {
     let shims = s.shims();
     let bin = s.user.dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
-    // Shows what it was given: argv[0], arguments, directory, stdin, a variable, and the
-    // descriptors' kinds; exits 5.
+    // Shows what it was given: argv[0], arguments, directory, stdin, a variable, its open
+    // descriptors, its blocked and ignored signals (read by the shell itself: while it
+    // forks, a shell blocks every signal and holds a pipeline's pipes); exits 5.
     ng_testkit::exe::write_executable(
         &bin.join("yamllint"),
         "#!/bin/sh\necho \"argv0=$0 args=$*\"\necho \"cwd=$(pwd) var=$SHIM_VAR\"\n\
-         cat\ntest -t 0 && echo tty || echo notty\necho err >&2\nexit 5\n",
+         cat\ntest -t 0 && echo tty || echo notty\nfor f in /proc/$$/fd/*; do printf '%s ' \"${f##*/}\"; done\n\
+         while read -r k v; do case $k in SigBlk:|SigIgn:) echo \"$k $v\";; esac; \
+         done < /proc/$$/status\necho err >&2\nexit 5\n",
     );
     let (with, cold) = (s.path(&[&shims, &bin, &s.a]), s.path(&[&bin, &s.a]));
     let cwd = s.user.dir.path().to_path_buf();
     for _ in 0..3 {
         let (out, pool) = s.compare(&cold, &with, false, &cwd, "one 'two three'");
+        assert!(out.stdout_text().contains("SigIgn:"), "{out:?}");
         assert_eq!(pool, None, "run directly, never warm");
         out.assert_code(5);
         let text = out.stdout_text();
@@ -349,6 +353,14 @@ fn a_program_of_another_kind_earlier_on_path_is_run_directly_and_exactly() {
         assert!(text.starts_with(&first), "{text}");
         assert!(text.contains(YAML), "{text}");
     }
+    // A signal the shell ignores stays ignored for the program.
+    let ignored = "trap '' PIPE HUP; yamllint z";
+    let (cold_out, warm_out) = (s.sh(&cold, &cwd, ignored), s.sh(&with, &cwd, ignored));
+    assert!(
+        cold_out.stdout_text().contains("SigIgn: 0000000180001001"),
+        "{cold_out:?}"
+    );
+    assert_eq!(cold_out.stdout_text(), warm_out.stdout_text());
     // By the shim's path: the program PATH has, run directly.
     let by_path = format!("'{}' x", s.shim().display());
     let warm = s.sh(&with, &cwd, &by_path);
