@@ -353,6 +353,20 @@ fn a_program_of_another_kind_earlier_on_path_is_run_directly_and_exactly() {
         assert!(text.starts_with(&first), "{text}");
         assert!(text.contains(YAML), "{text}");
     }
+    // Said where `ngd status` and `ng-stats` show it: a fallback notice of the plugin.
+    let p = s.plugins();
+    assert!(
+        p["yamllint"]["notice_counts"]["fallback"].as_u64() >= Some(3),
+        "{p:#?}"
+    );
+    let last = p["yamllint"]["notices"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let shown = format!("a shim runs {} directly", bin.join("yamllint").display());
+    assert!(last["message"].as_str().unwrap().contains(&shown), "{last}");
     // A signal the shell ignores stays ignored for the program.
     let ignored = "trap '' PIPE HUP; yamllint z";
     let (cold_out, warm_out) = (s.sh(&cold, &cwd, ignored), s.sh(&with, &cwd, ignored));

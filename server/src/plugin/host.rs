@@ -980,7 +980,7 @@ impl PluginHost {
         });
         let command = match route {
             derive::Route::Pool(p) => return Ok(p),
-            derive::Route::Exec(reason) => return Err(reason),
+            derive::Route::Exec(reason) => return Err(self.ran_directly(pool, program, reason)),
             derive::Route::Derive { command } => command,
         };
         self.next_derived += 1;
@@ -1002,7 +1002,21 @@ impl PluginHost {
         let index = self.add_pool(derived);
         self.routes.derived(pool, program, index);
         self.changed = true;
-        Err("its derived pool is starting; this session runs it directly".into())
+        let reason = "its derived pool is starting".to_owned();
+        Err(self.ran_directly(pool, program, reason))
+    }
+
+    /// Records on `pool` that its shim runs `program` directly, and why (a `fallback`
+    /// notice, as for any session that is not served warm); returns the reason.
+    fn ran_directly(&mut self, pool: usize, program: &[u8], reason: String) -> String {
+        let message = format!(
+            "a shim runs {} directly: {reason}",
+            String::from_utf8_lossy(program)
+        );
+        let notice = Notice::received(NoticeKind::Fallback, message, None, std::process::id());
+        self.pools[pool].notice(notice);
+        self.changed = true;
+        reason
     }
 
     /// Re-reads the plugin tables: pools whose table changed (or that were disabled) are
