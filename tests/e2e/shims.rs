@@ -449,3 +449,41 @@ fn a_derived_pool_evicted_by_the_budget_serves_again() {
         s.user.log_text()
     );
 }
+
+#[test]
+fn a_program_changed_in_place_under_a_derived_pool_is_stale_code() {
+    let s = Setup::new();
+    let shims = s.shims();
+    let cwd = s.user.dir.path().to_path_buf();
+    let bin = s.user.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let script = bin.join("yamllint");
+    let text = std::fs::read_to_string(s.b.join("yamllint")).unwrap();
+    ng_testkit::exe::write_executable(&script, &text);
+    let (with, cold) = (s.path(&[&shims, &bin, &s.a]), s.path(&[&bin, &s.a]));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (out, pool) = s.compare(&cold, &with, false, &cwd, "--version");
+        assert_eq!(out.stdout_text(), B);
+        if let Some(pool) = pool {
+            assert_eq!(pool, "yamllint~1");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", s.user.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Upgraded in place (a new file renamed over the old, as pip writes it): the next
+    // session runs the new code, warm or cold, never the old.
+    let changed = text.replace(
+        "    sys.exit(run())",
+        "    print('changed in place')\n    sys.exit(run())",
+    );
+    assert_ne!(changed, text);
+    let next = bin.join(".yamllint.new");
+    ng_testkit::exe::write_executable(&next, &changed);
+    std::fs::rename(&next, &script).unwrap();
+    for _ in 0..3 {
+        let (out, _) = s.compare(&cold, &with, false, &cwd, "--version");
+        assert_eq!(out.stdout_text(), format!("changed in place\n{B}"));
+    }
+}
