@@ -68,6 +68,8 @@ pub struct Invocation {
     pub show_version: bool,
     /// `--nailgun-no-autostart` was given: never start a server ([`crate::autostart`]).
     pub no_autostart: bool,
+    /// The command is `argv[0]`'s name: `ng` runs as a shim ([`crate::shim`]).
+    pub shim: bool,
 }
 
 /// What the command line asks for.
@@ -90,6 +92,7 @@ where
     let argv0 = argv.next().unwrap_or_default();
     let mut rest = argv.peekable();
     let mut command = command_from_argv0(&argv0);
+    let shim = command.is_some();
 
     if command.is_none() {
         match rest.peek() {
@@ -140,6 +143,7 @@ where
         env_overrides,
         show_version,
         no_autostart,
+        shim,
     }))
 }
 
@@ -223,6 +227,7 @@ mod tests {
         assert_eq!(inv.port, None);
         assert!(!inv.show_version);
         assert!(!inv.no_autostart);
+        assert!(!inv.shim);
     }
 
     #[test]
@@ -323,6 +328,7 @@ mod tests {
     fn symlink_name_is_the_command() {
         let inv = run(&["/usr/local/bin/ng-version", "ng-stats", "-h"]);
         assert_eq!(inv.command, "ng-version");
+        assert!(inv.shim);
         assert_eq!(inv.args, plain(&["ng-stats", "-h"]));
         let inv = run(&["aws"]);
         assert_eq!(inv.command, "aws");

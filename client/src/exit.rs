@@ -28,6 +28,9 @@ pub const CONNECT_FAILED: u8 = 230;
 pub const SOCKET_FAILED: u8 = 231;
 /// No server was running and auto-start could not start one (`EX_UNAVAILABLE`).
 pub const UNAVAILABLE: u8 = 69;
+/// A shim could not run the program a shell would have run: the shell's status for a
+/// program it found but cannot execute.
+pub const CANNOT_EXEC: u8 = 126;
 /// Our stdout (or stderr) was a pipe whose reader went away: the status a shell reports
 /// for the C client, which SIGPIPE kills (128 + 13).
 pub const BROKEN_PIPE: u8 = 141;
@@ -49,6 +52,8 @@ pub enum ClientError {
     BrokenPipe,
     /// Auto-start could not start a server; the message says why, with the log's end.
     Unavailable(String),
+    /// A shim could not run the program it stands for ([`crate::shim::exec`]).
+    Exec(String),
 }
 
 impl ClientError {
@@ -62,6 +67,7 @@ impl ClientError {
             ClientError::Socket(_) => SOCKET_FAILED,
             ClientError::BrokenPipe => BROKEN_PIPE,
             ClientError::Unavailable(_) => UNAVAILABLE,
+            ClientError::Exec(_) => CANNOT_EXEC,
         }
     }
 
@@ -72,7 +78,8 @@ impl ClientError {
             | ClientError::ConnectionBroken(m)
             | ClientError::Connect(m)
             | ClientError::Socket(m)
-            | ClientError::Unavailable(m) => Some(m.clone()),
+            | ClientError::Unavailable(m)
+            | ClientError::Exec(m) => Some(m.clone()),
             ClientError::UnexpectedChunk(ty) => Some(format!(
                 "Unexpected chunk type {ty} ('{}')",
                 std::ascii::escape_default(*ty)

@@ -23,6 +23,8 @@
 //! * [`autostart`]: starting `ngd` when no server answers at the default address (runs only
 //!   after connecting failed).
 //! * [`help`]: `ng --help` lists the server's commands after the usage.
+//! * [`shim`]: `ng` under another name: the program the shell would run for it, sent with
+//!   the header, and run directly when ngd says so.
 //!
 //! # Extensions
 //!
@@ -76,6 +78,7 @@ mod io;
 mod pty;
 mod request;
 mod session;
+mod shim;
 mod signals;
 mod sys;
 mod transport;
@@ -98,6 +101,8 @@ pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) ->
     init();
     let status = match run() {
         Ok(Ending::Status(status)) => status,
+        // Only a shim's session ends so, and it execs the program instead of returning.
+        Ok(Ending::Exec) => exit::CANNOT_EXEC,
         Ok(Ending::Signal {
             signo,
             core,
@@ -173,6 +178,7 @@ fn run() -> Result<Ending, ClientError> {
         env_overrides,
         show_version,
         no_autostart,
+        shim,
     } = invocation;
     if show_version {
         print_version()?;
@@ -184,6 +190,8 @@ fn run() -> Result<Ending, ClientError> {
         port.as_deref(),
         transport::default_socket_path,
     )?;
+    // A shim stands for what the shell would run; `NGD_CLIENT_PROGRAM` names it.
+    let program = if shim { shim::find(&command) } else { None };
     let args = request::load_args(args)?;
     let context = request::Context::current();
     let winsize = if context.ttys.contains(&true) {
@@ -205,6 +213,9 @@ fn run() -> Result<Ending, ClientError> {
     // which is what the session gives every signal without one.
     let catcher = catcher.and_then(|mut c| c.arm().ok().map(|()| c));
     let mut features = Features::SIGNALS | Features::WINSIZE | Features::STDIN_WINDOW;
+    if program.is_some() {
+        features = features | Features::EXEC;
+    }
     let mut fds = None;
     let mut pty = None;
     if socket.is_unix() {
@@ -223,6 +234,7 @@ fn run() -> Result<Ending, ClientError> {
         pty: pty.as_ref().map(pty::Terminal::map),
         winsize,
         ignored,
+        program: program.as_deref(),
     };
     let header = request::header(command, args, &env_overrides, context, &extensions);
     let passed: Vec<i32> = fds.map_or_else(Vec::new, |map| map.fds().map(|fd| fd as i32).collect());
@@ -232,7 +244,15 @@ fn run() -> Result<Ending, ClientError> {
         pty,
         catcher,
     };
-    session::run(socket, &header, options)
+    let ending = session::run(socket, &header, options)?;
+    if let (Ending::Exec, Some(program)) = (&ending, &program) {
+        let err = shim::exec(program, startup & 7, startup & 8 != 0);
+        return Err(ClientError::Exec(format!(
+            "ng: cannot run {}: {err}",
+            String::from_utf8_lossy(program)
+        )));
+    }
+    Ok(ending)
 }
 
 /// After a failed connection to `target`: starts a server and connects to it, when that

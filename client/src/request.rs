@@ -83,7 +83,7 @@ pub const SIGIGN_VAR: &str = "NGD_CLIENT_SIGIGN";
 
 /// What the client announces after its environment.
 #[derive(Debug, Default)]
-pub struct Extensions {
+pub struct Extensions<'a> {
     /// The features announced.
     pub features: ng_proto::Features,
     /// With `fds`: which of fds 0, 1, 2 are passed.
@@ -94,6 +94,8 @@ pub struct Extensions {
     pub winsize: Option<ng_proto::WinSize>,
     /// Signals the parent left ignored.
     pub ignored: Vec<ng_proto::SignalName>,
+    /// With `exec`: the program the shell would run (`NGD_CLIENT_PROGRAM`).
+    pub program: Option<&'a [u8]>,
 }
 
 /// Builds the header for `command`.
@@ -102,7 +104,7 @@ pub fn header(
     args: Vec<HeaderArg>,
     overrides: &[(OsString, OsString)],
     context: Context,
-    extensions: &Extensions,
+    extensions: &Extensions<'_>,
 ) -> Header {
     let mut env = Vec::with_capacity(6 + context.env.len() + overrides.len());
     env.push(b"NAILGUN_FILESEPARATOR=/".to_vec());
@@ -133,6 +135,11 @@ pub fn header(
         }
         if let Some(pty) = extensions.pty {
             env.push(format!("NGD_CLIENT_PTY={}", pty.to_value()).into_bytes());
+        }
+        if let Some(program) = extensions.program {
+            let mut e = b"NGD_CLIENT_PROGRAM=".to_vec();
+            e.extend_from_slice(program);
+            env.push(e);
         }
         env.push(format!("NGD_CLIENT_FEATURES={}", extensions.features.to_list()).into_bytes());
     }
@@ -243,6 +250,7 @@ mod tests {
                 ypixel: 0,
             }),
             ignored: vec![ng_proto::SignalName::new(b"SIGHUP").unwrap()],
+            program: None,
         };
         let h = header(
             "cmd".into(),

@@ -98,6 +98,8 @@ pub const DECIDE_WITHIN: Duration = Duration::from_millis(250);
 pub enum Ending {
     /// Exit with this status.
     Status(u8),
+    /// The server says to run the program a shim stands for directly (`F exec`).
+    Exec,
     /// The command died of signal `signo`: die the same way (`status` if that fails).
     Signal {
         /// The signal's number here.
@@ -291,6 +293,17 @@ impl MainLoop {
                             },
                             None => Ending::Status(status),
                         });
+                    }
+                    ClientEvent::Extensions(accepted) if accepted.contains(Features::EXEC) => {
+                        // Run it yourself: `ng` is replaced by the program (main.rs); what
+                        // it caught meanwhile gets the default action first.
+                        if let Some(catcher) = self.catcher.take() {
+                            catcher.release();
+                        }
+                        for signo in std::mem::take(&mut self.pending) {
+                            default_action(signo);
+                        }
+                        return Ok(Ending::Exec);
                     }
                     ClientEvent::Extensions(accepted) => {
                         self.start_relay(accepted)?;

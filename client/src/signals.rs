@@ -120,6 +120,8 @@ pub struct Catcher {
     /// Once armed, the signal mask to wait with: the one `ng` started with, minus the
     /// caught signals.
     wait_mask: Option<SigSet>,
+    /// Once armed, the mask `ng` started with.
+    original: Option<SigSet>,
     /// The signals the parent left ignored (neither caught nor forwarded), in
     /// [`INHERITED_IGNORE`] order.
     ignored: Vec<libc::c_int>,
@@ -176,6 +178,7 @@ impl Catcher {
         Ok(Catcher {
             caught: SigSet::of(&caught),
             wait_mask: None,
+            original: None,
             ignored,
         })
     }
@@ -191,6 +194,7 @@ impl Catcher {
                 return Err(err);
             }
         };
+        self.original = Some(wait_mask);
         // A signal the parent left blocked is caught all the same.
         for signo in FORWARDED {
             if self.caught.contains(signo) {
@@ -199,6 +203,25 @@ impl Catcher {
         }
         self.wait_mask = Some(wait_mask);
         Ok(())
+    }
+
+    /// Puts back what `ng` was started with, before it execs a program in its place: the
+    /// caught signals' default dispositions and the original mask. A signal caught and not
+    /// yet taken gets its default action now, as it would have without `ng`.
+    pub fn release(self) {
+        restore_default(
+            &FORWARDED
+                .iter()
+                .copied()
+                .filter(|&s| self.caught.contains(s))
+                .collect::<Vec<_>>(),
+        );
+        if let Some(original) = &self.original {
+            signal::set_mask(original);
+        }
+        while let Some(signo) = self.next() {
+            signal::raise(signo);
+        }
     }
 
     /// Once armed, the mask to wait with (`ppoll`): the caught signals unblocked.

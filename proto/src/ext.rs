@@ -17,6 +17,9 @@
 //!   ([`WinSize`]).
 //! * `E NGD_CLIENT_SIGIGN=SIGHUP,...`: signals the client's parent left ignored, which a
 //!   cold command would have inherited as ignored.
+//! * `E NGD_CLIENT_PROGRAM=/abs/path`: with `exec`, the program a shell would have run for
+//!   the command's name, found by a client run under that name (a shim); the server serves
+//!   it, or answers `F exec` and the client runs it itself.
 //! * `P` (server to client, before `F`): send the offered pseudo-terminal; `P` (client to
 //!   server): its slave rides with it.
 //! * `F <features>` (server to client, first chunk but `P`): what the server does for this
@@ -47,15 +50,19 @@ pub const WINSIZE_VAR: &[u8] = b"NGD_CLIENT_WINSIZE";
 /// The environment entry naming the signals the client's parent left ignored.
 pub const SIGIGN_VAR: &[u8] = b"NGD_CLIENT_SIGIGN";
 
+/// The environment entry naming the program a shell would run for the command's name.
+pub const PROGRAM_VAR: &[u8] = b"NGD_CLIENT_PROGRAM";
+
 /// True for the names of the extension entries a server strips from the environment
 /// (`NGD_CLIENT_FEATURES`, `NGD_CLIENT_FDS`, `NGD_CLIENT_PTY`, `NGD_CLIENT_WINSIZE`,
-/// `NGD_CLIENT_SIGIGN`).
+/// `NGD_CLIENT_SIGIGN`, `NGD_CLIENT_PROGRAM`).
 pub fn is_extension_var(name: &[u8]) -> bool {
     name == FEATURES_VAR
         || name == FDS_VAR
         || name == PTY_VAR
         || name == WINSIZE_VAR
         || name == SIGIGN_VAR
+        || name == PROGRAM_VAR
 }
 
 /// Parses `NGD_CLIENT_SIGIGN`: comma-separated signal names; malformed names are skipped,
@@ -88,15 +95,20 @@ impl Features {
     /// to its terminal (`NGD_CLIENT_PTY`), and the command makes it its controlling
     /// terminal.
     pub const CTTY: Self = Self(16);
-    /// Every feature this crate knows.
+    /// `exec`: the client can run the program itself (`NGD_CLIENT_PROGRAM`). Named in `F`
+    /// alone, it means "run it yourself": no command runs on the server, and the client
+    /// execs the program with its own argv, environment, directory and descriptors.
+    pub const EXEC: Self = Self(32);
+    /// Every feature a session can run with (all but `exec`, which replaces the session).
     pub const ALL: Self = Self(31);
 
-    const NAMES: [(Self, &'static str); 5] = [
+    const NAMES: [(Self, &'static str); 6] = [
         (Self::FDS, "fds"),
         (Self::CTTY, "ctty"),
         (Self::SIGNALS, "signals"),
         (Self::WINSIZE, "winsize"),
         (Self::STDIN_WINDOW, "stdin-window"),
+        (Self::EXEC, "exec"),
     ];
 
     /// Parses a comma-separated list; unknown names and empty items are ignored, so a
@@ -408,6 +420,8 @@ mod tests {
         assert_eq!(f, Features::SIGNALS | Features::STDIN_WINDOW);
         assert_eq!(f.to_list(), "signals,stdin-window");
         assert!(Features::parse(b"").is_empty());
+        assert_eq!(Features::parse(b"signals,exec").to_list(), "signals,exec");
+        assert!(!Features::ALL.contains(Features::EXEC));
         assert_eq!(
             Features::ALL.without(Features::FDS).intersect(f),
             Features::SIGNALS | Features::STDIN_WINDOW

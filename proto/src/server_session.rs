@@ -127,6 +127,9 @@ pub struct ClientExtensions {
     /// Signals the client's parent left ignored (`NGD_CLIENT_SIGIGN`): the command should
     /// start with them ignored, as it would have inherited them.
     pub ignored_signals: Vec<SignalName>,
+    /// With `exec`: the program a shell would have run for the command's name
+    /// (`NGD_CLIENT_PROGRAM`, an absolute path), as the client found it.
+    pub program: Option<Bytes>,
 }
 
 impl Request {
@@ -177,7 +180,8 @@ pub enum ExtensionEvent {
 
 #[derive(Debug)]
 enum Phase {
-    Header(HeaderState),
+    /// Boxed: the header's state is large, and a session spends most of its life running.
+    Header(Box<HeaderState>),
     Running(Running),
     Exited,
 }
@@ -274,7 +278,7 @@ impl ServerSession {
         Self {
             config,
             decoder: Decoder::new(config.limits),
-            phase: Phase::Header(HeaderState::default()),
+            phase: Phase::Header(Box::default()),
             opened: now,
             last_rx: now,
             tx: BytesMut::new(),
@@ -777,6 +781,10 @@ impl HeaderState {
             self.request.client.winsize = WinSize::parse(value);
         } else if name == ext::SIGIGN_VAR {
             self.request.client.ignored_signals = ext::parse_signal_list(value);
+        } else if name == ext::PROGRAM_VAR {
+            self.request.client.program = value
+                .starts_with(b"/")
+                .then(|| Bytes::copy_from_slice(value));
         }
     }
 
@@ -814,6 +822,12 @@ impl HeaderState {
             fds_received: self.fds_received,
             winsize: self.request.client.winsize,
             ignored_signals: self.request.client.ignored_signals.clone(),
+            program: self
+                .request
+                .client
+                .program
+                .clone()
+                .filter(|_| features.contains(Features::EXEC)),
         }
     }
 }

@@ -637,8 +637,44 @@ impl Conn {
                 inline,
                 client_fds,
             } => self.start_nail(env, launch, nail, inline, client_fds),
-            crate::registry::Target::Plugin { pool } => self.start_plugin(env, launch, pool),
+            crate::registry::Target::Plugin { pool } => {
+                // A shim names the program the shell would have run (docs/protocol.md,
+                // `exec`): its pool, or the client runs it.
+                let program = launch.request.client.program.clone();
+                let pool = match program.map(|p| (env.host.route_program(pool, &p), p)) {
+                    None => pool,
+                    Some((Ok(pool), _)) => pool,
+                    Some((Err(reason), program)) => {
+                        if self.run_directly(&launch.name, &program, &reason) {
+                            return;
+                        }
+                        pool
+                    }
+                };
+                self.start_plugin(env, launch, pool)
+            }
         }
+    }
+
+    /// Tells a shim to run `program` itself (`F exec`, then `X 0`, which it never reads):
+    /// no warm pool serves it, or not yet. False if the client did not announce `exec`.
+    fn run_directly(&mut self, name: &str, program: &[u8], reason: &str) -> bool {
+        if !self
+            .session
+            .accept_extensions(Features::EXEC)
+            .contains(Features::EXEC)
+        {
+            return false;
+        }
+        tracing::info!(
+            conn = self.serial,
+            command = %name,
+            program = %String::from_utf8_lossy(program),
+            "the shim runs the program directly: {reason}"
+        );
+        self.session.exit(0);
+        self.state = ConnState::Finishing;
+        true
     }
 
     /// A plugin command: when the client offered a pseudo-terminal and the pool's workers

@@ -66,6 +66,24 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Replaces this process with the program at `path` (`execv`: argv[0] and the arguments
+/// `argv`, this process's environment). Returns only on failure.
+pub fn exec(path: &std::ffi::CStr, argv: &[std::ffi::CString]) -> io::Error {
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // SAFETY: `path` and every pointer of `ptrs` are NUL-terminated strings that outlive
+    // the call, and `ptrs` ends with a null pointer.
+    unsafe { libc::execv(path.as_ptr(), ptrs.as_ptr()) };
+    io::Error::last_os_error()
+}
+
+/// Whether this process may execute the file at `path` (`access(X_OK)`, as a shell's
+/// `PATH` search asks).
+pub fn may_execute(path: &std::ffi::CStr) -> bool {
+    // SAFETY: `path` is a NUL-terminated string.
+    unsafe { libc::access(path.as_ptr(), libc::X_OK) == 0 }
+}
+
 /// Our parent's pid (`getppid`).
 pub fn parent_pid() -> u32 {
     // SAFETY: getppid has no preconditions and cannot fail.

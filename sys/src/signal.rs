@@ -150,6 +150,12 @@ pub fn unblock(set: &SigSet) {
     unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set.0, std::ptr::null_mut()) };
 }
 
+/// Sets this thread's mask to `set` (to put back a mask [`block`] returned).
+pub fn set_mask(set: &SigSet) {
+    // SAFETY: `set` is initialised; the old mask is not wanted.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &set.0, std::ptr::null_mut()) };
+}
+
 /// Takes `signo` if it is pending (blocked and arrived), without waiting; true if it was.
 pub fn take_pending(signo: libc::c_int) -> bool {
     let set = SigSet::of(&[signo]);

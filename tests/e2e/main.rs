@@ -59,5 +59,7 @@ mod terminal;
 mod exact;
 // One command makes a program warm: ngd warm/unwarm/list/shims, the SDK ngd carries.
 mod warm;
+// Shims run what the shell would run: warm, in a derived pool, or directly.
+mod shims;
 // The Ruby worker (sdk/ruby): rubocop, rake and a script of our own, warm as cold.
 mod ruby;

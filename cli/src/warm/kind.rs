@@ -460,6 +460,10 @@ impl Program {
                 }
             }
         }
+        // What its shims stand for: a shim that finds another program routes by it.
+        if let Some(program) = self.cold_program() {
+            t += &format!("program = {}\n", q(&program.to_string_lossy()));
+        }
         t
     }
 

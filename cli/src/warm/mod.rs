@@ -301,7 +301,10 @@ fn install(
     }
     if let Some(record) = &previous_record {
         let shims_there = known_shims.iter().all(|s| store::is_shim(&layout.shim(s)));
-        if record.describes(&plan.program) && shims_there {
+        if record.describes(&plan.program)
+            && shims_there
+            && previous.as_deref() == Some(text.as_str())
+        {
             return Ok(Installed::Already);
         }
     }
@@ -794,9 +797,10 @@ fn rows(layout: &Layout, reports: Option<&[PluginReport]>) -> Vec<Row> {
         let bench = std::fs::read_to_string(bench_record_path(name))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
+        let kind = record.kind;
         rows.push(Row {
             name: name.to_owned(),
-            kind: record.kind,
+            kind,
             program: record.program,
             shims: record.shims,
             state,
@@ -804,6 +808,23 @@ fn rows(layout: &Layout, reports: Option<&[PluginReport]>) -> Vec<Row> {
             memory_bytes,
             bench,
         });
+        // The pools derived from it for other programs its shims found.
+        for derived in reports
+            .into_iter()
+            .flatten()
+            .filter(|r| r.derived_from.as_deref() == Some(name))
+        {
+            rows.push(Row {
+                name: derived.name.clone(),
+                kind,
+                program: derived.program.clone().unwrap_or_default(),
+                shims: Vec::new(),
+                state: row_state(true, Some(derived)),
+                workers: (derived.starting + derived.idle + derived.busy) as u64,
+                memory_bytes: derived.memory_bytes,
+                bench: None,
+            });
+        }
     }
     rows
 }
@@ -919,6 +940,8 @@ mod tests {
             log: String::new(),
             residency: Residency::Awake,
             memory_bytes: 0,
+            program: None,
+            derived_from: None,
         }
     }
 

@@ -124,6 +124,7 @@ const NGW_KEYS: &[&str] = &[
     "env",
     "sdk",
     "cwd",
+    "program",
     "commands",
     "class_names",
     "min_workers",
@@ -167,6 +168,12 @@ pub struct PluginConfig {
     /// The worker's working directory; relative to the config file's directory.
     #[serde(default)]
     pub cwd: Option<PathBuf>,
+    /// The program this table serves, for shims: a shim that finds another program of
+    /// its name on `PATH` gets a pool derived from this table, or runs that program
+    /// directly ([`super::derive`]). Unset: shims run this table's program, whatever they
+    /// find.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<PathBuf>,
     /// Commands routed to this plugin; empty: learned from the first worker's hello.
     #[serde(default)]
     pub commands: Vec<String>,

@@ -24,6 +24,7 @@
 
 use super::budget::{Budget, Held, Tenant};
 use super::config::PluginConfig;
+use super::derive;
 use super::machine::{Due, Event, Machine, WorkerEnd, WorkerKey};
 use super::pool::{Census, Notice, Pool, PoolStatus, Refusal, Reload};
 use super::reaper::{Ending, Reaper};
@@ -35,6 +36,7 @@ use bytes::Bytes;
 use ng_proto::{ChunkType, Decoder, Limits};
 use ngw_vocab::{NoticeKind, WorkerFeatures};
 use slab::Slab;
+use std::os::unix::ffi::OsStrExt as _;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -77,6 +79,10 @@ pub struct PluginHost {
     scratch: Vec<u8>,
     /// The memory budget and the workers' footprints.
     budget: Budget,
+    /// The programs shims found, and the pools that serve them.
+    routes: derive::Routes,
+    /// Numbers the derived pools' names.
+    next_derived: u64,
 }
 
 /// What [`PluginHost::new`] takes.
@@ -117,6 +123,8 @@ impl PluginHost {
             changed: true,
             scratch: vec![0; 64 << 10],
             budget: Budget::new(init.memory_budget),
+            routes: derive::Routes::default(),
+            next_derived: 0,
         };
         for config in init.plugins {
             host.add_pool(Pool::new(config));
@@ -137,6 +145,9 @@ impl PluginHost {
     /// Registers `pool`'s commands; a name already taken disables the pool.
     fn publish_routes(&mut self, pool: usize) {
         let p = &self.pools[pool];
+        if p.derived_from.is_some() {
+            return;
+        }
         let class_names = p.config.class_names || p.class_names;
         let registry = self.handle.registry();
         let unrouted = registry.route_plugin(pool, &p.config.name, &p.commands, class_names);
@@ -958,11 +969,64 @@ impl PluginHost {
         }
     }
 
+    /// The pool that serves a session of `pool` whose shim found `program`
+    /// ([`derive`]); `Err` with the reason when the client is to run it itself. The first
+    /// time a derivable program is seen again after it was recognised, its pool is made
+    /// (it starts its workers as any new pool) and this session still runs directly.
+    pub fn route_program(&mut self, pool: usize, program: &[u8]) -> Result<usize, String> {
+        let pools = &self.pools;
+        let route = self.routes.route(pool, &pools[pool].config, program, |p| {
+            pools.get(p).is_some_and(|p| p.status == PoolStatus::Active)
+        });
+        let command = match route {
+            derive::Route::Pool(p) => return Ok(p),
+            derive::Route::Exec(reason) => return Err(self.ran_directly(pool, program, reason)),
+            derive::Route::Derive { command } => command,
+        };
+        self.next_derived += 1;
+        let path = std::path::Path::new(std::ffi::OsStr::from_bytes(program));
+        let parent = &self.pools[pool].config;
+        let config = derive::derived_config(parent, path, command, self.next_derived);
+        if let Err(e) = config.validate() {
+            self.routes.refuse(pool, program, e.clone());
+            return Err(e);
+        }
+        tracing::info!(
+            plugin = %parent.name,
+            derived = %config.name,
+            program = %path.display(),
+            "a pool derived for a shim's program"
+        );
+        let mut derived = Pool::new(config);
+        derived.derived_from = Some(parent.name.clone());
+        let index = self.add_pool(derived);
+        self.routes.derived(pool, program, index);
+        self.changed = true;
+        let reason = "its derived pool is starting".to_owned();
+        Err(self.ran_directly(pool, program, reason))
+    }
+
+    /// Records on `pool` that its shim runs `program` directly, and why (a `fallback`
+    /// notice, as for any session that is not served warm); returns the reason.
+    fn ran_directly(&mut self, pool: usize, program: &[u8], reason: String) -> String {
+        let message = format!(
+            "a shim runs {} directly: {reason}",
+            String::from_utf8_lossy(program)
+        );
+        let notice = Notice::received(NoticeKind::Fallback, message, None, std::process::id());
+        self.pools[pool].notice(notice);
+        self.changed = true;
+        reason
+    }
+
     /// Re-reads the plugin tables: pools whose table changed (or that were disabled) are
     /// replaced by fresh ones, removed ones retire after their running sessions, new ones
     /// start. A replaced pool's successor takes over its queue and learned commands.
     pub fn reload(&mut self, plugins: &[PluginConfig], now: Instant) -> (usize, usize) {
         let plan = Reload::plan(&self.pools, plugins);
+        // Pools derived for shims' programs are not tables: they retire with the rest, and
+        // are derived again on use.
+        self.routes.clear();
         for &pool in &plan.retire {
             self.retire_pool(pool, now);
         }

@@ -13,6 +13,8 @@
 //! * [`session`]: one session's stdin credit (no I/O);
 //! * [`machine`]: one worker's protocol, sessions (one, or several with `mux`) and timers
 //!   (no I/O);
+//! * [`derive`]: which pool serves the program a shim found (the plugin's own, one derived
+//!   from its table, or none: the client runs it), recognised on a thread of its own;
 //! * [`budget`]: the memory budget: which pools give way (no I/O), over the workers'
 //!   footprints ([`footprint`], read on a thread of its own);
 //! * [`worker`]: spawning a process, a worker's channel I/O, and the raw process calls;
@@ -27,6 +29,7 @@
 
 pub mod budget;
 pub mod config;
+pub mod derive;
 pub mod footprint;
 pub mod host;
 pub mod machine;
@@ -169,6 +172,12 @@ pub struct PluginReport {
     pub residency: pool::Residency,
     /// Its workers' memory with their descendants (summed PSS, `footprint`), in bytes.
     pub memory_bytes: u64,
+    /// The program its table serves (`program`), if it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<std::path::PathBuf>,
+    /// For a pool derived for a shim's program: the plugin it was derived from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub derived_from: Option<String>,
 }
 
 impl PluginReport {
@@ -194,6 +203,8 @@ impl PluginReport {
             log: p.config.log_path().display().to_string(),
             residency: p.residency,
             memory_bytes: 0,
+            program: p.config.program.clone(),
+            derived_from: p.derived_from.clone(),
         }
     }
 

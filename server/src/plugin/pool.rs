@@ -258,6 +258,9 @@ pub struct Pool {
     pub residency: Residency,
     /// When its last session was queued (or the pool made, [`Pool::touch`]).
     pub last_used: Option<Instant>,
+    /// A pool derived for a shim's program ([`super::derive`]): the plugin it was derived
+    /// from. Such a pool routes no command: only its plugin's shims reach it.
+    pub derived_from: Option<String>,
 }
 
 impl Pool {
@@ -282,6 +285,7 @@ impl Pool {
             notice_counts: BTreeMap::new(),
             residency: Residency::Awake,
             last_used: None,
+            derived_from: None,
         }
     }
 

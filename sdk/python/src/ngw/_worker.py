@@ -99,6 +99,11 @@ class Worker:
 
         return register
 
+    def _program_files(self):
+        """The files fork-mode commands run as `__main__` (a console script, a script),
+        compiled once: a change to one is stale code, as a module's is."""
+        return [c.argv0 for c in self.commands.values() if c.fork and os.path.isabs(c.argv0)]
+
     def add(self, name, fn, *, fork=False, argv0=None, cold=None, check=None):
         """Registers `fn` as command `name` (the decorator's non-decorator form)."""
         self.command(name, fork=fork, argv0=argv0, cold=cold, check=check)(fn)
@@ -133,7 +138,7 @@ class Worker:
         self.notices = _exact.Notices(chan, log, offered)
         self._idle_since = time.monotonic()
         self._code = _stale.CodeWatch(log)
-        self._code.record()
+        self._code.record(self._program_files())
         self._umask = _current_umask()
         self._start_runners(kill_grace, prefork, offered, _env_delta(env_before, os.environ))
         hello = self._hello(key, kill_grace, offered)
@@ -478,7 +483,7 @@ class Worker:
         _adaptive.warm_metadata()
         for line in _argv.scan():
             log("ngw: a preloaded module copied argv; re-pointed in each session: %s" % line)
-        self._code.record()
+        self._code.record(self._program_files())
         gc.collect()
         if hasattr(gc, "freeze"):
             gc.freeze()

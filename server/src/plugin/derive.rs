@@ -1,0 +1,370 @@
+//! Shims that find another program: which pool serves it, if any (docs/configuration.md,
+//! "Shims").
+//!
+//! A plugin table with `program` stands for that file. A shim (`ng` under the command's
+//! name) sends the program the shell would have run for the name (`NGD_CLIENT_PROGRAM`);
+//! when it is another file (another virtual environment's `yamllint`, another directory
+//! of a relative `PATH` entry), [`Routes::route`] decides:
+//!
+//! * the same file by another path: the plugin's own pool;
+//! * a script for the same interpreter family, `#!` line without options: a pool
+//!   *derived* from the plugin's table ([`derived_config`]: its interpreter and script in
+//!   place of the table's), made on the first session after the file was recognised;
+//! * anything else: the client runs it itself (`F exec`), exactly as the shell would.
+//!
+//! Recognising a file reads it, so it happens on a thread of its own ([`recognise`]),
+//! never on the loop thread: until its answer is there, and for the session that makes a
+//! derived pool while that pool starts, the client runs the program itself (cold, and
+//! exact). What was decided is kept per (plugin, program), at most [`MAX_ROUTES`] of them,
+//! until the next reload.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::PluginConfig;
+
+/// Programs remembered at most; past this a program is not recognised, and runs directly.
+pub const MAX_ROUTES: usize = 256;
+
+/// How much of a file is read for its `#!` line.
+const SHEBANG_MAX: usize = 256;
+
+/// What a program turned out to be, for the plugin whose shim found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recognised {
+    /// The plugin's own program, by another path.
+    Same,
+    /// A program the plugin's table can serve: this is the derived table's `command`.
+    Derivable {
+        /// The worker's command line for it.
+        command: Vec<String>,
+    },
+    /// Something else; the client runs it (the reason, for the log).
+    Foreign(String),
+}
+
+/// Where one session goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// This pool serves it.
+    Pool(usize),
+    /// The client runs the program itself; why, for the log.
+    Exec(String),
+    /// A pool must be derived for it with this command (the caller makes it and records it
+    /// with [`Routes::derived`]); this session runs the program itself meanwhile.
+    Derive {
+        /// The derived table's `command`.
+        command: Vec<String>,
+    },
+}
+
+/// One remembered program.
+#[derive(Debug)]
+enum State {
+    /// Being recognised on its thread; the answer lands here.
+    Recognising(Arc<Mutex<Option<Recognised>>>),
+    /// Served by this pool (the plugin's own, or a derived one).
+    Pool(usize),
+    /// Run by the client; the reason.
+    Exec(String),
+}
+
+/// The programs shims found, per plugin pool. See the module docs.
+#[derive(Debug, Default)]
+pub struct Routes {
+    states: HashMap<(usize, Vec<u8>), State>,
+}
+
+impl Routes {
+    /// Where a session of pool `pool` (whose table's `program` is `warmed`) goes, when its
+    /// shim found `program`. `pool_active` says whether a pool may still take sessions.
+    pub fn route(
+        &mut self,
+        pool: usize,
+        config: &PluginConfig,
+        program: &[u8],
+        pool_active: impl Fn(usize) -> bool,
+    ) -> Route {
+        let Some(warmed) = &config.program else {
+            return Route::Pool(pool);
+        };
+        if warmed.as_os_str().as_bytes() == program {
+            return Route::Pool(pool);
+        }
+        let key = (pool, program.to_vec());
+        let state = match self.states.get(&key) {
+            Some(state) => state,
+            None => {
+                if self.states.len() >= MAX_ROUTES {
+                    return Route::Exec("too many programs seen to remember another".into());
+                }
+                let slot = Arc::new(Mutex::new(None));
+                let answer = Arc::clone(&slot);
+                let (warmed, command) = (warmed.clone(), config.command.clone());
+                let found = PathBuf::from(OsStr::from_bytes(program));
+                let spawned = std::thread::Builder::new()
+                    .name("ngd-recognise".into())
+                    .spawn(move || {
+                        let r = recognise(&warmed, &command, &found);
+                        *answer.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                    });
+                if spawned.is_err() {
+                    return Route::Exec("cannot start a thread to recognise it".into());
+                }
+                self.states.insert(key, State::Recognising(slot));
+                return Route::Exec("recognising it; this session runs it directly".into());
+            }
+        };
+        match state {
+            State::Pool(p) if pool_active(*p) => Route::Pool(*p),
+            State::Pool(_) => Route::Exec("its pool is disabled".into()),
+            State::Exec(reason) => Route::Exec(reason.clone()),
+            State::Recognising(slot) => {
+                let answer = slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                match answer {
+                    None => Route::Exec("still recognising it".into()),
+                    Some(Recognised::Same) => {
+                        self.states.insert(key, State::Pool(pool));
+                        Route::Pool(pool)
+                    }
+                    Some(Recognised::Foreign(reason)) => {
+                        self.states.insert(key, State::Exec(reason.clone()));
+                        Route::Exec(reason)
+                    }
+                    Some(Recognised::Derivable { command }) => Route::Derive { command },
+                }
+            }
+        }
+    }
+
+    /// Records that `derived` now serves `program` for `pool`'s shim.
+    pub fn derived(&mut self, pool: usize, program: &[u8], derived: usize) {
+        self.states
+            .insert((pool, program.to_vec()), State::Pool(derived));
+    }
+
+    /// Records that `program` cannot be served for `pool`'s shim.
+    pub fn refuse(&mut self, pool: usize, program: &[u8], reason: String) {
+        self.states
+            .insert((pool, program.to_vec()), State::Exec(reason));
+    }
+
+    /// Forgets everything (a reload: tables and pools change).
+    pub fn clear(&mut self) {
+        self.states.clear();
+    }
+}
+
+/// The table for a pool derived from `parent` to serve `program` with `command`; it is
+/// named `<parent>~<serial>` (which names its default log file too).
+pub fn derived_config(
+    parent: &PluginConfig,
+    program: &Path,
+    command: Vec<String>,
+    serial: u64,
+) -> PluginConfig {
+    let mut config = parent.clone();
+    config.name = format!("{}~{serial}", parent.name);
+    config.command = command;
+    config.program = Some(program.to_path_buf());
+    config
+}
+
+/// What `found` is for a plugin whose table runs `warmed` with `command`. Reads files:
+/// call off the loop thread.
+pub fn recognise(warmed: &Path, command: &[String], found: &Path) -> Recognised {
+    let (Ok(a), Ok(b)) = (std::fs::canonicalize(warmed), std::fs::canonicalize(found)) else {
+        return Recognised::Foreign(format!("{} cannot be resolved", found.display()));
+    };
+    if a == b {
+        return Recognised::Same;
+    }
+    let parent = match shebang(warmed) {
+        Ok(i) => i,
+        Err(reason) => return Recognised::Foreign(format!("the warmed program: {reason}")),
+    };
+    if command.first().map(String::as_str) != Some(parent.as_str()) {
+        return Recognised::Foreign(
+            "the plugin's table does not run its program with its #! interpreter".into(),
+        );
+    }
+    let interpreter = match shebang(found) {
+        Ok(i) => i,
+        Err(reason) => return Recognised::Foreign(reason),
+    };
+    if family(&interpreter) != family(&parent) {
+        return Recognised::Foreign(format!(
+            "a script for {interpreter}, not for {}",
+            family(&parent)
+        ));
+    }
+    if !Path::new(&interpreter).is_file() {
+        return Recognised::Foreign(format!("its interpreter {interpreter} is not found"));
+    }
+    let Some(found_text) = found.to_str() else {
+        return Recognised::Foreign("its path is not UTF-8".into());
+    };
+    let warmed_text = warmed.to_string_lossy();
+    let mut derived = Vec::with_capacity(command.len());
+    derived.push(interpreter.clone());
+    for word in &command[1..] {
+        derived.push(if *word == warmed_text {
+            found_text.to_owned()
+        } else {
+            word.clone()
+        });
+    }
+    if !derived[1..].iter().any(|w| w == found_text) {
+        return Recognised::Foreign("the plugin's table does not name its program".into());
+    }
+    Recognised::Derivable { command: derived }
+}
+
+/// The interpreter of a script's `#!` line: an absolute path, with no options.
+fn shebang(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let mut head = Vec::with_capacity(SHEBANG_MAX);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(SHEBANG_MAX as u64).read_to_end(&mut head))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let Some(line) = head.strip_prefix(b"#!") else {
+        return Err(format!("{} is not a script (no #! line)", path.display()));
+    };
+    let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = std::str::from_utf8(line)
+        .map_err(|_| format!("{}'s #! line is not UTF-8", path.display()))?
+        .trim();
+    let mut words = line.split_whitespace();
+    let interpreter = words.next().unwrap_or_default();
+    if !interpreter.starts_with('/') {
+        return Err(format!("{}'s #! line names no interpreter", path.display()));
+    }
+    if words.next().is_some() {
+        return Err(format!(
+            "{}'s #! line gives the interpreter options or goes through env",
+            path.display()
+        ));
+    }
+    Ok(interpreter.to_owned())
+}
+
+/// An interpreter's family: its file name without a version (`python3.12` → `python`).
+fn family(interpreter: &str) -> &str {
+    let name = interpreter.rsplit('/').next().unwrap_or(interpreter);
+    name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(program: &str, command: &[&str]) -> PluginConfig {
+        let words: Vec<String> = command.iter().map(|w| format!("{w:?}")).collect();
+        let mut c = crate::config::ServerConfig::from_toml_str(&format!(
+            "[[plugin]]\nname = \"tool\"\ncommand = [{}]\ncommands = [\"tool\"]\nprogram = {program:?}\n",
+            words.join(", ")
+        ))
+        .unwrap();
+        c.plugins.remove(0)
+    }
+
+    fn script(path: &Path, first_line: &str) {
+        std::fs::write(path, format!("{first_line}\nprint('hi')\n")).unwrap();
+    }
+
+    #[test]
+    fn families_drop_versions() {
+        assert_eq!(family("/usr/bin/python3.12"), "python");
+        assert_eq!(family("/v/bin/python"), "python");
+        assert_eq!(family("/usr/bin/ruby3.1"), "ruby");
+        assert_ne!(family("/bin/sh"), family("/usr/bin/python3"));
+    }
+
+    #[test]
+    fn another_script_of_the_same_interpreter_is_derivable() {
+        let d = tempfile::tempdir().unwrap();
+        let (warmed, other, shell, same) = (
+            d.path().join("warmed"),
+            d.path().join("other"),
+            d.path().join("shell"),
+            d.path().join("same"),
+        );
+        let python = std::fs::canonicalize("/proc/self/exe").unwrap();
+        let python = python.to_str().unwrap();
+        script(&warmed, &format!("#!{python}"));
+        script(&other, &format!("#!{python}"));
+        script(&shell, "#!/bin/sh");
+        std::os::unix::fs::symlink(&warmed, &same).unwrap();
+        let w = warmed.to_str().unwrap();
+        let command: Vec<String> = [python, "-m", "ngw", "console-script", w]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            recognise(&warmed, &command, &other),
+            Recognised::Derivable {
+                command: [
+                    python,
+                    "-m",
+                    "ngw",
+                    "console-script",
+                    other.to_str().unwrap()
+                ]
+                .map(String::from)
+                .to_vec()
+            }
+        );
+        assert_eq!(recognise(&warmed, &command, &same), Recognised::Same);
+        assert!(matches!(
+            recognise(&warmed, &command, &shell),
+            Recognised::Foreign(_)
+        ));
+        assert!(matches!(
+            recognise(&warmed, &command, Path::new("/nonexistent")),
+            Recognised::Foreign(_)
+        ));
+        script(&other, &format!("#!{python} -u"));
+        assert!(matches!(
+            recognise(&warmed, &command, &other),
+            Recognised::Foreign(_)
+        ));
+    }
+
+    #[test]
+    fn routes_go_by_the_program_and_recognise_off_the_caller() {
+        let mut routes = Routes::default();
+        let c = table("/v/bin/tool", &["/v/bin/python", "/v/bin/tool"]);
+        let active = |_: usize| true;
+        assert_eq!(routes.route(3, &c, b"/v/bin/tool", active), Route::Pool(3));
+        // Unknown: runs directly while it is recognised; then remembered.
+        assert!(matches!(
+            routes.route(3, &c, b"/nonexistent/tool", active),
+            Route::Exec(_)
+        ));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match routes.route(3, &c, b"/nonexistent/tool", active) {
+                Route::Exec(reason) if reason.contains("recognising") => {}
+                Route::Exec(_) => break,
+                other => panic!("{other:?}"),
+            }
+            assert!(std::time::Instant::now() < deadline);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        routes.derived(3, b"/w/bin/tool", 7);
+        assert_eq!(routes.route(3, &c, b"/w/bin/tool", active), Route::Pool(7));
+        assert!(matches!(
+            routes.route(3, &c, b"/w/bin/tool", |_| false),
+            Route::Exec(_)
+        ));
+        // A table without `program` is routed by name, whatever the shim found.
+        let mut by_name = c.clone();
+        by_name.program = None;
+        assert_eq!(
+            routes.route(3, &by_name, b"/x/tool", active),
+            Route::Pool(3)
+        );
+    }
+}
