@@ -57,6 +57,8 @@ mod extensions;
 mod terminal;
 // Exact sessions against ngd: the client's own descriptors, forwarded signals, windows.
 mod exact;
+// The worker conformance suite: every behaviour on every path, for each worker.
+mod conformance;
 // One command makes a program warm: ngd warm/unwarm/list/shims, the SDK ngd carries.
 mod warm;
 // The Ruby worker (sdk/ruby): rubocop, rake and a script of our own, warm as cold.
