@@ -47,32 +47,28 @@ const PYTHON: Worker = Worker {
     name: "python",
     setup: python_setup,
     cold_way: "the cold way",
+    fresh_is_cold: false,
     stale: Some("stale: code changed on disk"),
     learned: Some("preload"),
     comment: "#",
+    not_applicable: &[],
     cold_env: ("PYTHONHASHSEED", "4099"),
 };
 
-/// The JVM's exact mode: `ngtest.Conformance` (tests/java), cold as `java -Xrs -cp NAILS
+/// The JVM's exact mode: `ngtest.Conformance` (tests/java), cold as `java -cp NAILS
 /// ngtest.Conformance` (a script that execs it), warm through `ngw-java` with the same
-/// options. `-Xrs`: the JVM leaves SIGQUIT and SIGINT to the program, so that `^\` does
-/// not print a thread dump.
+/// class path and class.
 fn jvm_setup(dir: &Path, _spares: Spares) -> Setup {
     let nails = java::nails_dir().to_string_lossy().into_owned();
     let cold = dir.join("conformance");
     ng_testkit::exe::write_executable(
         &cold,
         format!(
-            "#!/bin/sh\nexec {} -Xrs -cp {nails} ngtest.Conformance \"$@\"\n",
+            "#!/bin/sh\nexec {} -cp {nails} ngtest.Conformance \"$@\"\n",
             bins::java().display()
         ),
     );
-    let args = [
-        "-Xrs".into(),
-        "-cp".into(),
-        nails,
-        "ngtest.Conformance".into(),
-    ];
+    let args = ["-cp".into(), nails, "ngtest.Conformance".into()];
     Setup {
         cold: cold.clone(),
         plugin: jvm::program_plugin("conformance", &[conformance::COMMAND], &args),
@@ -84,9 +80,13 @@ const JVM_EXACT: Worker = Worker {
     name: "jvm-exact",
     setup: jvm_setup,
     cold_way: "ran cold",
+    fresh_is_cold: true,
     stale: None,
     learned: None,
     comment: "#",
+    // The JVM answers SIGQUIT itself, with a thread dump (its threads' ids and states),
+    // and lets a program handle it only under -Xrs, which refuses it SIGINT instead.
+    not_applicable: &[("ctrl-backslash", "the JVM prints a thread dump")],
     cold_env: ("CONFORMANCE_PROBE", "cold"),
 };
 

@@ -158,12 +158,17 @@ pub struct Worker {
     pub setup: fn(&Path, Spares) -> Setup,
     /// What the worker's log says when a session runs the cold way.
     pub cold_way: &'static str,
+    /// Whether a process the worker starts for the session (no spare) is the cold way: a
+    /// JVM started for it is; a child forked from a zygote is not.
+    pub fresh_is_cold: bool,
     /// ... when a session found the code changed on disk (None: it has no such path).
     pub stale: Option<&'static str>,
     /// ... once it learned from a session (the learning session's report), or None.
     pub learned: Option<&'static str>,
     /// How a comment line starts in the program's source (a stale route appends one).
     pub comment: &'static str,
+    /// Behaviours its runtime cannot show the same way twice, and why: they are not run.
+    pub not_applicable: &'static [(&'static str, &'static str)],
     /// A variable and value with which a session runs the cold way, learning nothing: after
     /// a learning session, one wakes the worker to read what the session reported.
     pub cold_env: (&'static str, &'static str),
@@ -207,6 +212,17 @@ impl World {
         let link = bin.join(COMMAND);
         std::os::unix::fs::symlink(bins::ng(), &link).unwrap();
         let server = PluginServer::builder().plugin(setup.plugin.clone()).start();
+        // The worker ready first (a JVM's may take a while): sessions then wait for none.
+        let deadline = Instant::now() + READY_WITHIN;
+        while !server.log().contains("worker ready") {
+            assert!(
+                Instant::now() < deadline,
+                "{}: no worker ready\n{}",
+                worker.name,
+                server.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         World {
             server,
             setup,
@@ -237,8 +253,13 @@ impl World {
             .iter()
             .map(|(k, v)| (k.as_str(), OsStr::new(v.as_str())))
             .collect();
+        // The same environment for every session of a world (a spare is made for the
+        // environment of the session before it).
+        let tmpfile = self.dir.path().join("tmpfile");
+        all.push(("TMPFILE", tmpfile.as_os_str()));
         let program = match warm {
             Some(trace) => {
+                let _ = std::fs::remove_file(trace);
                 all.push(("NAILGUN_SERVER", address[1].as_os_str()));
                 all.push(("CONFORMANCE_TRACE", trace.as_os_str()));
                 self.link.as_os_str()
@@ -335,7 +356,7 @@ pub fn check(worker: &Worker, route: Route) {
     let mut world = World::new(worker, spares);
     if let Route::Spare = route {
         // A spare as sessions find it: forked after the session before.
-        let trace = world.dir.path().join("warm-up.trace");
+        let trace = world.dir.path().join("trace");
         world.run(&BEHAVIOURS[1], Some(&trace), &[], "");
     }
     // A key's first session runs the cold way and starts its zygote, which is there for
@@ -348,6 +369,13 @@ pub fn check(worker: &Worker, route: Route) {
     };
     let mut failures = Vec::new();
     for (i, b) in BEHAVIOURS.iter().enumerate() {
+        if worker
+            .not_applicable
+            .iter()
+            .any(|(name, _)| *name == b.name)
+        {
+            continue;
+        }
         if let Route::Learning = route {
             if i > 0 {
                 world = World::new(worker, spares);
@@ -371,7 +399,7 @@ pub fn check(worker: &Worker, route: Route) {
             }
             let before = before_session(&world, route);
             let from = world.log().len();
-            let trace = world.dir.path().join(format!("{}-{attempt}.trace", b.name));
+            let trace = world.dir.path().join("trace");
             let warm = world.run(b, Some(&trace), &env, &prelude);
             if warm != cold {
                 failures.push(format!(
@@ -398,13 +426,20 @@ pub fn check(worker: &Worker, route: Route) {
     );
 }
 
-/// Right before a warm session: the processes the worker has started (for a spare, once
-/// there is one).
+/// Right before a warm session: the processes the worker has started (once there is a
+/// spare, on the routes that want one).
 fn before_session(world: &World, route: Route) -> Vec<u32> {
-    let deadline = Instant::now() + READY_WITHIN;
+    // A session of the cold way may find a spare that could not serve it, if the worker
+    // has one by then.
+    let wait = match route {
+        Route::Spare => READY_WITHIN,
+        Route::ColdWay(_) | Route::OtherDir => Duration::from_secs(2),
+        _ => Duration::ZERO,
+    };
+    let deadline = Instant::now() + wait;
     loop {
         let started: Vec<u32> = world.workers().into_iter().flat_map(children).collect();
-        let want_spare = matches!(route, Route::Spare);
+        let want_spare = !wait.is_zero();
         if !want_spare || !started.is_empty() || Instant::now() >= deadline {
             return started;
         }
@@ -428,7 +463,8 @@ fn served_by(
     let by_zygote = !by_worker && parent(t.grandparent) == Some(ngd);
     let log = world.log();
     let new = log.get(from..).unwrap_or_default();
-    let cold = new.contains(worker.cold_way);
+    let cold = new.contains(worker.cold_way)
+        || (worker.fresh_is_cold && by_worker && !before.contains(&t.pid));
     let fail = |what: &str| Err(format!("{what}; {t:?}, ngd {ngd}, log since:\n{new}"));
     match route {
         Route::Root if !by_worker || cold || before.contains(&t.pid) => {
