@@ -15,6 +15,13 @@
 //! Otherwise (not asked, or no `ctty` in the answer) the command runs on the user's
 //! terminal itself: nothing is relayed.
 //!
+//! `ng` never holds the user's terminal raw while no process group gets its keys'
+//! signals: if a key the pseudo-terminal would turn into a signal is typed while the
+//! pseudo-terminal has no foreground process group (it is no session's controlling
+//! terminal: `TIOCGPGRP` on the master gives 0), the key is not written to it, and `ng`
+//! forwards the signal as `K` itself ([`key_signal`], [`Relay::take_signals`]), as it does
+//! without a pseudo-terminal.
+//!
 //! Every way out of the session that can be caught restores the user's terminal modes
 //! ([`Relay`]'s `Drop`, and [`Relay::suspend`] before `ng` stops); the relay holds at most
 //! one read of each direction ([`INPUT_LEN`], [`OUTPUT_LEN`]).
@@ -118,10 +125,35 @@ impl Terminal {
                 input: Vec::new(),
                 input_at: 0,
                 output: vec![0; OUTPUT_LEN].into_boxed_slice(),
+                signals: Vec::new(),
             },
             slave,
         ))
     }
+}
+
+/// The signal key `key` makes on a terminal with `modes` (`ISIG` on, and the key is its
+/// `VINTR`, `VQUIT` or `VSUSP`), when `foreground`, the terminal's foreground process
+/// group, is `Some(0)`: no group would get it, so `ng` forwards it itself. `None`: the key
+/// goes to the pseudo-terminal (a plain key, signals off, or a group that gets the
+/// signal; also when the group is not known).
+pub fn key_signal(
+    key: u8,
+    modes: &libc::termios,
+    foreground: Option<libc::pid_t>,
+) -> Option<libc::c_int> {
+    if foreground != Some(0) || modes.c_lflag & libc::ISIG == 0 {
+        return None;
+    }
+    // A control character of 0 is disabled (`_POSIX_VDISABLE`).
+    [
+        (libc::VINTR, libc::SIGINT),
+        (libc::VQUIT, libc::SIGQUIT),
+        (libc::VSUSP, libc::SIGTSTP),
+    ]
+    .into_iter()
+    .find(|&(i, _)| modes.c_cc[i] != 0 && modes.c_cc[i] == key)
+    .map(|(_, signo)| signo)
 }
 
 /// Sets `to`'s window size (a pseudo-terminal master) to `from`'s (a terminal).
@@ -157,6 +189,10 @@ pub struct Relay {
     input: Vec<u8>,
     input_at: usize,
     output: Box<[u8]>,
+    /// The signals of keys typed while the pseudo-terminal had no foreground process
+    /// group, for the session to forward ([`Relay::take_signals`]); at most one per key
+    /// of one read.
+    signals: Vec<libc::c_int>,
 }
 
 impl Relay {
@@ -246,7 +282,41 @@ impl Relay {
         let n = ng_sys::fd::read(self.terminal.fd, &mut self.input).unwrap_or(0);
         self.input.truncate(n);
         self.input_at = 0;
+        self.take_signal_keys();
         self.write_input();
+    }
+
+    /// Takes out of the input just read the keys whose signal no process group would get
+    /// ([`key_signal`]): their signals wait in `signals` for the session to forward.
+    fn take_signal_keys(&mut self) {
+        let master = self.master.as_raw_fd();
+        let Ok(modes) = term::modes(master) else {
+            return;
+        };
+        let foreground = Some(0);
+        if !self
+            .input
+            .iter()
+            .any(|&k| key_signal(k, &modes, foreground).is_some())
+        {
+            return;
+        }
+        let foreground = term::foreground_group(master);
+        let signals = &mut self.signals;
+        self.input
+            .retain(|&k| match key_signal(k, &modes, foreground) {
+                Some(signo) => {
+                    signals.push(signo);
+                    false
+                }
+                None => true,
+            });
+    }
+
+    /// The signals of keys that no process group would have got, in the order typed: the
+    /// session forwards them (`K`).
+    pub fn take_signals(&mut self) -> Vec<libc::c_int> {
+        std::mem::take(&mut self.signals)
     }
 
     /// Writes the waiting input to the master as far as it takes it.
@@ -436,6 +506,60 @@ mod tests {
         // user's terminal did it once more.
         assert_eq!(read_some(user.as_raw_fd()), b"hello\r\r\n");
         assert_eq!(modes(user_fd).c_lflag, before.c_lflag);
+    }
+
+    fn cooked() -> libc::termios {
+        let (_user, terminal) = user_terminal();
+        modes(terminal.fd)
+    }
+
+    #[test]
+    fn a_signal_key_is_forwarded_only_when_no_group_gets_it() {
+        let m = cooked();
+        let (intr, quit, susp) = (
+            m.c_cc[libc::VINTR],
+            m.c_cc[libc::VQUIT],
+            m.c_cc[libc::VSUSP],
+        );
+        assert_eq!(key_signal(intr, &m, Some(0)), Some(libc::SIGINT));
+        assert_eq!(key_signal(quit, &m, Some(0)), Some(libc::SIGQUIT));
+        assert_eq!(key_signal(susp, &m, Some(0)), Some(libc::SIGTSTP));
+        assert_eq!(key_signal(b'a', &m, Some(0)), None);
+        // A foreground group gets it from the line discipline; unknown: left to it too.
+        assert_eq!(key_signal(intr, &m, Some(1234)), None);
+        assert_eq!(key_signal(intr, &m, None), None);
+        // Keys make no signals (raw mode), or the key is disabled.
+        let mut raw = m;
+        term::make_raw(&mut raw);
+        assert_eq!(key_signal(intr, &raw, Some(0)), None);
+        let mut off = m;
+        off.c_cc[libc::VINTR] = 0;
+        assert_eq!(key_signal(intr, &off, Some(0)), None);
+        assert_eq!(key_signal(0, &off, Some(0)), None);
+    }
+
+    #[test]
+    fn keys_of_a_pty_that_is_no_ones_terminal_become_signals() {
+        let (user, terminal) = user_terminal();
+        let user_fd = terminal.fd;
+        let (mut relay, _slave) = terminal.open_pty().unwrap();
+        relay.start().unwrap();
+        // The user's terminal raw, as `resume` makes it in the foreground.
+        let intr = modes(user_fd).c_cc[libc::VINTR];
+        let mut raw = modes(user_fd);
+        term::make_raw(&mut raw);
+        term::set_modes(user_fd, &raw, When::Now).unwrap();
+        // The slave is no session's controlling terminal: no foreground group.
+        ng_sys::fd::write(user.as_raw_fd(), &[b'a', intr, b'b']).unwrap();
+        let mut p = [libc::pollfd {
+            fd: relay.terminal.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let _ = ng_sys::fd::poll(&mut p, 2000);
+        relay.read_input();
+        assert_eq!(relay.take_signals(), vec![libc::SIGINT]);
+        assert!(relay.take_signals().is_empty());
     }
 
     #[test]

@@ -233,6 +233,9 @@ impl MainLoop {
             let (socket_ready, signal_ready) = self.wait(deadline)?;
             if let Some(relay) = &mut self.relay {
                 relay.service(&self.pollfds[1..])?;
+                for signo in relay.take_signals() {
+                    self.on_signal(signo)?;
+                }
             }
             if self.decide_by.is_some_and(|d| Instant::now() >= d) {
                 self.decide_by = None;

@@ -83,9 +83,25 @@ pub fn in_foreground(fd: RawFd) -> bool {
     unsafe { libc::tcgetpgrp(fd) == libc::getpgrp() }
 }
 
+/// The foreground process group of the terminal whose pseudo-terminal master is `master`
+/// (`TIOCGPGRP` on the master): `Some(0)` when the terminal is no session's controlling
+/// terminal, so that no process group gets the signals its keys make; `None` if it cannot
+/// be asked.
+pub fn foreground_group(master: RawFd) -> Option<libc::pid_t> {
+    let mut pgrp: libc::pid_t = 0;
+    // SAFETY: TIOCGPGRP writes a pid_t.
+    (unsafe { libc::ioctl(master, libc::TIOCGPGRP, &mut pgrp) } == 0).then_some(pgrp)
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_pty_has_no_foreground_group() {
+        let (master, _slave) = open_pty().unwrap();
+        assert_eq!(foreground_group(master.as_raw_fd()), Some(0));
+    }
 
     #[test]
     fn a_pty_pair_carries_modes_and_size() {

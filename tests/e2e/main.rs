@@ -57,6 +57,8 @@ mod extensions;
 mod terminal;
 // Exact sessions against ngd: the client's own descriptors, forwarded signals, windows.
 mod exact;
+// The worker conformance suite: every behaviour on every path, for each worker.
+mod conformance;
 // One command makes a program warm: ngd warm/unwarm/list/shims, the SDK ngd carries.
 mod warm;
 // Shims run what the shell would run: warm, in a derived pool, or directly.

@@ -25,6 +25,8 @@
 //!   process behind each server guard), and output capture.
 //! * [`pty`]: a pseudo-terminal driver ([`pty::Pty`]) and the terminal scenarios that
 //!   compare a warm command with a cold one ([`pty::SCENARIOS`]).
+//! * [`conformance`]: the worker conformance suite: every behaviour on every path a
+//!   session can take, cold and warm side by side, for any runtime's worker.
 //! * [`plugins`]: `ngd` with `[[plugin]]` tables ([`plugins::PluginServer`]), its plugin
 //!   reports as JSON, and the check that no plugin process outlives it.
 //! * [`faults`]: misbehaving workers, a process census, and a raw client that reads slowly.
@@ -44,6 +46,7 @@
 
 pub mod bins;
 pub mod client;
+pub mod conformance;
 pub mod data;
 pub mod dump;
 pub mod faults;

@@ -326,6 +326,18 @@ impl Scenario {
         py: &OsStr,
         env: &[(&str, &OsStr)],
     ) -> io::Result<String> {
+        self.transcript_after("", run, py, env)
+    }
+
+    /// [`Scenario::transcript_as`] after `prelude` (a shell line, left out of the
+    /// transcript; none if empty), for example a `cd`.
+    pub fn transcript_after(
+        &self,
+        prelude: &str,
+        run: &str,
+        py: &OsStr,
+        env: &[(&str, &OsStr)],
+    ) -> io::Result<String> {
         let dir = tempfile::tempdir()?;
         let tmpfile = dir.path().join("lines.txt");
         let mut all: Vec<(&str, &OsStr)> = vec![
@@ -335,6 +347,10 @@ impl Scenario {
         ];
         all.extend_from_slice(env);
         let mut pty = Pty::shell(80, 24, &all)?;
+        if !prelude.is_empty() {
+            pty.line(prelude)?;
+            pty.expect(PROMPT)?;
+        }
         let line = self.line.replace("$RUN", run);
         pty.line(&line)?;
         let mut shown = String::new();

@@ -483,9 +483,18 @@ class Zygotes:
 
     def _send_header(self, z, info, fds):
         """Sends the session's header to sub-zygote `z`, with the client's descriptors
-        `fds` (which are the sub-zygote's then: closed here). False if it is gone."""
+        `fds` (which are the sub-zygote's then: closed here). False if it is gone. A
+        session on the client's pseudo-terminal (`info.pty`, the root answered `t ctty`)
+        brings it last, after them, as ngd brought it (docs/ngw.md 15.7): the header's
+        `NGW_CLIENT_PTY` says so, and the sub-zygote's child makes it its controlling
+        terminal as the root's would."""
         sub = z.chan
         header = _header(info)
+        if fds and info.pty is not None and info.fds is not None:
+            try:
+                fds.append(os.dup(fds[info.fds.index(info.pty[0])]))
+            except (OSError, ValueError, IndexError):
+                pass  # without it the sub-zygote's `t` is plain: no controlling terminal
         try:
             n = socket.send_fds(sub.sock, [header], fds) if fds else sub.sock.send(header)
         except (BlockingIOError, InterruptedError):
