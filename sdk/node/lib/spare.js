@@ -56,7 +56,7 @@ function main() {
   if (!session) process.reallyExit(0);
   take(native, session, dir);
   say({ taken: true });
-  learnAtExit(native, session);
+  learnAtExit(native);
 }
 
 // Requires config.modules in order with the traps in place; what was read and where it
@@ -85,17 +85,15 @@ function preload(config) {
   });
   const touched = [];
   const saved = {};
-  for (const name of ['stdin', 'stdout', 'stderr']) {
+  ['stdin', 'stdout', 'stderr'].forEach((name, fd) => {
     saved[name] = Object.getOwnPropertyDescriptor(process, name);
+    const stub = stdioStub(name, fd, touched);
     Object.defineProperty(process, name, {
       configurable: true,
       enumerable: saved[name] ? saved[name].enumerable : true,
-      get() {
-        touched.push(name);
-        throw new Error(`ngw-node: a preloaded module touched process.${name}`);
-      },
+      get: () => stub,
     });
-  }
+  });
   const exit = process.exit;
   process.exit = () => {
     touched.push('exit');
@@ -143,6 +141,46 @@ function preload(config) {
   return out;
 }
 
+// Set once the spare is the session's process.
+let taken = false;
+
+// What a preloaded module gets for process.stdin/stdout/stderr: before the session, only
+// the descriptor's number (`fd`) and whether it is a terminal (`isTTY`, as the placeholder
+// of the session's kind says), which libraries such as debug read as they load; anything
+// else is a module using the stream while it loads, and preloading stops before it. A
+// module that kept the object finds it forwarding to the session's own stream afterwards.
+function stdioStub(name, fd, touched) {
+  const tty = require('tty');
+  const real = () => process[name];
+  const forward = (op) => (t, ...rest) => Reflect[op](real(), ...rest);
+  return new Proxy(Object.create(null), {
+    get(t, k) {
+      if (taken) {
+        const s = real();
+        return Reflect.get(s, k, s);
+      }
+      if (k === 'fd') return fd;
+      if (k === 'isTTY') return tty.isatty(fd) ? true : undefined;
+      touched.push(`${name}.${String(k)}`);
+      throw new Error(`ngw-node: a preloaded module used process.${name}.${String(k)}`);
+    },
+    set(t, k, v) {
+      if (!taken) {
+        touched.push(`${name}.${String(k)}`);
+        return false;
+      }
+      const s = real();
+      return Reflect.set(s, k, v, s);
+    },
+    has: (t, k) => (taken ? Reflect.has(real(), k) : k === 'fd' || k === 'isTTY'),
+    ownKeys: (t) => (taken ? Reflect.ownKeys(real()) : []),
+    getOwnPropertyDescriptor: (t, k) => (taken ? Reflect.getOwnPropertyDescriptor(real(), k) : undefined),
+    defineProperty: forward('defineProperty'),
+    deleteProperty: forward('deleteProperty'),
+    getPrototypeOf: (t) => (taken ? Reflect.getPrototypeOf(real()) : null),
+  });
+}
+
 // Blocks until the worker sends the session: a JSON line with the client's descriptors.
 function receive(native) {
   let buf = Buffer.alloc(0);
@@ -185,22 +223,43 @@ function take(native, s, dir) {
   process.argv.splice(0, process.argv.length, process.argv[0], ...s.argv);
   process.execArgv.splice(0, process.execArgv.length);
   delete require.cache[__filename];
+  taken = true;
   fs.symlinkSync(s.target, path.join(dir, 'main'));
 }
 
 // When the program exits, sends the worker the modules it loaded (CommonJS, in load
-// order), without blocking.
-function learnAtExit(native, s) {
-  process.on('exit', () => {
-    const line = Buffer.from(`${JSON.stringify({ modules: Object.keys(require.cache) })}\n`);
-    try {
-      native.nonblock(SOCK);
-      native.write(SOCK, line);
-    } catch {
-      // the worker is gone
-    }
-    native.close(SOCK);
-  });
+// order), without blocking. Node emits 'exit' through process.emit, on a natural end as
+// after process.exit: the spare wraps it (an own property of process, after the program's
+// listeners have run) rather than adding a listener the program could count.
+function learnAtExit(native) {
+  const emit = process.emit;
+  const wrapped = {
+    emit(event, ...args) {
+      let result;
+      try {
+        result = emit.call(this, event, ...args);
+      } finally {
+        if (event === 'exit' && this === process) report(native);
+      }
+      return result;
+    },
+  }.emit;
+  Object.defineProperty(process, 'emit', { value: wrapped, writable: true, configurable: true, enumerable: false });
+}
+
+let reported = false;
+
+function report(native) {
+  if (reported) return;
+  reported = true;
+  const line = Buffer.from(`${JSON.stringify({ modules: Object.keys(require.cache) })}\n`);
+  try {
+    native.nonblock(SOCK);
+    native.write(SOCK, line);
+  } catch {
+    // the worker is gone
+  }
+  native.close(SOCK);
 }
 
 main();

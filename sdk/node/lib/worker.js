@@ -298,7 +298,9 @@ class Worker {
       if (!client) return 'fifo';
       const i = client.map.indexOf(fd);
       if (client.ptyFds.includes(fd)) return 'tty';
-      return i < 0 ? 'closed' : this.native.kind(client.fds[i]) || 'closed';
+      const k = i < 0 ? 'closed' : this.native.kind(client.fds[i]) || 'closed';
+      // Node (libuv) treats a character device that is not a terminal as a file.
+      return k === 'char' ? 'file' : k;
     });
     const node = state.which('node', s.env.get('PATH')) || process.execPath;
     const key = state.key(node, s.cwd, kinds, s.env);

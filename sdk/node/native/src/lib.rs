@@ -15,9 +15,8 @@
 //! errno's name (`EAGAIN`, `ECHILD`, ...); `EAGAIN` from a read is `null` instead.
 //! Descriptors are plain numbers, owned by the JavaScript side once returned.
 
-mod napi;
+mod sys;
 
-use napi::{Call, CallbackInfo, Env, Result, Thrown, Value};
 use ng_sys::process::{Change, Placement};
 use std::ffi::OsStr;
 use std::io;
@@ -26,6 +25,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use sys::napi::{Call, Result, Thrown, Value};
 
 /// The largest single read or receive, in bytes.
 const MAX_READ: usize = 1 << 24;
@@ -367,25 +367,7 @@ fn set_winsize(c: &Call) -> Result<Value> {
     Ok(c.undefined())
 }
 
-/// Defines a callback for each function of this module.
-macro_rules! callbacks {
-    ($($js:literal => $f:ident),* $(,)?) => {
-        /// The module's functions: `(name, callback)`.
-        const FUNCTIONS: &[(&str, napi::Callback)] = &[
-            $(($js, {
-                unsafe extern "C" fn cb(env: Env, info: CallbackInfo) -> Value {
-                    // SAFETY: Node calls this with the environment and the call's info.
-                    let call = unsafe { Call::new(env, info) };
-                    let result = $f(&call);
-                    call.finish(result)
-                }
-                cb
-            })),*
-        ];
-    };
-}
-
-callbacks! {
+sys::callbacks! {
     "recv" => recv,
     "send" => send,
     "read" => read,
@@ -410,18 +392,4 @@ callbacks! {
     "setWinsize" => set_winsize,
     "ignoreSignal" => ignore_signal,
     "copyModes" => copy_modes,
-}
-
-/// The module's registration, which Node looks up by this name in an addon that did
-/// not register itself.
-///
-/// # Safety
-/// Called by Node with a live environment and exports object.
-#[no_mangle]
-pub unsafe extern "C" fn napi_register_module_v1(env: Env, exports: Value) -> Value {
-    for &(name, cb) in FUNCTIONS {
-        // SAFETY: the environment and exports Node passed this registration.
-        unsafe { napi::export(env, exports, name, cb) };
-    }
-    exports
 }
