@@ -55,23 +55,19 @@ function keyDiff(a, b, reads, enumerated) {
   return null;
 }
 
-function signature(file) {
-  try {
-    const st = fs.statSync(file);
-    return `${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
-  } catch {
-    return 'missing';
-  }
-}
-
-// Each file with its signature (inode, size, times), to compare later.
-function fingerprint(files) {
-  return [...new Set(files)].map((f) => [f, signature(f)]);
+// Each file with its signature (inode, size, times), to compare later; `native` is the
+// native piece (one call for every file: 223 of eslint's take 33 ms through fs.statSync
+// on a loaded machine).
+function fingerprint(native, files) {
+  const list = [...new Set(files)];
+  const sigs = native.signatures(list);
+  return { list, sigs };
 }
 
 // The first file of a fingerprint that changed since, or null.
-function changedFile(fp) {
-  for (const [f, sig] of fp) if (signature(f) !== sig) return f;
+function changedFile(native, fp) {
+  const now = native.signatures(fp.list);
+  for (let i = 0; i < fp.list.length; i++) if (now[i] !== fp.sigs[i]) return fp.list[i];
   return null;
 }
 

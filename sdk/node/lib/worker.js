@@ -308,8 +308,10 @@ class Worker {
     let why = this.coldReason(cmd, s, key);
     let pid = null;
     if (!why) {
+      const t0 = process.hrtime.bigint();
       pid = this.handOver(this.spare, s, cmd, io);
       if (pid === null) why = 'the spare ended before it took the session';
+      else log(`session ${s.id}: warm, handed over in ${Number(process.hrtime.bigint() - t0) / 1e6} ms`);
       this.spare = null;
     } else this.discardSpare(why);
     if (pid === null) {
@@ -349,7 +351,7 @@ class Worker {
     if (spare.dead) return `the spare ended: ${spare.why || 'before the session'}`;
     const diff = state.keyDiff(spare.key, key, spare.reads, spare.enumerated, s.env);
     if (diff) return diff;
-    const changed = state.changedFile(spare.files);
+    const changed = state.changedFile(this.native, spare.files);
     if (changed) {
       this.notice('stale', `${changed} changed since the spare loaded it`, s.id);
       return `${changed} changed since the spare loaded it`;
@@ -499,7 +501,7 @@ class Worker {
       dead: false,
       taken: false,
       ours: placeholders.map((p) => p.ours).filter((fd) => fd !== null),
-      files: state.fingerprint([...modules, cmd.script, ...state.projectFiles(s.cwd, cmd.script)]),
+      files: state.fingerprint(this.native, [...modules, cmd.script, ...state.projectFiles(s.cwd, cmd.script)]),
       started: Date.now(),
     };
   }

@@ -17,6 +17,7 @@ class Driver {
     base.push('NGW_FD=3', 'NGW_VERSION=1', 'NGW_PLUGIN=test', `NGW_HOST_FEATURES=${features}`);
     this.pid = native.spawn(process.execPath, ['node', WORKER, ...args], base, null, [theirs, 3], { session: true });
     native.close(theirs);
+    native.nonblock(ours);
     this.fd = ours;
     this.buf = Buffer.alloc(0);
     this.chunks = [];

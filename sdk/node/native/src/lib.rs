@@ -343,6 +343,32 @@ fn ctty(c: &Call) -> Result<Value> {
     Ok(c.undefined())
 }
 
+/// `signatures(paths)`: for each path, `"ino:size:mtime:ctime"` (nanoseconds), or
+/// `"missing"`: what a later call compares to see a file changed.
+fn signatures(c: &Call) -> Result<Value> {
+    use std::os::unix::fs::MetadataExt;
+    let out: Vec<Value> = c
+        .bytes_list(0)?
+        .iter()
+        .map(|p| {
+            let sig = match std::fs::metadata(OsStr::from_bytes(p)) {
+                Ok(m) => format!(
+                    "{}:{}:{}.{}:{}.{}",
+                    m.ino(),
+                    m.size(),
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    m.ctime(),
+                    m.ctime_nsec()
+                ),
+                Err(_) => "missing".to_owned(),
+            };
+            c.string(&sig)
+        })
+        .collect();
+    Ok(c.array(&out))
+}
+
 /// `ignoreSignal(signo)`: its disposition becomes "ignore".
 fn ignore_signal(c: &Call) -> Result<Value> {
     Ok(c.bool_value(ng_sys::signal::ignore(c.int(0)?)))
@@ -392,4 +418,5 @@ sys::callbacks! {
     "setWinsize" => set_winsize,
     "ignoreSignal" => ignore_signal,
     "copyModes" => copy_modes,
+    "signatures" => signatures,
 }
