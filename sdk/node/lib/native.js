@@ -1,7 +1,8 @@
 'use strict';
 // The native piece (sdk/node/native, Rust on ng-sys): an N-API addon loaded with
 // process.dlopen. Found at NGW_NODE_NATIVE, else beside the SDK (native/libngw_node.so, as
-// ngd writes it out), else in the workspace's cargo target directory (release, then debug).
+// ngd writes it out), else in the workspace's cargo target directory (the newer of the
+// release and debug builds).
 
 const fs = require('fs');
 const path = require('path');
@@ -19,16 +20,23 @@ function candidates() {
   return out;
 }
 
-// The addon's path, or null.
+// The addon's path, or null: the first of NGW_NODE_NATIVE and the SDK's own copy that
+// exists, else the newer of the workspace's release and debug builds.
 function locate() {
-  for (const p of candidates()) {
+  const all = candidates();
+  const found = [];
+  for (const p of all) {
     try {
-      if (fs.statSync(p).isFile()) return p;
+      const st = fs.statSync(p);
+      if (st.isFile()) found.push([p, st.mtimeMs]);
     } catch {
       // not there
     }
   }
-  return null;
+  const fixed = found.find(([p]) => all.indexOf(p) < all.length - 2);
+  if (fixed) return fixed[0];
+  found.sort((a, b) => b[1] - a[1]);
+  return found.length ? found[0][0] : null;
 }
 
 // Loads the addon from `file` (default: located); throws when there is none.
