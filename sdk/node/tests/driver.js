@@ -15,7 +15,8 @@ class Driver {
     const [ours, theirs] = native.socketpair();
     const base = Object.entries({ ...process.env, ...env }).map(([k, v]) => `${k}=${v}`);
     base.push('NGW_FD=3', 'NGW_VERSION=1', 'NGW_PLUGIN=test', `NGW_HOST_FEATURES=${features}`);
-    this.pid = native.spawn(process.execPath, ['node', WORKER, ...args], base, null, [theirs, 3], { session: true });
+    // The worker's log is the test's stderr.
+    this.pid = native.spawn(process.execPath, ['node', WORKER, ...args], base, null, [theirs, 3, 2, 2], { session: true });
     native.close(theirs);
     native.nonblock(ours);
     this.fd = ours;
@@ -77,6 +78,7 @@ class Driver {
     }
     const out = { stdout: [], stderr: [], status: null, taken: null, notices: [] };
     let sent = 0;
+    let ended = false;
     for (;;) {
       const c = this.next();
       if (c.type === '1') out.stdout.push(c.payload);
@@ -86,14 +88,24 @@ class Driver {
       else if (c.type === 'S') {
         // A window (`S N`) is answered with chunks totalling at most N bytes, a plain `S`
         // with one chunk; `.` once stdin has ended.
+        // As ngd does, `.` follows the last data at once when the window is not used up.
         let want = c.payload.length ? Number(c.payload.toString()) : 65536;
-        if (sent >= stdin.length) this.send('.');
+        if (ended) continue;
+        if (!c.payload.length && sent >= stdin.length) {
+          this.send('.');
+          ended = true;
+          continue;
+        }
         while (sent < stdin.length && want > 0) {
           const piece = stdin.subarray(sent, sent + Math.min(want, 65536));
           sent += piece.length;
           want -= piece.length;
           this.send('0', piece);
           if (!c.payload.length) break;
+        }
+        if (c.payload.length && sent >= stdin.length && want > 0) {
+          this.send('.');
+          ended = true;
         }
       } else if (c.type === 'X') {
         out.status = c.payload.toString();
