@@ -349,3 +349,84 @@ both_clients! {
         run(&["kill", "SIGTERM"], b"");
     }
 }
+
+/// Eight calls at once, on eight workers: the first round runs cold (no worker has a spare
+/// yet) and leaves each worker a spare in its key; in the second, every call is served by
+/// a spare, and each shows what a cold run shows.
+#[test]
+fn eight_at_once() {
+    let home = tempfile::Builder::new()
+        .prefix("node-home-")
+        .tempdir()
+        .unwrap();
+    let home_dir = home.path().canonicalize().unwrap();
+    let worker = repo_root().join("sdk/node/bin/ngw-node");
+    let fixture = repo_root().join("sdk/node/tests/fixtures/exact.js");
+    let command = vec![
+        "node".to_string(),
+        worker.to_string_lossy().into_owned(),
+        "--state-dir".to_string(),
+        home_dir.join(".state").to_string_lossy().into_owned(),
+        format!("exact={}", fixture.display()),
+    ];
+    let home_str = home_dir.to_string_lossy().into_owned();
+    let server = PluginServer::builder()
+        .plugin(
+            Plugin::new("node", &command)
+                .commands(&["exact"])
+                .set("min_workers", 8)
+                .set("max_workers", 8),
+        )
+        .env("LANG", "C.UTF-8")
+        .env("HOME", &home_str)
+        .start();
+    let s = Setup {
+        server,
+        env: [
+            ("PATH", PATH.to_string()),
+            ("HOME", home_str),
+            ("LANG", "C.UTF-8".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+        _home: home,
+    };
+    let (_d, dir) = scratch("node-eight-");
+    let fixture_str = fixture.to_string_lossy().into_owned();
+    let want = cold(&[&fixture_str, "timer"], &s.env, &dir, b"");
+    for round in 0..2 {
+        let before = s.fallbacks();
+        let running: Vec<_> = (0..8)
+            .map(|_| {
+                let mut cmd = s.server.cmd(Client::Ours);
+                for (k, v) in &s.env {
+                    cmd = cmd.env(k, v);
+                }
+                cmd.cwd(&dir)
+                    .args(["exact", "timer"])
+                    .timeout(std::time::Duration::from_secs(120))
+                    .spawn()
+            })
+            .collect();
+        for run in running {
+            let got = run.wait();
+            assert_eq!(want.code(), got.code(), "{got:?}");
+            assert!(
+                want.stdout == got.stdout && want.stderr == got.stderr,
+                "{want:?}\n{got:?}"
+            );
+        }
+        let fallbacks = s.fallbacks() - before;
+        if round == 1 {
+            assert_eq!(
+                fallbacks,
+                0,
+                "{fallbacks} of the second eight ran cold\n{}",
+                s.server.plugin_log("node")
+            );
+        }
+        // Each worker's spare starts beside its session: give them the time to be ready.
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
+}
