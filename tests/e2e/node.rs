@@ -330,7 +330,8 @@ both_clients! {
 both_clients! {
     /// Our own script: what it sees, a timer that keeps it alive, an unhandled rejection,
     /// an uncaught error, `process.exit` in a callback, `process.exitCode`, children, a
-    /// large stdin read whole, a flood of stdout, death by SIGKILL and SIGTERM.
+    /// large stdin read whole, a flood of stdout, death by SIGKILL and SIGTERM; with our
+    /// client, the client lost mid-run.
     fn script_as_cold(client) {
         let s = setup();
         let (_d, dir) = scratch("node-script-");
@@ -347,6 +348,33 @@ both_clients! {
         let cold = run(&["kill"], b"");
         assert_eq!(cold.status.signal(), Some(libc::SIGKILL));
         run(&["kill", "SIGTERM"], b"");
+        if client == Client::Ours {
+            // The client lost mid-run: the session's process is ended (SIGHUP to its group,
+            // SIGKILL after the worker's grace) and the next session is still served.
+            let pidfile = dir.join("pid");
+            let mut cmd = s.server.cmd(client);
+            for (k, v) in &s.env {
+                cmd = cmd.env(k, v);
+            }
+            let running = cmd
+                .cwd(&dir)
+                .args(["exact", "sleep", "60000", pidfile.to_str().unwrap()])
+                .spawn();
+            running.wait_for_stdout("sleeping", std::time::Duration::from_secs(30));
+            let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+            ng_tests::plugins::send_signal(running.pid(), libc::SIGKILL);
+            let _ = running.wait();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+            while Path::new(&format!("/proc/{pid}")).exists() {
+                let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                if state.split(' ').nth(2) == Some("Z") {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "the session's process {pid} outlived its client");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            run(&["timer"], b"");
+        }
     }
 }
 
