@@ -1,5 +1,6 @@
 //! The Node worker (`sdk/node`, `ngw-node`) through a real ngd and both clients: eslint 9
-//! (a flat config with a plugin of its own in `node_modules`), prettier 3 and tsc 5, from
+//! (a flat config with a plugin of its own in `node_modules`), eslint 8 (`.eslintrc`),
+//! prettier 3 and tsc 5, from
 //! the npm registry at pinned versions (`scripts/peers/node`), and a script of our own
 //! (`sdk/node/tests/fixtures/exact.js`), each compared byte for byte (stdout, stderr, exit
 //! status, and the files it writes) with a cold `node SCRIPT` in the same environment,
@@ -66,6 +67,7 @@ fn setup() -> Setup {
         "--state-dir".to_string(),
         state.to_string_lossy().into_owned(),
         spec("eslint", &bin("eslint9", "eslint")),
+        spec("eslint8", &bin("eslint8", "eslint")),
         spec("prettier", &bin("prettier", "prettier")),
         spec("tsc", &bin("typescript", "tsc")),
         spec("exact", &fixture),
@@ -74,7 +76,7 @@ fn setup() -> Setup {
     let server = PluginServer::builder()
         .plugin(
             Plugin::new("node", &command)
-                .commands(&["eslint", "prettier", "tsc", "exact"])
+                .commands(&["eslint", "eslint8", "prettier", "tsc", "exact"])
                 .set("min_workers", 1)
                 .set("max_workers", 1),
         )
@@ -456,5 +458,29 @@ fn eight_at_once() {
         }
         // Each worker's spare starts beside its session: give them the time to be ready.
         std::thread::sleep(std::time::Duration::from_secs(3));
+    }
+}
+
+both_clients! {
+    /// eslint 8 in a project of its own with `.eslintrc.json`: plain and `--format json`,
+    /// then eslint 9 in its project and eslint 8 again (the spare follows the command).
+    fn eslint8_as_cold(client) {
+        let s = setup();
+        let (_d, dir) = scratch("eslint8-");
+        std::fs::write(
+            dir.join(".eslintrc.json"),
+            r#"{"root": true, "parserOptions": {"ecmaVersion": 2022}, "rules": {"semi": "error", "no-unused-vars": "warn"}}"#,
+        )
+        .unwrap();
+        std::fs::write(dir.join("file.js"), LINTED).unwrap();
+        let eslint8 = bin("eslint8", "eslint");
+        let nothing = || {};
+        let cold = s.same(client, "eslint8", &eslint8, &["file.js"], &dir, b"", &[], &nothing);
+        cold.assert_code(1);
+        assert!(cold.stdout_text().contains("Missing semicolon"), "{cold:?}");
+        s.same(client, "eslint8", &eslint8, &["--format", "json", "file.js"], &dir, b"", &[], &nothing);
+        let (_d9, dir9) = eslint_project();
+        s.same(client, "eslint", &bin("eslint9", "eslint"), &["file.js"], &dir9, b"", &[], &nothing);
+        s.same(client, "eslint8", &eslint8, &["file.js"], &dir, b"", &[], &nothing);
     }
 }
