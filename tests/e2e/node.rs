@@ -484,3 +484,66 @@ both_clients! {
         s.same(client, "eslint8", &eslint8, &["file.js"], &dir, b"", &[], &nothing);
     }
 }
+
+/// Our script on the terminal, in a shell in a real pseudo-terminal: it opens `/dev/tty`,
+/// sees its streams as terminals of the terminal's size and colours, and `^C` ends it as
+/// it ends a cold run. Cold (the script through its `#!` line) and warm (our `ng` through
+/// a link named `exact`, so that the typed lines are the same), the transcripts must be
+/// identical byte for byte, and the warm one served by a spare.
+#[test]
+fn terminal_as_cold() {
+    use ng_tests::bins;
+    use ng_tests::pty::{Pty, PROMPT};
+    use std::ffi::OsStr;
+
+    let s = setup();
+    let (_d, dir) = scratch("node-tty-");
+    let script = dir.join("exact");
+    std::fs::copy(
+        repo_root().join("sdk/node/tests/fixtures/exact.js"),
+        &script,
+    )
+    .unwrap();
+    let link = dir.join("bin/exact");
+    std::fs::create_dir(dir.join("bin")).unwrap();
+    std::os::unix::fs::symlink(bins::ng(), &link).unwrap();
+    let address = s.server.address(Transport::Unix);
+    let server_arg = address.client_args()[1].to_string_lossy().into_owned();
+    let transcript = |program: &Path| -> String {
+        let env: Vec<(&str, &OsStr)> = vec![
+            ("X", program.as_os_str()),
+            ("NAILGUN_SERVER", OsStr::new(&server_arg)),
+            (TAG_VAR, OsStr::new(s.server.tag())),
+        ];
+        let mut pty = Pty::shell(80, 24, &env).unwrap();
+        pty.line(&format!("cd {}", dir.display())).unwrap();
+        let mut shown = pty.expect(PROMPT).unwrap();
+        pty.line("\"$X\" tty").unwrap();
+        shown.push_str(&pty.expect("ready\r\n").unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        pty.send(b"\x03").unwrap();
+        shown.push_str(&pty.expect(PROMPT).unwrap());
+        pty.line("echo \"@@status=$?@@\"").unwrap();
+        shown.push_str(&pty.expect("@@\r\n").unwrap());
+        shown.replace("\r\n", "\n")
+    };
+    let cold = transcript(&script);
+    assert!(cold.contains("tty opens\n[true,true,true,80,24,"), "{cold}");
+    assert!(cold.contains("@@status=130@@"), "{cold}");
+    for attempt in 0..3 {
+        let before = s.fallbacks();
+        let warm = transcript(&link);
+        assert_eq!(
+            cold,
+            warm,
+            "warm differs from cold\nlog:\n{}",
+            s.server.plugin_log("node")
+        );
+        if s.fallbacks() == before {
+            return;
+        }
+        eprintln!("attempt {attempt} ran cold; the spare for the terminal's key starts beside it");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!("never served warm\n{}", s.server.plugin_log("node"));
+}
