@@ -1,5 +1,6 @@
 //! Descriptors: one `read`, `write` or `poll`, descriptor and status flags, file type,
-//! advisory locks (`flock`), and taking ownership of an inherited descriptor.
+//! advisory locks (`flock`), pipes, putting a descriptor on a given number (`dup2`), and
+//! taking ownership of an inherited descriptor.
 //!
 //! Each function makes one system call (two for a flag update) and retries nothing: the
 //! caller decides what `EINTR` or `EAGAIN` means for it.
@@ -149,6 +150,25 @@ pub fn lock_exclusive(fd: RawFd) -> io::Result<()> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// A new pipe, both ends close-on-exec: `(read end, write end)`.
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into a live array of two.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: two new descriptors that nothing else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Makes `target` a copy of `fd`, without close-on-exec (`dup2`; the flag is cleared by
+/// hand when they are the same descriptor). Whatever `target` was is closed.
+pub fn put_on(fd: RawFd, target: RawFd) -> io::Result<()> {
+    if fd == target {
+        return clear_cloexec(fd);
+    }
+    // SAFETY: dup2 on integer descriptors; the caller gives up what `target` was.
+    check(unsafe { libc::dup2(fd, target) }).map(drop)
 }
 
 #[cfg(test)]

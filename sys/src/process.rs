@@ -1,6 +1,7 @@
 //! This process and its children: ids, process groups, the umask, the core-dump limit, the
-//! allocator's arenas, an immediate exit, a bare `fork`, watching another process's end (`pidfd`), and what a
-//! spawned child does between `fork` and `exec` ([`on_spawn`]).
+//! allocator's arenas, an immediate exit, a bare `fork`, a new session, watching another
+//! process's end (`pidfd`) and its changes of state (`waitpid`), and what a spawned child
+//! does between `fork` and `exec` ([`on_spawn`], [`on_spawn_placed`]).
 
 use crate::check;
 use std::io;
@@ -239,11 +240,193 @@ fn child_steps(setup: ChildSetup) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets this process's umask to `mask`; the previous one.
+pub fn set_umask(mask: u32) -> u32 {
+    // SAFETY: umask(2) has no memory-safety preconditions and cannot fail.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
+}
+
+/// Makes this process the leader of a new session and process group, without a
+/// controlling terminal (`setsid`); fails for a process that already leads a group.
+pub fn new_session() -> io::Result<()> {
+    // SAFETY: setsid has no preconditions.
+    check(unsafe { libc::setsid() }).map(drop)
+}
+
+/// What [`wait_change`] saw of a child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// It exited with this status.
+    Exited(i32),
+    /// A signal killed it; `true` if it dumped core.
+    Killed(i32, bool),
+    /// A signal stopped it.
+    Stopped(i32),
+    /// It was continued.
+    Continued,
+}
+
+/// One `waitpid` for child `pid` that reports stops and continues too (`WUNTRACED`,
+/// `WCONTINUED`); without `block`, `Ok(None)` while nothing changed (`WNOHANG`). Retried
+/// after a signal.
+pub fn wait_change(pid: u32, block: bool) -> io::Result<Option<Change>> {
+    let mut flags = libc::WUNTRACED | libc::WCONTINUED;
+    if !block {
+        flags |= libc::WNOHANG;
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: waitpid writes the status into a live integer.
+        match check(unsafe { libc::waitpid(pid as libc::pid_t, &mut status, flags) }) {
+            Ok(0) => return Ok(None),
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(if libc::WIFEXITED(status) {
+        Change::Exited(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        Change::Killed(libc::WTERMSIG(status), libc::WCOREDUMP(status))
+    } else if libc::WIFSTOPPED(status) {
+        Change::Stopped(libc::WSTOPSIG(status))
+    } else {
+        Change::Continued
+    }))
+}
+
+/// The most descriptors [`Placement`] puts and signals it ignores.
+pub const MAX_PLACED: usize = 16;
+
+/// Where a spawned child's descriptors go and what it starts with, for
+/// [`on_spawn_placed`]. Built by the parent, read by the child without allocating.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Placement {
+    fds: [(RawFd, RawFd); MAX_PLACED],
+    nfds: usize,
+    ignored: [libc::c_int; MAX_PLACED],
+    nignored: usize,
+    /// Starts a new session (`setsid`).
+    pub new_session: bool,
+    /// Gets `SIGKILL` when the parent thread ends (Linux `PR_SET_PDEATHSIG`).
+    pub die_with_parent: bool,
+    /// The umask it starts with, if not the parent's.
+    pub umask: Option<u32>,
+    /// The child's descriptor (after placing) that becomes its controlling terminal
+    /// (`TIOCSCTTY`; needs `new_session`). The terminal's foreground group is then the
+    /// child's.
+    pub controlling: Option<RawFd>,
+}
+
+impl Placement {
+    /// Puts the parent's descriptor `fd` on the child's `target`; `false` when full.
+    pub fn put(&mut self, fd: RawFd, target: RawFd) -> bool {
+        if self.nfds == MAX_PLACED {
+            return false;
+        }
+        self.fds[self.nfds] = (fd, target);
+        self.nfds += 1;
+        true
+    }
+
+    /// Starts the child with signal `signo` ignored (every other one at its default);
+    /// `false` when full.
+    pub fn ignore(&mut self, signo: libc::c_int) -> bool {
+        if self.nignored == MAX_PLACED {
+            return false;
+        }
+        self.ignored[self.nignored] = signo;
+        self.nignored += 1;
+        true
+    }
+}
+
+/// Makes `cmd`'s child do `placement` before it runs the program: a new session, death
+/// with its parent, every signal at its default but those it names ignored, the umask,
+/// and each descriptor on its target (all moved out of the way first, so that one
+/// target cannot clobber another's source). A failing step fails the spawn.
+pub fn on_spawn_placed(cmd: &mut Command, placement: Placement) {
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe calls (setsid, prctl, sigaction, umask, fcntl, dup2, ioctl) on integers
+    // and a copy of `placement`; it allocates nothing and touches no lock.
+    unsafe {
+        cmd.pre_exec(move || placed_steps(&placement));
+    }
+}
+
+/// The steps of [`on_spawn_placed`]. Async-signal-safe.
+fn placed_steps(p: &Placement) -> io::Result<()> {
+    if p.new_session {
+        new_session()?;
+    }
+    #[cfg(target_os = "linux")]
+    if p.die_with_parent {
+        die_with_parent()?;
+    }
+    for signo in 1..32 {
+        if signo != libc::SIGKILL && signo != libc::SIGSTOP {
+            crate::signal::set_default(signo);
+        }
+    }
+    for &signo in &p.ignored[..p.nignored] {
+        crate::signal::ignore(signo);
+    }
+    if let Some(mask) = p.umask {
+        set_umask(mask);
+    }
+    let mut moved = [0 as RawFd; MAX_PLACED];
+    for (i, &(fd, _)) in p.fds[..p.nfds].iter().enumerate() {
+        // SAFETY: fcntl F_DUPFD_CLOEXEC on an integer descriptor: a copy above the
+        // targets that the exec closes.
+        moved[i] = check(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 64) })?;
+    }
+    for (i, &(_, target)) in p.fds[..p.nfds].iter().enumerate() {
+        crate::fd::put_on(moved[i], target)?;
+    }
+    if let Some(fd) = p.controlling {
+        crate::term::take_controlling(fd)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn a_placed_child_gets_its_descriptors_and_its_stops_are_seen() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let (r, w) = crate::fd::pipe().unwrap();
+        let mut cmd = Command::new("sh");
+        // fd 4 and fd 5 swap places with each other's source, which the placement must
+        // survive; the shell stops itself once, then reports its umask.
+        cmd.args(["-c", "kill -STOP $$; umask >&5; echo x >&4"]);
+        let mut p = Placement::default();
+        assert!(p.put(theirs.as_raw_fd(), 5));
+        assert!(p.put(w.as_raw_fd(), 4));
+        p.new_session = true;
+        p.umask = Some(0o027);
+        on_spawn_placed(&mut cmd, p);
+        let child = cmd.spawn().unwrap();
+        drop(theirs);
+        drop(w);
+        assert!(matches!(
+            wait_change(child.id(), true).unwrap(),
+            Some(Change::Stopped(libc::SIGSTOP))
+        ));
+        crate::signal::kill(child.id(), libc::SIGCONT);
+        let mut change = wait_change(child.id(), true).unwrap();
+        if change == Some(Change::Continued) {
+            change = wait_change(child.id(), true).unwrap();
+        }
+        assert_eq!(change, Some(Change::Exited(0)));
+        std::mem::forget(child); // reaped above
+        assert_eq!(std::io::read_to_string(ours).unwrap().trim(), "0027");
+        let mut buf = [0u8; 8];
+        assert_eq!(crate::fd::read(r.as_raw_fd(), &mut buf).unwrap(), 2);
+    }
 
     #[test]
     fn a_child_gets_its_session_and_descriptor() {

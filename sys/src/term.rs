@@ -1,5 +1,5 @@
-//! Terminals: pseudo-terminal pairs, modes (`termios`), window size, and whether this
-//! process is in a terminal's foreground process group.
+//! Terminals: pseudo-terminal pairs, modes (`termios`), window size, the controlling
+//! terminal and its foreground process group.
 
 use crate::check;
 use std::io;
@@ -91,6 +91,20 @@ pub fn foreground_group(master: RawFd) -> Option<libc::pid_t> {
     let mut pgrp: libc::pid_t = 0;
     // SAFETY: TIOCGPGRP writes a pid_t.
     (unsafe { libc::ioctl(master, libc::TIOCGPGRP, &mut pgrp) } == 0).then_some(pgrp)
+}
+
+/// Makes terminal `fd` the controlling terminal of this process, a session leader
+/// without one (`TIOCSCTTY`, not stealing it from another session).
+pub fn take_controlling(fd: RawFd) -> io::Result<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument.
+    check(unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) }).map(drop)
+}
+
+/// Makes process group `pgid` the foreground group of terminal `fd`, our controlling
+/// terminal (`tcsetpgrp`).
+pub fn set_foreground(fd: RawFd, pgid: u32) -> io::Result<()> {
+    // SAFETY: tcsetpgrp on integers.
+    check(unsafe { libc::tcsetpgrp(fd, pgid as libc::pid_t) }).map(drop)
 }
 
 #[cfg(all(test, target_os = "linux"))]

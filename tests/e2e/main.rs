@@ -65,3 +65,5 @@ mod warm;
 mod shims;
 // The Ruby worker (sdk/ruby): rubocop, rake and a script of our own, warm as cold.
 mod ruby;
+// The Node worker (sdk/node): eslint, prettier, tsc and a script of our own, warm as cold.
+mod node;

@@ -1,0 +1,265 @@
+'use strict';
+// A spare: a Node process the worker starts ahead of a session, as
+//
+//     node -r <sdk>/lib/spare.js <spare dir>/main
+//
+// in the previous session's directory and environment, with placeholders of the previous
+// session's stdio kinds on fds 0-2 and its socket to the worker on fd 3. As Node's
+// preload module (`-r`), this file runs before Node resolves and runs its main module, so
+// the session's program is then started by Node's own `runMain`, exactly as `node SCRIPT`
+// starts it (the same frames under the program's in a stack trace, `require.main`, ESM or
+// CommonJS by the same rules): here the spare
+//
+// 1. preloads the program's learned modules (`require`, in the order the program loaded
+//    them), with the program's argv, while recording the environment variables they read;
+//    it stops at the first module that touches process.stdout/stderr/stdin, calls
+//    process.exit, throws, or leaves a handle or timer behind (a module that is the program
+//    rather than a library), and reports it, so that the worker stops there next time;
+// 2. reports `ready` to the worker with the variables read, and blocks for its session;
+// 3. takes the session: the client's descriptors on fds 0-2 (and the pseudo-terminal as
+//    its controlling terminal), the umask, ignored signals, the directory, the environment
+//    and argv; clears its own traces (execArgv, its require.cache entry); links
+//    `<spare dir>/main` to the script; answers `taken`;
+// 4. returns, and Node runs the script.
+//
+// Nothing here touches process.stdout/stderr/stdin: they are created, lazily, on the
+// session's descriptors. Its own messages before the session go to the worker (fd 3).
+
+const fs = require('fs');
+const path = require('path');
+
+const SOCK = 3;
+
+function main() {
+  const dir = path.dirname(process.argv[1]);
+  const config = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'));
+  const m = { exports: {} };
+  process.dlopen(m, config.native);
+  const native = m.exports;
+  native.cloexec(SOCK, true);
+
+  const say = (obj) => {
+    const line = Buffer.from(`${JSON.stringify(obj)}\n`);
+    let off = 0;
+    while (off < line.length) {
+      const n = native.write(SOCK, line.subarray(off));
+      if (n <= 0) break;
+      off += n;
+    }
+  };
+
+  const outcome = preload(config);
+  say({ ready: true, ...outcome });
+  if (outcome.unsafe !== undefined) process.reallyExit(0);
+
+  const session = receive(native);
+  if (!session) process.reallyExit(0);
+  take(native, session, dir);
+  say({ taken: true });
+  learnAtExit(native);
+}
+
+// Requires config.modules in order with the traps in place; what was read and where it
+// stopped.
+function preload(config) {
+  const realEnv = process.env;
+  const reads = new Set();
+  let enumerated = false;
+  process.env = new Proxy(realEnv, {
+    get(t, k) {
+      if (typeof k === 'string') reads.add(k);
+      return t[k];
+    },
+    has(t, k) {
+      if (typeof k === 'string') reads.add(k);
+      return k in t;
+    },
+    ownKeys(t) {
+      enumerated = true;
+      return Reflect.ownKeys(t);
+    },
+    getOwnPropertyDescriptor(t, k) {
+      if (typeof k === 'string') reads.add(k);
+      return Reflect.getOwnPropertyDescriptor(t, k);
+    },
+  });
+  const touched = [];
+  const saved = {};
+  ['stdin', 'stdout', 'stderr'].forEach((name, fd) => {
+    saved[name] = Object.getOwnPropertyDescriptor(process, name);
+    const stub = stdioStub(name, fd, touched);
+    Object.defineProperty(process, name, {
+      configurable: true,
+      enumerable: saved[name] ? saved[name].enumerable : true,
+      get: () => stub,
+    });
+  });
+  const exit = process.exit;
+  process.exit = () => {
+    touched.push('exit');
+    throw new Error('ngw-node: a preloaded module called process.exit');
+  };
+  const argv = process.argv.slice();
+  process.argv.splice(1, process.argv.length - 1, config.script);
+
+  let unsafe;
+  let reason;
+  const before = process.getActiveResourcesInfo().length;
+  const modules = config.modules || [];
+  let i = 0;
+  for (; i < modules.length; i++) {
+    try {
+      require(modules[i]);
+    } catch (e) {
+      unsafe = i;
+      reason = touched.length ? `touched ${touched.join(', ')}` : `threw ${String(e && e.message).slice(0, 200)}`;
+      break;
+    }
+    if (touched.length) {
+      unsafe = i;
+      reason = `touched ${touched.join(', ')}`;
+      break;
+    }
+    if (process.getActiveResourcesInfo().length > before) {
+      unsafe = i;
+      reason = `left ${process.getActiveResourcesInfo().slice(before).join(', ')} behind`;
+      break;
+    }
+  }
+  process.exit = exit;
+  for (const name of ['stdin', 'stdout', 'stderr']) {
+    if (saved[name]) Object.defineProperty(process, name, saved[name]);
+  }
+  process.env = realEnv;
+  process.argv.splice(0, process.argv.length, ...argv);
+  const out = { preloaded: i, reads: [...reads], enumerated };
+  if (unsafe !== undefined) {
+    out.unsafe = unsafe;
+    out.module = modules[unsafe];
+    out.reason = reason;
+  }
+  return out;
+}
+
+// Set once the spare is the session's process.
+let taken = false;
+
+// What a preloaded module gets for process.stdin/stdout/stderr: before the session, only
+// the descriptor's number (`fd`) and whether it is a terminal (`isTTY`, as the placeholder
+// of the session's kind says), which libraries such as debug read as they load; anything
+// else is a module using the stream while it loads, and preloading stops before it. A
+// module that kept the object finds it forwarding to the session's own stream afterwards.
+function stdioStub(name, fd, touched) {
+  const tty = require('tty');
+  const real = () => process[name];
+  const forward = (op) => (t, ...rest) => Reflect[op](real(), ...rest);
+  return new Proxy(Object.create(null), {
+    get(t, k) {
+      if (taken) {
+        const s = real();
+        return Reflect.get(s, k, s);
+      }
+      if (k === 'fd') return fd;
+      if (k === 'isTTY') return tty.isatty(fd) ? true : undefined;
+      touched.push(`${name}.${String(k)}`);
+      throw new Error(`ngw-node: a preloaded module used process.${name}.${String(k)}`);
+    },
+    set(t, k, v) {
+      if (!taken) {
+        touched.push(`${name}.${String(k)}`);
+        return false;
+      }
+      const s = real();
+      return Reflect.set(s, k, v, s);
+    },
+    has: (t, k) => (taken ? Reflect.has(real(), k) : k === 'fd' || k === 'isTTY'),
+    ownKeys: (t) => (taken ? Reflect.ownKeys(real()) : []),
+    getOwnPropertyDescriptor: (t, k) => (taken ? Reflect.getOwnPropertyDescriptor(real(), k) : undefined),
+    defineProperty: forward('defineProperty'),
+    deleteProperty: forward('deleteProperty'),
+    getPrototypeOf: (t) => (taken ? Reflect.getPrototypeOf(real()) : null),
+  });
+}
+
+// Blocks until the worker sends the session: a JSON line with the client's descriptors.
+function receive(native) {
+  let buf = Buffer.alloc(0);
+  let fds = [];
+  for (;;) {
+    const got = native.recv(SOCK, 1 << 20, 16);
+    if (got === null) continue;
+    fds = fds.concat(got.fds);
+    if (got.data.length === 0) return null;
+    buf = Buffer.concat([buf, got.data]);
+    const nl = buf.indexOf(10);
+    if (nl >= 0) {
+      const session = JSON.parse(buf.subarray(0, nl).toString('utf8'));
+      session.received = fds;
+      return session;
+    }
+  }
+}
+
+// Becomes the session's process.
+function take(native, s, dir) {
+  const fds = s.received;
+  const devnull = fs.openSync('/dev/null', 'r+');
+  for (let fd = 0; fd <= 2; fd++) {
+    const i = s.fdMap.indexOf(fd);
+    native.putOn(i >= 0 ? fds[i] : devnull, fd);
+  }
+  if (s.pty !== undefined && s.pty !== null) {
+    const slave = fds[s.fdMap.length];
+    for (const fd of s.ptyMap) native.putOn(slave, fd);
+    native.ctty(s.ptyMap[0]);
+  }
+  for (const fd of fds) native.close(fd);
+  native.close(devnull);
+  for (const signo of s.ignore) native.ignoreSignal(signo);
+  native.umask(s.umask);
+  if (s.cwd !== null) process.chdir(s.cwd);
+  for (const k of Object.keys(process.env)) delete process.env[k];
+  for (const [k, v] of s.env) process.env[k] = v;
+  process.argv.splice(0, process.argv.length, process.argv[0], ...s.argv);
+  process.execArgv.splice(0, process.execArgv.length);
+  delete require.cache[__filename];
+  taken = true;
+  fs.symlinkSync(s.target, path.join(dir, 'main'));
+}
+
+// When the program exits, sends the worker the modules it loaded (CommonJS, in load
+// order), without blocking. Node emits 'exit' through process.emit, on a natural end as
+// after process.exit: the spare wraps it (an own property of process, after the program's
+// listeners have run) rather than adding a listener the program could count.
+function learnAtExit(native) {
+  const emit = process.emit;
+  const wrapped = {
+    emit(event, ...args) {
+      let result;
+      try {
+        result = emit.call(this, event, ...args);
+      } finally {
+        if (event === 'exit' && this === process) report(native);
+      }
+      return result;
+    },
+  }.emit;
+  Object.defineProperty(process, 'emit', { value: wrapped, writable: true, configurable: true, enumerable: false });
+}
+
+let reported = false;
+
+function report(native) {
+  if (reported) return;
+  reported = true;
+  const line = Buffer.from(`${JSON.stringify({ modules: Object.keys(require.cache) })}\n`);
+  try {
+    native.nonblock(SOCK);
+    native.write(SOCK, line);
+  } catch {
+    // the worker is gone
+  }
+  native.close(SOCK);
+}
+
+main();
