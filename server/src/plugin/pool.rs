@@ -254,6 +254,8 @@ pub struct Pool {
     pub notices: VecDeque<Notice>,
     /// Notices received, per kind.
     pub notice_counts: BTreeMap<String, u64>,
+    /// The workers' counters (`count` notices), per name.
+    pub counters: BTreeMap<String, u64>,
     /// Whether it keeps workers between sessions.
     pub residency: Residency,
     /// When its last session was queued (or the pool made, [`Pool::touch`]).
@@ -280,6 +282,7 @@ impl Pool {
             sessions: 0,
             notices: VecDeque::new(),
             notice_counts: BTreeMap::new(),
+            counters: BTreeMap::new(),
             residency: Residency::Awake,
             last_used: None,
         }
@@ -526,8 +529,13 @@ impl Pool {
 
     /// Keeps a notice (the last [`NOTICES_KEPT`]) and counts it. A `disabled` notice (a
     /// bridge whose plugin failed too often) disables the pool with the notice's message
-    /// as the reason.
+    /// as the reason. A `count` notice adds one to the counter its message names, and is
+    /// neither kept nor counted as a notice.
     pub fn notice(&mut self, notice: Notice) {
+        if notice.kind == NoticeKind::Count {
+            *self.counters.entry(notice.message).or_default() += 1;
+            return;
+        }
         if notice.kind == NoticeKind::Disabled {
             self.disable(notice.message.clone());
         }
