@@ -872,6 +872,18 @@ mod tests {
     }
 
     #[test]
+    fn count_notices_add_to_their_counter_and_are_not_kept() {
+        let mut p = Pool::new(config(""));
+        for name in ["cache-used", "cache-unused", "cache-used"] {
+            p.notice(Notice::received(NoticeKind::Count, name.into(), Some(1), 1));
+        }
+        assert_eq!(p.counters["cache-used"], 2);
+        assert_eq!(p.counters["cache-unused"], 1);
+        assert!(p.notices.is_empty());
+        assert!(p.notice_counts.is_empty());
+    }
+
+    #[test]
     fn a_session_longer_than_idle_to_zero_leaves_its_pool_awake_when_it_ends() {
         let mut p = Pool::new(config("idle_to_zero_ms = 1000"));
         let t0 = Instant::now();
