@@ -55,8 +55,8 @@ final class ClassCache {
     private static final String FORMAT = "ngw-jvm-cache 1";
     /** Options that take class data sharing into the user's own hands: no cache then. */
     private static final List<String> USER_CDS = List.of("-Xshare", "-XX:SharedArchiveFile", "-XX:AOT",
-            "-XX:ArchiveClassesAtExit", "-XX:DumpLoadedClassList", "-XX:SharedClassListFile", "-XX:+AutoCreateSharedArchive",
-            "-XX:CacheDataStore");
+            "-XX:ArchiveClassesAtExit", "-XX:DumpLoadedClassList", "-XX:SharedClassListFile",
+            "-XX:+AutoCreateSharedArchive");
 
     /**
      * What one JVM was started with: its log, and the class list it records (or null). The
@@ -220,8 +220,8 @@ final class ClassCache {
         }
         deleteQuietly(u.log);
         // The JVM names the archive it opens, then maps it or says why not.
-        boolean used = u.given && text.contains(u.archive.toString()) && text.contains("Mapped static") && !text.contains("Unable to map")
-                && !text.contains("[error");
+        boolean used = u.given && text.contains(u.archive.toString()) && text.contains("Mapped static")
+                && !text.contains("Unable to map") && !text.contains("[error");
         worker.notice("count", used ? "cache-used" : "cache-unused", session);
     }
 
@@ -319,8 +319,23 @@ final class ClassCache {
         prune();
     }
 
-    /** Deletes the least recently used archives while the directory holds more than the bound. */
+    /**
+     * Deletes the least recently used archives while the directory holds more than the
+     * bound, and logs and recordings a day old (left by JVMs whose worker died).
+     */
     private void prune() {
+        long day = System.currentTimeMillis() - 24 * 3600 * 1000L;
+        for (Path d : List.of(dir, dir.resolve("logs"))) {
+            try (Stream<Path> s = Files.list(d)) {
+                s.filter(p -> {
+                    String n = p.getFileName().toString();
+                    boolean ours = n.endsWith(".log") || n.contains(".classlist.") || n.contains(".jsa.tmp.");
+                    return ours && mtime(p) < day;
+                }).forEach(ClassCache::deleteQuietly);
+            } catch (IOException e) {
+                // Tried again after the next archive.
+            }
+        }
         List<Path> archives;
         try (Stream<Path> s = Files.list(dir)) {
             archives = new ArrayList<>(s.filter(p -> p.getFileName().toString().endsWith(".jsa")).toList());
