@@ -126,6 +126,12 @@ struct Probe<'a> {
 impl Probe<'_> {
     /// One session warm and the same cold; identical. Returns whether it used the cache.
     fn run(&mut self) -> bool {
+        let dir = self.dir.clone();
+        self.run_in(&dir)
+    }
+
+    /// [`Probe::run`] from `dir`.
+    fn run_in(&mut self, dir: &Path) -> bool {
         self.runs += 1;
         let used = counter(&self.server, "cache-used");
         let unused = counter(&self.server, "cache-unused");
@@ -135,13 +141,13 @@ impl Probe<'_> {
         } else {
             vec!["x", "yy"]
         };
-        let theirs = cold(self.home, &self.jar, &args, &self.dir, &probe);
+        let theirs = cold(self.home, &self.jar, &args, dir, &probe);
         let ours = self
             .server
             .cmd(Client::Ours)
             .arg("probe")
             .args(&args)
-            .cwd(&self.dir)
+            .cwd(dir)
             .env("PROBE", &probe)
             .run();
         same(&theirs, &ours, &format!("run {}", self.runs));
@@ -223,6 +229,13 @@ fn cycle(home: &Path, state: &Path) -> (tempfile::TempDir, PathBuf) {
     assert!(!p.run(), "the first session used a cache");
     p.wait_made(1);
     p.until_used();
+    // From another directory, where no spare was started: the cold way uses it too.
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    assert!(
+        p.run_in(&elsewhere),
+        "a cold-way session did not use the cache"
+    );
     let first = archives(state);
     assert_eq!(first.len(), before.len() + 1, "{first:?}");
 
