@@ -227,6 +227,14 @@ fn stats(ctx: &mut Context) -> i32 {
             if let Some(why) = &p.last_failure {
                 let _ = writeln!(out, "plugin {}: last failure: {why}", p.name);
             }
+            if !p.counters.is_empty() {
+                let counts: Vec<String> = p
+                    .counters
+                    .iter()
+                    .map(|(name, n)| format!("{name} {n}"))
+                    .collect();
+                let _ = writeln!(out, "plugin {}: counters: {}", p.name, counts.join(", "));
+            }
             if !p.notice_counts.is_empty() {
                 let counts: Vec<String> = p
                     .notice_counts

@@ -241,3 +241,6 @@ mod hostile;
 
 #[path = "jvm_exact.rs"]
 mod exact;
+
+#[path = "jvm_cache.rs"]
+mod cache;

@@ -22,18 +22,22 @@ pub enum NoticeKind {
     Restart,
     /// A sub-zygote of the Python SDK could not serve a session.
     Zygote,
+    /// One more of the counter its message names (a session used the worker's cache, say):
+    /// counted, neither logged nor kept.
+    Count,
     /// A kind this table does not name.
     Other(String),
 }
 
 /// Every named kind with its spelling on the wire.
-const NAMES: [(NoticeKind, &str); 6] = [
+const NAMES: [(NoticeKind, &str); 7] = [
     (NoticeKind::Fallback, "fallback"),
     (NoticeKind::Stale, "stale"),
     (NoticeKind::Retire, "retire"),
     (NoticeKind::Disabled, "disabled"),
     (NoticeKind::Restart, "restart"),
     (NoticeKind::Zygote, "zygote"),
+    (NoticeKind::Count, "count"),
 ];
 
 impl NoticeKind {

@@ -937,6 +937,7 @@ mod tests {
             last_failure: None,
             notices: Vec::new(),
             notice_counts: BTreeMap::new(),
+            counters: BTreeMap::new(),
             log: String::new(),
             residency: Residency::Awake,
             memory_bytes: 0,

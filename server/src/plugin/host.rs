@@ -773,8 +773,12 @@ impl PluginHost {
                 session,
             } => {
                 let name = &self.pools[pool].config.name;
-                tracing::info!(plugin = %name, pid, kind = %kind, session, "notice: {message}");
                 let kind = NoticeKind::from_name(&kind);
+                if kind == NoticeKind::Count {
+                    tracing::debug!(plugin = %name, pid, session, "counter: {message}");
+                } else {
+                    tracing::info!(plugin = %name, pid, kind = %kind, session, "notice: {message}");
+                }
                 if kind == NoticeKind::Retire {
                     // A recycle, not a failure: no new session; replaced when its
                     // sessions are done.

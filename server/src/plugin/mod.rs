@@ -166,6 +166,9 @@ pub struct PluginReport {
     pub notices: Vec<Notice>,
     /// Notices received, per kind.
     pub notice_counts: BTreeMap<String, u64>,
+    /// The workers' counters (`count` notices), per name.
+    #[serde(default)]
+    pub counters: BTreeMap<String, u64>,
     /// The workers' log file.
     pub log: String,
     /// Whether it keeps workers between sessions (`awake`, `asleep`, `evicted`).
@@ -200,6 +203,7 @@ impl PluginReport {
             last_failure: p.last_failure.clone(),
             notices: p.notices.iter().cloned().collect(),
             notice_counts: p.notice_counts.clone(),
+            counters: p.counters.clone(),
             log: p.config.log_path().display().to_string(),
             residency: p.residency,
             memory_bytes: 0,

@@ -254,6 +254,8 @@ pub struct Pool {
     pub notices: VecDeque<Notice>,
     /// Notices received, per kind.
     pub notice_counts: BTreeMap<String, u64>,
+    /// The workers' counters (`count` notices), per name.
+    pub counters: BTreeMap<String, u64>,
     /// Whether it keeps workers between sessions.
     pub residency: Residency,
     /// When its last session was queued (or the pool made, [`Pool::touch`]).
@@ -283,6 +285,7 @@ impl Pool {
             sessions: 0,
             notices: VecDeque::new(),
             notice_counts: BTreeMap::new(),
+            counters: BTreeMap::new(),
             residency: Residency::Awake,
             last_used: None,
             derived_from: None,
@@ -530,8 +533,13 @@ impl Pool {
 
     /// Keeps a notice (the last [`NOTICES_KEPT`]) and counts it. A `disabled` notice (a
     /// bridge whose plugin failed too often) disables the pool with the notice's message
-    /// as the reason.
+    /// as the reason. A `count` notice adds one to the counter its message names, and is
+    /// neither kept nor counted as a notice.
     pub fn notice(&mut self, notice: Notice) {
+        if notice.kind == NoticeKind::Count {
+            *self.counters.entry(notice.message).or_default() += 1;
+            return;
+        }
         if notice.kind == NoticeKind::Disabled {
             self.disable(notice.message.clone());
         }
@@ -865,6 +873,18 @@ mod tests {
         assert_eq!(p.notices.front().map(|n| n.message.as_str()), Some("n2"));
         assert_eq!(p.notice_counts["fallback"], 5);
         assert_eq!(p.notice_counts["stale"], 5);
+    }
+
+    #[test]
+    fn count_notices_add_to_their_counter_and_are_not_kept() {
+        let mut p = Pool::new(config(""));
+        for name in ["cache-used", "cache-unused", "cache-used"] {
+            p.notice(Notice::received(NoticeKind::Count, name.into(), Some(1), 1));
+        }
+        assert_eq!(p.counters["cache-used"], 2);
+        assert_eq!(p.counters["cache-unused"], 1);
+        assert!(p.notices.is_empty());
+        assert!(p.notice_counts.is_empty());
     }
 
     #[test]

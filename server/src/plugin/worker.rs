@@ -219,6 +219,9 @@ pub fn spawn(plugin: &PluginConfig, launch: &Launch<'_>) -> io::Result<Spawned> 
             cmd
         }
     };
+    // Where workers keep what they make for the next start (learned preloads, the JVM
+    // worker's class-data caches); the plugin's own `env` may name another.
+    cmd.env("NGW_STATE_DIR", super::config::state_dir().join("workers"));
     cmd.envs(&plugin.env);
     match plugin.sdk {
         Some(super::config::Sdk::Python) => {

@@ -56,6 +56,7 @@ public final class ExactWorker {
     private final Map<Long, Run> runs = new ConcurrentHashMap<>();
     private final Map<Long, Run> headers = new LinkedHashMap<>();
     private final Spares spares;
+    private final ClassCache cache;
     /** Runs each session's launcher and waiter (threads kept for the next session). */
     private final ExecutorService launchers = Executors.newCachedThreadPool(r -> {
         Thread t = new Thread(r, "ngw-launch");
@@ -91,6 +92,8 @@ public final class ExactWorker {
         volatile boolean clientStopped;
         volatile boolean ended;
         Thread[] relays = new Thread[0];
+        /** What its JVM was started with of the class-data cache, or null. */
+        ClassCache.Use cache;
 
         Run(long id) {
             this.id = id;
@@ -115,6 +118,7 @@ public final class ExactWorker {
         this.signalsExt = host.contains("signals");
         this.writer = new ChunkWriter(new FileOutputStream(FileDescriptor.in), mux);
         this.java = ProcessHandle.current().info().command().orElse("java");
+        this.cache = new ClassCache(this, options, java);
         this.spares = new Spares(this, options.spares);
     }
 
@@ -332,7 +336,9 @@ public final class ExactWorker {
                 if (!why.isEmpty()) {
                     notice("fallback", "ran cold: " + why, r.id);
                 }
-                List<String> argv = coldArgv(r.args);
+                List<String> cds = new ArrayList<>();
+                r.cache = cache.start(cds);
+                List<String> argv = coldArgv(cds, r.args);
                 String path = java();
                 String ng = anchor();
                 if (r.pty >= 0 && ng != null) {
@@ -358,6 +364,8 @@ public final class ExactWorker {
                 };
             }
             waitFor(r);
+            // Made from what this session recorded, now that its exit code has gone.
+            cache.make(r.cache);
             // The next spare starts once this session is over, so that a JVM starting does
             // not take CPU from the session's own (two cores are common).
             spares.refill(r.cwd, r.env);
@@ -365,6 +373,7 @@ public final class ExactWorker {
             for (int f : ours) {
                 Posix.closeQuietly(f);
             }
+            cache.abandoned(r.cache);
             log.println("ngw-java: session " + r.id + ": " + e);
             r.send(Chunk.STDERR, ("ngw-java: cannot start the program: " + e.getMessage() + "\n")
                     .getBytes(StandardCharsets.UTF_8));
@@ -372,10 +381,14 @@ public final class ExactWorker {
         }
     }
 
-    /** {@code java [JVM options] -cp CP MAIN ARGS} (or {@code -jar JAR ARGS}), as bytes. */
-    List<String> coldArgv(List<String> args) {
+    /**
+     * {@code java [cache options] [JVM options] -cp CP MAIN ARGS} (or {@code -jar JAR ARGS}),
+     * as bytes.
+     */
+    List<String> coldArgv(List<String> cacheOptions, List<String> args) {
         List<String> argv = new ArrayList<>();
         argv.add(java);
+        argv.addAll(cacheOptions);
         argv.addAll(jvmOptions);
         if (options.jar != null) {
             argv.add("-jar");
@@ -403,6 +416,10 @@ public final class ExactWorker {
 
     Options options() {
         return options;
+    }
+
+    ClassCache cache() {
+        return cache;
     }
 
     static List<String> envList(Map<String, String> env) {
@@ -474,6 +491,7 @@ public final class ExactWorker {
                     t.interrupt();
                 }
             }
+            cache.finished(r.cache, r.id);
             String x;
             if (s.signaled()) {
                 x = 128 + s.signal() + (signalsExt ? " " + Signals.name(s.signal()) + (s.core() ? " core" : "") : "")

@@ -42,6 +42,8 @@ final class Spares {
         int state;
         /** Killed by the worker (not a failure). */
         boolean killed;
+        /** What it was started with of the class-data cache, or null. */
+        ClassCache.Use cache;
 
         Spare(int pid, int sock, String cwd, Map<String, String> startupEnv, long code) {
             this.code = code;
@@ -99,6 +101,7 @@ final class Spares {
             int n = Posix.readSome(s.sock, answer);
             if (n > 0 && answer[0] == 'R') {
                 r.pid = s.pid;
+                r.cache = s.cache;
                 Posix.closeQuietly(s.sock);
                 return null;
             }
@@ -198,6 +201,7 @@ final class Spares {
         ngw.Options o = worker.options();
         long code = code();
         List<String> argv = new ArrayList<>();
+        ClassCache.Use cache = worker.cache().start(argv);
         argv.addAll(o.jvmOptions);
         argv.add("-Dngw.spare.main=" + o.mainClass);
         argv.add("-Dngw.spare.cp=" + (o.jar != null ? o.jar : String.join(":", o.classpath)));
@@ -219,11 +223,13 @@ final class Spares {
                     new int[] {Posix.DEV_NULL, 2, 2}, pair[1]));
         } catch (IOException e) {
             Posix.closeQuietly(pair[0]);
+            worker.cache().abandoned(cache);
             throw e;
         } finally {
             Posix.closeQuietly(pair[1]);
         }
         Spare s = new Spare(pid, pair[0], cwd, startupEnv, code);
+        s.cache = cache;
         Thread t = new Thread(() -> awaitReady(s), "ngw-spare-" + pid);
         t.setDaemon(true);
         t.start();
@@ -250,6 +256,7 @@ final class Spares {
                 s.state = -1;
                 failures++;
                 spares.remove(s);
+                worker.cache().abandoned(s.cache);
                 worker.log("a spare JVM (pid " + s.pid + ") exited before it was ready; see the messages above");
                 reap(s);
             }
@@ -259,6 +266,7 @@ final class Spares {
 
     private synchronized void kill(Spare s) {
         s.killed = true;
+        worker.cache().abandoned(s.cache);
         Posix.signal(-s.pid, Posix.SIGKILL);
         if (s.state != 0) {
             Posix.closeQuietly(s.sock);
