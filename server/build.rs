@@ -1,22 +1,45 @@
-//! Embeds ngd's own copy of the Python SDK (`sdk/python/src`: the `ngw` and `ngw_contrib`
-//! packages) into the binary, so that ngd can make it importable to the Python workers it
-//! starts wherever ngd was installed from (`src/python_sdk.rs` writes it out).
+//! Embeds ngd's own copies of the worker SDKs it carries into the binary, so that ngd can
+//! start their workers wherever ngd was installed from (`src/carried_sdk.rs` writes them
+//! out): the Python SDK (`sdk/python/src`: the `ngw` and `ngw_contrib` packages, `.py`
+//! files) and the Ruby worker (`sdk/ruby`: `bin/ngw-ruby` and the `.rb` files of `lib/`).
 //!
-//! Generates `$OUT_DIR/python_sdk.rs`: `FILES`, each file's path relative to the source
-//! directory and its bytes (`include_bytes!`), and `DIGEST`, a hash of them all that names
-//! the directory they are written to.
+//! Generates `$OUT_DIR/python_sdk.rs` and `$OUT_DIR/ruby_sdk.rs`: `FILES`, each file's path
+//! relative to the SDK's directory and its bytes (`include_bytes!`), and `DIGEST`, a hash
+//! of them all that names the directory they are written to.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
-    let src = manifest.join("../sdk/python/src");
-    println!("cargo:rerun-if-changed={}", src.display());
+    let python = manifest.join("../sdk/python/src");
     let mut files = Vec::new();
-    if src.is_dir() {
-        collect(&src, &src, &mut files);
+    watch(&python);
+    if python.is_dir() {
+        collect(&python, &python, ".py", &mut files);
     }
+    generate(&python, files, "python_sdk.rs");
+
+    let ruby = manifest.join("../sdk/ruby");
+    let mut files = Vec::new();
+    watch(&ruby.join("bin"));
+    watch(&ruby.join("lib"));
+    if ruby.join("bin/ngw-ruby").is_file() {
+        files.push("bin/ngw-ruby".to_owned());
+    }
+    let lib = ruby.join("lib");
+    if lib.is_dir() {
+        collect(&ruby, &lib, ".rb", &mut files);
+    }
+    generate(&ruby, files, "ruby_sdk.rs");
+}
+
+fn watch(path: &Path) {
+    println!("cargo:rerun-if-changed={}", path.display());
+}
+
+/// Writes `$OUT_DIR/<name>`: `FILES` (the `files` under `src`) and their `DIGEST`.
+fn generate(src: &Path, mut files: Vec<String>, name: &str) {
     files.sort();
     // FNV-1a, 64 bits: a name for this set of files, not a security measure.
     let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
@@ -35,7 +58,7 @@ fn main() {
         eat(&[0]);
         eat(&bytes);
         eat(&[0]);
-        println!("cargo:rerun-if-changed={}", path.display());
+        watch(&path);
         let _ = writeln!(
             out,
             "    ({rel:?}, include_bytes!({:?})),",
@@ -48,11 +71,11 @@ fn main() {
         "/// A hash of [`FILES`].\npub const DIGEST: &str = \"{digest:016x}\";"
     );
     let dest = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));
-    std::fs::write(dest.join("python_sdk.rs"), out).expect("write python_sdk.rs");
+    std::fs::write(dest.join(name), out).expect("write the SDK's file list");
 }
 
-/// The `.py` files under `dir`, as paths relative to `root` with `/` separators.
-fn collect(root: &Path, dir: &Path, files: &mut Vec<String>) {
+/// The files ending in `ext` under `dir`, as paths relative to `root` with `/` separators.
+fn collect(root: &Path, dir: &Path, ext: &str, files: &mut Vec<String>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -62,10 +85,10 @@ fn collect(root: &Path, dir: &Path, files: &mut Vec<String>) {
         let name = name.to_string_lossy();
         if path.is_dir() {
             if name != "__pycache__" && !name.starts_with('.') && !name.ends_with(".egg-info") {
-                println!("cargo:rerun-if-changed={}", path.display());
-                collect(root, &path, files);
+                watch(&path);
+                collect(root, &path, ext, files);
             }
-        } else if name.ends_with(".py") {
+        } else if name.ends_with(ext) {
             if let Ok(rel) = path.strip_prefix(root) {
                 files.push(rel.to_string_lossy().replace('\\', "/"));
             }

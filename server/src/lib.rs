@@ -25,7 +25,8 @@
 //! * [`memory`]: freed heap memory given back to the kernel once the server goes quiet.
 //! * [`upgrade`]: a server notices that its own binary changed on disk.
 //! * [`activation`]: systemd socket activation and readiness notification.
-//! * [`python_sdk`]: the Python SDK carried inside the binary, for `sdk = "python"`.
+//! * [`carried_sdk`]: the worker SDKs carried inside the binary (Python, Ruby), for `sdk = ...`.
+//! * [`python_sdk`]: how a worker of an `sdk = "python"` table finds the Python SDK.
 //! * [`sys`]: the raw system calls of the server alone (the shared ones are `ng_sys`'s).
 //!
 //! The protocol itself (framing, session rules) is `ng-proto`'s; nothing here parses bytes.
@@ -34,6 +35,7 @@
 
 pub mod activation;
 pub mod builtins;
+pub mod carried_sdk;
 pub mod config;
 pub mod conn;
 pub mod event_loop;

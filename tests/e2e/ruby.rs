@@ -4,7 +4,9 @@
 //! byte for byte (stdout, stderr, exit status) with a cold run of the same program with
 //! the same environment, directory and stdin, and every session served warm (no
 //! `fallback` notice). The worker is configured with an explicit `command`; its learned
-//! preloads go to a state directory of the test's own.
+//! preloads go to a state directory of the test's own. On a terminal: a script in a real
+//! pseudo-terminal (`ng_tests::pty`), and irb in tmux, made warm by `ngd warm irb` and
+//! compared by the screens `capture-pane` shows ([`Tmux`]).
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt as _;
@@ -378,4 +380,184 @@ puts 'not interrupted'
         s.server.plugin_log("ruby")
     );
     s.assert_all_warm();
+}
+
+/// A tmux server of its own (its socket in a temporary directory) with one 80×24 window
+/// running `bash --norc --noprofile` with exactly the environment given; what the terminal
+/// shows is read with `capture-pane` once it has settled (unchanged for 300 ms), so a
+/// program that redraws its line (irb's reline) is compared by what a user sees, not by
+/// the bytes of its redrawing.
+struct Tmux {
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmux {
+    fn start(env: &[(&str, &str)]) -> Tmux {
+        let dir = tempfile::Builder::new()
+            .prefix("ruby-tmux-")
+            .tempdir()
+            .unwrap();
+        let socket = dir.path().join("tmux.sock");
+        let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+        let mut shell = String::from("exec env -i");
+        for (k, v) in env {
+            shell += &format!(" {k}={}", quote(v));
+        }
+        shell += " bash --norc --noprofile";
+        let tmux = Tmux { socket, _dir: dir };
+        tmux.run(&["new-session", "-d", "-x", "80", "-y", "24", &shell]);
+        tmux
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(["-f", "/dev/null"])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("tmux: {e} (scripts/install-peers installs it)"));
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p"])
+    }
+
+    /// The screen once `ready` holds for it and it stays the same for 300 ms.
+    #[track_caller]
+    fn settle(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let now = self.screen();
+            if ready(&now) {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                if self.screen() == now {
+                    return now;
+                }
+                continue;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never {what}; the screen:\n{now}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Types `text` (as keys, literally), then `key`; the screens once each settled, the
+    /// second once it shows `then`.
+    #[track_caller]
+    fn type_then(&self, text: &str, key: &str, then: &str) -> [String; 2] {
+        self.run(&["send-keys", "-l", text]);
+        let typed = self.settle(&format!("showing {text:?}"), |s| s.contains(text));
+        self.run(&["send-keys", key]);
+        // capture-pane leaves out the blanks at the end of a line.
+        let then = then.trim_end();
+        let after = self.settle(&format!("showing {then:?}"), |s| s.contains(then));
+        [typed, after]
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+/// irb on a terminal (tmux), cold and warm through the shim `ngd warm irb` placed (the
+/// server started from the same environment as the terminal's shell): a sum, a method
+/// defined over three lines, a call of it, an error with its backtrace, `^C` at the prompt
+/// with a line half typed, `exit`, and the shell's `$?`. The screens at each settled point
+/// must be the same. The first warm session teaches the worker (reline decides at load
+/// time by whether stdout is a terminal, so the worker leaves out what asks); the compared
+/// one runs on the zygote that learned, on the warm path.
+#[test]
+fn irb_on_a_terminal_as_cold() {
+    let user = crate::ops::User::new();
+    let home = user.home().to_string_lossy().into_owned();
+    let runtime = user.runtime().to_string_lossy().into_owned();
+    let shims = user.home().join(".local/share/ngd/shims");
+    let base_env = [
+        ("HOME", home.as_str()),
+        ("XDG_RUNTIME_DIR", runtime.as_str()),
+        ("LANG", "C.UTF-8"),
+        ("TERM", "screen"),
+    ];
+    let mut ngd = user.ngd().timeout(std::time::Duration::from_secs(120));
+    for (k, v) in base_env {
+        ngd = ngd.env(k, v);
+    }
+    let out = ngd.args(["warm", "irb"]).run();
+    out.assert_success();
+    assert!(
+        out.stdout_text().contains("irb is warm (ruby): irb"),
+        "{out:?}"
+    );
+    let session = |path: &str| -> Vec<String> {
+        let _ = std::fs::remove_file(user.home().join(".irb_history"));
+        let mut env = base_env.to_vec();
+        env.push(("PATH", path));
+        env.push(("PS1", "$ "));
+        let t = Tmux::start(&env);
+        let at_prompt = |s: &str| s.trim_end().ends_with('$');
+        let mut screens = vec![t.settle("at the shell's prompt", at_prompt)];
+        for (line, then) in [
+            ("irb", "irb(main):001:0> "),
+            ("1 + 2", "irb(main):002:0> "),
+            ("def sq(x)", "irb(main):003:"),
+            ("x * x", "irb(main):004:"),
+            ("end", "irb(main):005:0> "),
+            ("sq(7)", "irb(main):006:0> "),
+            ("nosuch + 1", "irb(main):007:0> "),
+        ] {
+            screens.extend(t.type_then(line, "Enter", then));
+        }
+        screens.extend(t.type_then("abc", "C-c", "^C"));
+        t.run(&["send-keys", "-l", "exit"]);
+        screens.push(t.settle("showing exit", |s| s.contains("> exit")));
+        t.run(&["send-keys", "Enter"]);
+        screens.push(t.settle("back at the shell's prompt", at_prompt));
+        screens.extend(t.type_then("echo \"@@status=$?@@\"", "Enter", "@@status=0@@"));
+        screens
+    };
+    let cold_path = "/usr/bin:/bin";
+    let warm_path = format!("{}:/usr/bin:/bin", shims.display());
+    let cold = session(cold_path);
+    let last = cold.last().unwrap();
+    assert!(last.contains("=> 49\n"), "{last}");
+    assert!(last.contains("(NameError)"), "{last}");
+    assert!(last.contains("^C"), "{last}");
+    // The first warm session runs on the bare zygote and teaches it.
+    session(&warm_path);
+    let warm = session(&warm_path);
+    for (i, (c, w)) in cold.iter().zip(&warm).enumerate() {
+        assert_eq!(c, w, "screen {i} differs\ncold:\n{c}\nwarm:\n{w}");
+    }
+    assert_eq!(cold.len(), warm.len());
+    // Both warm sessions went through the worker, neither the cold way.
+    let stats = user.ng().args(["ng-stats", "--json"]).run();
+    let doc: serde_json::Value = serde_json::from_str(&stats.stdout_text()).unwrap();
+    let irb = doc["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "irb")
+        .expect("irb in ng-stats")
+        .clone();
+    assert_eq!(irb["sessions"], 2, "{irb:#}");
+    assert!(
+        irb.pointer("/notice_counts/fallback").is_none(),
+        "ran cold: {irb:#}"
+    );
 }

@@ -815,3 +815,115 @@ fn a_java_launcher_is_served_by_ngw_java() {
         }
     }
 }
+
+/// A Ruby script of our own (`#!/usr/bin/env ruby`): what it sees, its stdin, both streams;
+/// it exits 3.
+const RUBY_SHOW: &str = r#"#!/usr/bin/env ruby
+data = $stdin.read
+puts "argv #{ARGV.inspect}"
+puts "stdin #{data.inspect}"
+puts "program #{$0} #{__FILE__ == $0}"
+puts "ngw in ENV #{ENV.keys.grep(/\ANGW_/).inspect}"
+$stderr.puts 'to stderr'
+exit 3
+"#;
+
+/// Debian's RubyGems binstubs (`/usr/bin/rubocop`, `/usr/bin/rake`, `#!/usr/bin/ruby`) and
+/// a script with `#!/usr/bin/env ruby`, made warm by name: served by the Ruby worker ngd
+/// carries (no checkout named anywhere), through their shims byte for byte as cold, with
+/// every session on the warm path (counted by the server, no `fallback` notice), the first
+/// rubocop session teaching the worker its preloads and the next ones on the zygote that
+/// preloaded them.
+#[test]
+fn ruby_programs_made_warm_run_as_cold_through_the_ruby_sdk_ngd_carries() {
+    for program in ["/usr/bin/ruby", "/usr/bin/rubocop", "/usr/bin/rake"] {
+        assert!(
+            Path::new(program).is_file(),
+            "{program} is missing: run scripts/install-peers"
+        );
+    }
+    let s = Setup::new();
+    let show = s.program("rbshow", RUBY_SHOW);
+    let out = s.ngd().args(["warm", "rubocop", "rake", "rbshow"]).run();
+    out.assert_success();
+    for name in ["rubocop", "rake", "rbshow"] {
+        assert!(
+            out.stdout_text()
+                .contains(&format!("{name} is warm (ruby): {name}")),
+            "{out:?}"
+        );
+    }
+    let table = std::fs::read_to_string(s.conf_d().join("rubocop.toml")).unwrap();
+    assert!(
+        table.contains("command = [\"/usr/bin/ruby\", \"rubocop=/usr/bin/rubocop\"]"),
+        "{table}"
+    );
+    assert!(table.contains("sdk = \"ruby\""), "{table}");
+
+    let dir = s.user.dir.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("t.rb"),
+        "def foo( a )\n  x = 1\n  return a\nend\nputs \"hi\"\n",
+    )
+    .unwrap();
+    std::fs::copy(
+        ng_tests::plugins::repo_root().join("sdk/ruby/tests/fixtures/Rakefile"),
+        dir.join("Rakefile"),
+    )
+    .unwrap();
+    let rubocop = PathBuf::from("/usr/bin/rubocop");
+    let rake = PathBuf::from("/usr/bin/rake");
+    let mut sessions = 0;
+    for (name, cold_program, args, code) in [
+        ("rubocop", &rubocop, vec!["--cache", "false", "t.rb"], 1),
+        ("rubocop", &rubocop, vec!["--cache", "false", "t.rb"], 1),
+        (
+            "rubocop",
+            &rubocop,
+            vec!["--cache", "false", "-f", "json", "t.rb"],
+            1,
+        ),
+        ("rake", &rake, vec!["show"], 0),
+        ("rake", &rake, vec!["fail"], 1),
+        ("rbshow", &show, vec!["a", "b c"], 3),
+    ] {
+        for _ in 0..2 {
+            let with = |cmd: ClientCmd| cmd.args(&args).cwd(&dir).env("GREETING", "héllo");
+            let cold = with(s.run(cold_program)).stdin_bytes("in\n").run();
+            let warm = with(s.run(&s.shims().join(name))).stdin_bytes("in\n").run();
+            cold.assert_code(code);
+            assert_same(&cold, &warm);
+            sessions += 1;
+        }
+    }
+    let shown = s.run(&s.shims().join("rbshow")).run();
+    assert!(
+        shown
+            .stdout_text()
+            .contains(&format!("program {} true\nngw in ENV []\n", show.display())),
+        "{shown:?}"
+    );
+    sessions += 1;
+
+    // Every session went through the Ruby worker, and none ran the cold way.
+    let served = plugins(&s);
+    let total: u64 = ["rubocop", "rake", "rbshow"]
+        .iter()
+        .map(|n| served[*n]["sessions"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, sessions, "{served:#?}");
+    for name in ["rubocop", "rake", "rbshow"] {
+        assert!(
+            served[name].pointer("/notice_counts/fallback").is_none(),
+            "{name} ran cold: {:#?}",
+            served[name]
+        );
+    }
+    let list = s.ngd().args(["list", "--json"]).run();
+    let rows: serde_json::Value = serde_json::from_str(&list.stdout_text()).unwrap();
+    assert!(
+        rows.as_array().unwrap().iter().all(|r| r["kind"] == "ruby"),
+        "{list:?}"
+    );
+}

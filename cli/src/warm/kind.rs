@@ -1,7 +1,8 @@
 //! What a program is, and the `[[plugin]]` table that serves it.
 //!
 //! [`identify`] looks at the file a shell would run for a name: its first bytes (a `#!`
-//! line, an ELF header) and its name ([`recognise`]), and runs a shell script that may
+//! line, an ELF header) and its name ([`recognise`]): a Python or a Ruby script by its
+//! `#!` interpreter, a Nushell plugin by its name, a jar; and it runs a shell script that may
 //! launch `java` once to learn how. What ngd can serve exactly becomes a [`Program`];
 //! everything else a [`Refusal`] that says why. [`Program::fragment`] writes the drop-in
 //! file's text, with the [`Record`] that says what the file is for. MCP servers are not found
@@ -73,6 +74,9 @@ pub enum Kind {
     Mcp,
     /// A JVM program (a jar, or a shell launcher of `java`), through `ngw-java`.
     Jvm,
+    /// A Ruby script (a RubyGems binstub, a script with a ruby `#!` line), by its `#!`
+    /// interpreter, through the Ruby worker ngd carries (`sdk = "ruby"`).
+    Ruby,
 }
 
 impl Kind {
@@ -84,6 +88,7 @@ impl Kind {
             Kind::Fledge => "fledge",
             Kind::Mcp => "mcp",
             Kind::Jvm => "jvm",
+            Kind::Ruby => "ruby",
         }
     }
 }
@@ -94,6 +99,14 @@ pub enum Program {
     /// A Python script run by `interpreter` (absolute; its `#!` line's, resolved on `PATH`
     /// for `#!/usr/bin/env python3`).
     Python {
+        /// The script.
+        script: PathBuf,
+        /// The interpreter the worker runs.
+        interpreter: PathBuf,
+    },
+    /// A Ruby script run by `interpreter` (absolute; its `#!` line's, resolved on `PATH`
+    /// for `#!/usr/bin/env ruby`).
+    Ruby {
         /// The script.
         script: PathBuf,
         /// The interpreter the worker runs.
@@ -139,13 +152,15 @@ pub enum Refusal {
     #[error(
         "{} is a compiled program, not one ngd can keep warm: a native program starts \
          as fast as it can already, and ngd serves only interpreters it can reproduce \
-         exactly (Python scripts, Nushell and fledge plugins, MCP servers)",
+         exactly (Python and Ruby scripts, JVM programs, Nushell and fledge plugins, MCP \
+         servers)",
         .0.display()
     )]
     Binary(PathBuf),
     /// A script for another interpreter.
     #[error(
-        "{} is a script for {interpreter}, not Python: ngd cannot serve it warm exactly",
+        "{} is a script for {interpreter}, not Python or Ruby: ngd cannot serve it warm \
+         exactly",
         .path.display()
     )]
     Script {
@@ -154,7 +169,7 @@ pub enum Refusal {
         /// Its `#!` interpreter.
         interpreter: String,
     },
-    /// A Python script whose interpreter cannot be found.
+    /// A Python or Ruby script whose interpreter cannot be found.
     #[error(
         "{} runs with {interpreter}, which is not found: a warm worker needs that interpreter",
         .path.display()
@@ -307,7 +322,8 @@ pub fn recognise(
             interpreter: words.join(" "),
         });
     }
-    if !is_python(interp_name) {
+    let ruby = is_ruby(interp_name);
+    if !is_python(interp_name) && !ruby {
         return Err(Refusal::Script {
             path: path.to_path_buf(),
             interpreter: words.join(" "),
@@ -328,9 +344,17 @@ pub fn recognise(
         path: path.to_path_buf(),
         interpreter: interp.clone(),
     })?;
-    Ok(Program::Python {
-        script: path.to_path_buf(),
-        interpreter,
+    let script = path.to_path_buf();
+    Ok(if ruby {
+        Program::Ruby {
+            script,
+            interpreter,
+        }
+    } else {
+        Program::Python {
+            script,
+            interpreter,
+        }
     })
 }
 
@@ -357,11 +381,19 @@ fn is_python(name: &str) -> bool {
         .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit() || c == '.'))
 }
 
+/// `ruby`, `ruby3.1`... (the C interpreter, which has `fork`), but not `jruby`,
+/// `truffleruby` nor `ruby-parse`.
+fn is_ruby(name: &str) -> bool {
+    name.strip_prefix("ruby")
+        .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit() || c == '.'))
+}
+
 impl Program {
     /// Its kind.
     pub fn kind(&self) -> Kind {
         match self {
             Program::Python { .. } => Kind::Python,
+            Program::Ruby { .. } => Kind::Ruby,
             Program::Nu { .. } => Kind::Nu,
             Program::Fledge { .. } => Kind::Fledge,
             Program::Mcp { .. } => Kind::Mcp,
@@ -372,7 +404,7 @@ impl Program {
     /// What `ngd list` shows as the program.
     pub fn shown(&self) -> PathBuf {
         match self {
-            Program::Python { script, .. } => script.clone(),
+            Program::Python { script, .. } | Program::Ruby { script, .. } => script.clone(),
             Program::Nu { path } => path.clone(),
             Program::Fledge { plugin, .. } => plugin.clone(),
             Program::Mcp { config, .. } => config.clone(),
@@ -385,7 +417,10 @@ impl Program {
     pub fn commands_known(&self) -> bool {
         matches!(
             self,
-            Program::Python { .. } | Program::Fledge { .. } | Program::Jvm { .. }
+            Program::Python { .. }
+                | Program::Ruby { .. }
+                | Program::Fledge { .. }
+                | Program::Jvm { .. }
         )
     }
 
@@ -393,7 +428,7 @@ impl Program {
     /// `None` for plugins, which have no cold run of their own.
     pub fn cold_program(&self) -> Option<&Path> {
         match self {
-            Program::Python { script, .. } => Some(script),
+            Program::Python { script, .. } | Program::Ruby { script, .. } => Some(script),
             Program::Jvm { launcher, .. } => Some(launcher),
             Program::Nu { .. } | Program::Fledge { .. } | Program::Mcp { .. } => None,
         }
@@ -412,6 +447,21 @@ impl Program {
                      sdk = \"python\"\ncommands = [{}]\n",
                     q(&interpreter.to_string_lossy()),
                     q(&script.to_string_lossy()),
+                    q(name)
+                );
+            }
+            Program::Ruby {
+                script,
+                interpreter,
+            } => {
+                // The worker ngd carries runs the script as `ruby SCRIPT ARGS` would, its
+                // learned preloads in its state directory; a zygote that preloaded rubocop
+                // takes a few seconds to start on a small machine.
+                t += &format!(
+                    "command = [{}, {}]\nsdk = \"ruby\"\ncommands = [{}]\n\
+                     handshake_timeout_ms = 60000\n",
+                    q(&interpreter.to_string_lossy()),
+                    q(&format!("{name}={}", script.to_string_lossy())),
                     q(name)
                 );
             }
@@ -724,7 +774,11 @@ mod tests {
     use super::*;
 
     fn which(name: &OsStr) -> Option<PathBuf> {
-        (name == "python3").then(|| PathBuf::from("/opt/py/bin/python3"))
+        match name.to_str() {
+            Some("python3") => Some(PathBuf::from("/opt/py/bin/python3")),
+            Some("ruby") => Some(PathBuf::from("/opt/rb/bin/ruby")),
+            _ => None,
+        }
     }
 
     fn rec(name: &str, head: &[u8]) -> Result<Program, Refusal> {
@@ -753,6 +807,72 @@ mod tests {
             rec("x", b"#!/usr/bin/python3 -E\n"),
             Err(Refusal::InterpreterOptions { .. })
         ));
+    }
+
+    #[test]
+    fn ruby_scripts_by_their_interpreter() {
+        let ruby = |interpreter: &str| {
+            Ok(Program::Ruby {
+                script: "/bin/x".into(),
+                interpreter: interpreter.into(),
+            })
+        };
+        // A RubyGems binstub (as Debian's /usr/bin/rubocop), naming its interpreter's path.
+        let dir = tempfile::tempdir().unwrap();
+        let interpreter = dir.path().join("ruby3.1");
+        std::fs::write(&interpreter, "").unwrap();
+        let binstub = format!(
+            "#!{}\n#\n# This file was generated by RubyGems.\n",
+            interpreter.display()
+        );
+        assert_eq!(
+            rec("rubocop", binstub.as_bytes()),
+            ruby(&interpreter.to_string_lossy())
+        );
+        assert_eq!(
+            rec("x", b"#!/usr/bin/env ruby\nputs 1\n"),
+            ruby("/opt/rb/bin/ruby")
+        );
+        assert!(matches!(
+            rec("x", b"#!/nonexistent/ruby3.1\n"),
+            Err(Refusal::NoInterpreter { interpreter, .. }) if interpreter == "/nonexistent/ruby3.1"
+        ));
+        assert!(matches!(
+            rec("x", b"#!/usr/bin/env ruby3.9\n"),
+            Err(Refusal::NoInterpreter { .. })
+        ));
+        // Options on the #! line (`-w` changes what the program prints) are not shared.
+        assert!(matches!(
+            rec("x", b"#!/usr/bin/env ruby -w\n"),
+            Err(Refusal::InterpreterOptions { options, .. }) if options == "-w"
+        ));
+        // Other Rubies and Ruby's other tools are not the interpreter the worker forks.
+        for other in ["jruby", "truffleruby", "ruby-parse"] {
+            let head = format!("#!/usr/bin/env {other}\n");
+            assert!(
+                matches!(rec("x", head.as_bytes()), Err(Refusal::Script { .. })),
+                "{other}"
+            );
+        }
+        assert!(is_ruby("ruby3.1") && is_ruby("ruby") && !is_ruby("rubyx"));
+    }
+
+    #[test]
+    fn a_ruby_programs_table_runs_the_worker_ngd_carries() {
+        let program = Program::Ruby {
+            script: "/usr/bin/rubocop".into(),
+            interpreter: "/usr/bin/ruby3.1".into(),
+        };
+        assert_eq!(program.kind(), Kind::Ruby);
+        assert!(program.commands_known());
+        assert_eq!(program.cold_program(), Some(Path::new("/usr/bin/rubocop")));
+        let table = program.plugin_table("rubocop");
+        assert!(
+            table.contains("command = [\"/usr/bin/ruby3.1\", \"rubocop=/usr/bin/rubocop\"]\n"),
+            "{table}"
+        );
+        assert!(table.contains("sdk = \"ruby\"\n"), "{table}");
+        assert!(table.contains("commands = [\"rubocop\"]\n"), "{table}");
     }
 
     #[test]
@@ -800,6 +920,10 @@ mod tests {
             Program::Nu {
                 path: "/p/nu_plugin_inc".into(),
             },
+            Program::Ruby {
+                script: "/usr/bin/rake".into(),
+                interpreter: "/usr/bin/ruby".into(),
+            },
             Program::Fledge {
                 plugins_dir: "/c/fledge/plugins".into(),
                 plugin: "/c/fledge/plugins/deploy".into(),
@@ -830,6 +954,10 @@ mod tests {
                     f.plugins[0].sdk,
                     Some(ng_server::plugin::config::Sdk::Python)
                 );
+            }
+            if let Program::Ruby { interpreter, .. } = &p {
+                assert_eq!(f.plugins[0].command[0], interpreter.to_string_lossy());
+                assert_eq!(f.plugins[0].sdk, Some(ng_server::plugin::config::Sdk::Ruby));
             }
         }
     }
@@ -946,7 +1074,7 @@ mod tests {
             path: "/p/nu_plugin_inc".into()
         }));
         // Another kind, an unknown key: a [warm] table, but not a record this version reads.
-        assert_eq!(record("[warm]\nkind = \"ruby\"\nprogram = \"/x\"\n"), None);
+        assert_eq!(record("[warm]\nkind = \"perl\"\nprogram = \"/x\"\n"), None);
         let extra = "[warm]\nkind = \"nu\"\nprogram = \"/x\"\nmore = 1\n";
         assert_eq!(record(extra), None);
         assert!(Record::is_in(extra));

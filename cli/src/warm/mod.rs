@@ -2,12 +2,11 @@
 //! a program warm.
 //!
 //! `ngd warm NAME` finds `NAME` as a shell would (skipping shims), identifies what it is
-//! ([`kind::identify`]: a Python script by its `#!` interpreter, a `nu_plugin_*`, a JVM
-//! program; else a fledge plugin's command by name; MCP servers come from `--mcp
-//! CONFIG.json`), writes one
-//! drop-in file `conf.d/NAME.toml` with its `[[plugin]]` table and a `[warm]` record, places
-//! a shim `NAME` (a symbolic link to `ng`) in the shims directory, and has the running
-//! server reload (or starts one). The commands of a plugin that learns them from its
+//! ([`kind::identify`]: a Python or Ruby script by its `#!` interpreter, a `nu_plugin_*`,
+//! a JVM program; else a fledge plugin's command by name; MCP servers come from `--mcp
+//! CONFIG.json`), writes one drop-in file `conf.d/NAME.toml` with its `[[plugin]]` table
+//! and a `[warm]` record, places a shim `NAME` (a symbolic link to `ng`) in the shims
+//! directory, and has the running server reload (or starts one). The commands of a plugin that learns them from its
 //! program (Nushell, MCP) get their shims once the server reports them.
 //!
 //! Nothing is half-written ([`store`]): the whole change happens under a lock, after the

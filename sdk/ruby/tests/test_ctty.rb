@@ -55,6 +55,33 @@ class TestCtty < Minitest::Test
     master&.close
   end
 
+  # A preload that asks whether stdout is a terminal (as reline and rainbow do when they
+  # load) keeps the zygote's answer: a session whose stdout answers otherwise runs cold.
+  def test_a_preload_that_asks_whether_stdout_is_a_terminal_is_in_the_key
+    lib = File.join(@dir, 'ttylib.rb')
+    File.write(lib, "TTYLIB = $stdout.tty?\n")
+    File.write(File.join(@dir, 'show.rb'), "require #{lib.inspect}\np TTYLIB\n")
+    @w = NgwTest::Driver.new('--no-learn', '--preload', lib, "show=#{File.join(@dir, 'show.rb')}",
+                             host_features: 'fds,signals,notices,stdin-window,ctty')
+    r, w = IO.pipe
+    res = @w.session('show', [], dir: @dir, fds: { 1 => w, 2 => w })
+    w.close
+    assert_equal "false\n", r.read
+    assert_empty res.notices
+    r.close
+    master, slave = PTY.open
+    client = File.open(File::NULL, 'r+')
+    res = @w.session('show', [], dir: @dir, fds: { 0 => client, 1 => client, 2 => client },
+                                 pty: [slave, '0,1,2'])
+    slave.close
+    client.close
+    assert_equal "true\n", read_all(master).delete("\r")
+    assert_equal(['fallback'], res.notices.map { |n| n['kind'] })
+    assert_match(/whether stdout is a terminal \(it was not\)/, res.notices[0]['message'])
+  ensure
+    master&.close
+  end
+
   def test_without_ctty_the_slave_is_closed
     @w = NgwTest::Driver.new('ruby')
     refute_includes @w.hello['features'], 'ctty'

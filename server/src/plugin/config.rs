@@ -114,6 +114,21 @@ pub enum Sdk {
     /// `PYTHONPATH` ([`crate::python_sdk`]).
     #[serde(rename = "python")]
     Python,
+    /// The Ruby worker (`ngw-ruby`): the command is a Ruby interpreter and the worker's
+    /// arguments, and ngd runs `INTERPRETER <sdk>/bin/ngw-ruby ARGS...`
+    /// ([`crate::carried_sdk::RUBY`]).
+    #[serde(rename = "ruby")]
+    Ruby,
+}
+
+impl Sdk {
+    /// Its name in a `[[plugin]]` table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sdk::Python => "python",
+            Sdk::Ruby => "ruby",
+        }
+    }
 }
 
 /// The keys of a `[[plugin]]` table that are ngw's own (every protocol has them).
@@ -322,6 +337,15 @@ impl PluginConfig {
                 self.max_workers()
             ));
         }
+        if let Some(sdk) = self.sdk {
+            if self.protocol != Protocol::Ngw {
+                return Err(format!(
+                    "plugin '{name}': sdk = \"{}\" is for ngw workers, not protocol = \"{}\"",
+                    sdk.as_str(),
+                    self.protocol.as_str()
+                ));
+            }
+        }
         self.protocol.validate(&self.options).map_err(|e| {
             format!(
                 "plugin '{name}' (protocol = \"{}\"): {e}",
@@ -399,6 +423,15 @@ mod tests {
         ServerConfig::from_toml_str(&text)
             .map(|mut c| c.plugins.remove(0))
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_sdks_ngd_carries_are_for_ngw_workers() {
+        assert_eq!(parse("sdk = \"python\"").unwrap().sdk, Some(Sdk::Python));
+        assert_eq!(parse("sdk = \"ruby\"").unwrap().sdk, Some(Sdk::Ruby));
+        assert!(parse("sdk = \"perl\"").is_err());
+        let e = parse("sdk = \"ruby\"\nprotocol = \"nu\"").unwrap_err();
+        assert!(e.contains("sdk = \"ruby\" is for ngw workers"), "{e}");
     }
 
     #[test]

@@ -208,6 +208,12 @@ pub fn spawn(plugin: &PluginConfig, launch: &Launch<'_>) -> io::Result<Spawned> 
     let mut cmd = match plugin.protocol {
         Protocol::Ngw => {
             let mut cmd = Command::new(&plugin.command[0]);
+            if plugin.sdk == Some(super::config::Sdk::Ruby) {
+                let sdk = crate::carried_sdk::RUBY
+                    .dir()
+                    .map_err(|e| io::Error::new(e.kind(), format!("ngd's Ruby SDK: {e}")))?;
+                cmd.arg(sdk.join("bin/ngw-ruby"));
+            }
             cmd.args(&plugin.command[1..]);
             cmd
         }
@@ -236,7 +242,7 @@ pub fn spawn(plugin: &PluginConfig, launch: &Launch<'_>) -> io::Result<Spawned> 
                 ),
             );
         }
-        None => {}
+        Some(super::config::Sdk::Ruby) | None => {}
     }
     cmd.env("NGW_FD", CHANNEL_FD.to_string())
         .env("NGW_VERSION", "1")

@@ -144,15 +144,25 @@ module Ngw
     # running: the program's own, not those a library makes while it loads), and at exit,
     # after the program's own hooks, sends the files they loaded to the worker, which
     # learns them as preloads. Requiring those files in that order rebuilds what the
-    # program had loaded, each library whole.
+    # program had loaded, each library whole. A require that asked whether a standard
+    # stream is a terminal and got another answer than the zygote's streams give is left
+    # out with every later one, and the report says so (Zygote::TTY_MARK): preloaded, it would decide by the
+    # zygote's streams (reline, loaded by irb, picks its terminal driver so), and the
+    # zygote then leaves out every learned preload that asks.
     def report(_base)
       me = Process.pid
       w = @report_w
+      zygote_ttys = @worker.zygote.own_ttys
+      Zygote.tty_listener = lambda do |fd, answer|
+        RequireHook.differs = true if RequireHook.depth.positive? && zygote_ttys[fd] != answer
+      end
+      IO.prepend(Zygote::Recorder::TtyHook) unless IO < Zygote::Recorder::TtyHook
       Kernel.prepend(RequireHook)
       at_exit do
         if Process.pid == me
           begin
-            w.write(RequireHook.roots.join("\n"))
+            mark = RequireHook.left_out ? [Zygote::TTY_MARK] : []
+            w.write((RequireHook.roots + mark).join("\n"))
             w.close
           rescue StandardError
             nil
@@ -166,8 +176,11 @@ module Ngw
       @depth = 0
       @roots = []
 
+      @differs = false
+      @left_out = false
+
       class << self
-        attr_accessor :depth
+        attr_accessor :depth, :differs, :left_out
         attr_reader :roots
       end
 
@@ -176,12 +189,15 @@ module Ngw
 
         before = $LOADED_FEATURES.size
         RequireHook.depth = 1
+        RequireHook.differs = false
         begin
           super
         ensure
           RequireHook.depth = 0
           top = $LOADED_FEATURES[before..]&.last
-          RequireHook.roots << top if top
+          # What comes after a require left out may depend on it: left out too.
+          RequireHook.left_out ||= RequireHook.differs
+          RequireHook.roots << top if top && !RequireHook.left_out
         end
       end
     end

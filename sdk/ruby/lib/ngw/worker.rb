@@ -336,12 +336,27 @@ module Ngw
         @chan.send_chunk('X', "127\n")
         return
       end
-      cold = cold_reason(session, command)
+      cold = cold_reason(session, command, session_ttys(ios, pty))
       Ngw::Session.run(self, session, command, ios, cold, pty)
     end
 
+    # Which of the child's fds 0-2 will be terminals ({fd => true/false, nil when closed}):
+    # the client's descriptors as they are, the pseudo-terminal on its fds, or pipes.
+    def session_ttys(ios, pty)
+      (0..2).to_h do |fd|
+        answer = if pty && pty[1].include?(fd)
+                   true
+                 elsif ios
+                   ios[fd] && !ios[fd].closed? ? ios[fd].tty? : nil
+                 else
+                   false
+                 end
+        [fd, answer]
+      end
+    end
+
     # Why this session must run the cold way (the real program, exec'd), or nil.
-    def cold_reason(session, command)
+    def cold_reason(session, command, ttys)
       if (path = @zygote.changed_file)
         unless @retiring
           notice('stale', "#{path} changed since the zygote loaded it", session.id)
@@ -350,7 +365,7 @@ module Ngw
         end
         return "#{path} changed since the zygote loaded it"
       end
-      if (why = @zygote.key_mismatch(session.env))
+      if (why = @zygote.key_mismatch(session.env, ttys))
         return why
       end
       return 'ruby options before the script' if command.interpreter? &&

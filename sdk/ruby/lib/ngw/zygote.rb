@@ -5,8 +5,9 @@ require_relative 'wire'
 
 module Ngw
   # What the zygote is: the commands it serves, what it preloaded, the environment that
-  # preloading depends on (its key), the files it loaded (watched for changes), and the
-  # preloads learned from earlier sessions.
+  # preloading depends on and whether its standard streams were terminals where preloading
+  # asked (its key), the files it loaded (watched for changes), and the preloads learned
+  # from earlier sessions.
   #
   # A command is either a program (`NAME=PATH`: a Ruby script such as a RubyGems binstub,
   # run as `ruby PATH ARGS`) or the interpreter itself (`NAME` alone: `NAME SCRIPT ARGS`
@@ -24,7 +25,7 @@ module Ngw
       end
     end
 
-    attr_reader :commands, :key_vars, :preloaded, :failed, :delta
+    attr_reader :commands, :key_vars, :key_ttys, :own_ttys, :preloaded, :failed, :delta
 
     def initialize(commands, state_dir:, preloads:, log:)
       @commands = commands
@@ -33,12 +34,24 @@ module Ngw
       @log = log
       @start_env = ENV.to_h.reject { |k, _| k.start_with?('NGW_') }
       @key_vars = KEY_VARS.dup
+      @key_ttys = {}
+      # Whether the zygote's own fds 0-2 are terminals (ngd gives it none).
+      @own_ttys = (0..2).to_h do |fd|
+        [fd, IO.for_fd(fd, autoclose: false).tty?]
+      rescue SystemCallError, ArgumentError
+        [fd, nil]
+      end
       @watch = {}
       @preloaded = []
       @failed = []
     end
 
-    # The file learned preloads are kept in, one feature path a line.
+    # The line of the learned preloads that says a session of this program asked whether a
+    # standard stream is a terminal while it loaded a library, and got another answer than
+    # the zygote's streams give: the program runs on terminals.
+    TTY_MARK = '!tty'
+
+    # The file learned preloads are kept in, one feature path a line (and TTY_MARK).
     def learned_path
       File.join(@state_dir, "#{(ENV['NGW_PLUGIN'] || 'ngw-ruby').gsub(/[^\w.-]/, '_')}.preload")
     end
@@ -59,7 +72,14 @@ module Ngw
         require feature
         @preloaded << feature
       end
-      learned.each do |path|
+      paths = learned
+      on_terminals = paths.delete(TTY_MARK)
+      asking = on_terminals ? ask_tty(paths) : []
+      unless asking.empty?
+        @log.call("left out #{asking.size} learned preload(s) that ask whether a standard " \
+                  "stream is a terminal: #{asking.join(' ')}")
+      end
+      (paths - asking).each do |path|
         next if $LOADED_FEATURES.include?(path)
 
         begin
@@ -71,11 +91,42 @@ module Ngw
         end
       end
     ensure
-      read, opened = Recorder.stop
+      read, opened, ttys = Recorder.stop
       @key_vars |= read.reject { |name| name.start_with?('NGW_') }
+      @key_ttys = ttys
       (($LOADED_FEATURES.select { |f| f.start_with?('/') }) + opened.to_a).each { |f| watch(f) }
       @commands.each { |c| watch(c.program) if c.program }
       @delta = compute_delta
+    end
+
+    # The first of the learned preloads `paths` whose loading asks whether a standard
+    # stream is a terminal, and every one after it (which may depend on it), found by
+    # requiring them in order in a child: preloaded, the first would decide by the
+    # zygote's streams, and a session on a terminal would run the cold way.
+    def ask_tty(paths)
+      r, w = IO.pipe
+      pid = fork do
+        r.close
+        paths.each do |path|
+          before = Recorder.asked
+          begin
+            require path
+          rescue ScriptError, StandardError
+            nil
+          end
+          next unless Recorder.asked > before
+
+          w.puts(paths[paths.index(path)..])
+          break
+        end
+        w.close
+        exit!(0)
+      end
+      w.close
+      found = r.read.split("\n")
+      r.close
+      Process.wait(pid)
+      found
     end
 
     # Variables that Ruby's start-up or the preload set or removed: a cold run would do the
@@ -89,14 +140,24 @@ module Ngw
     end
 
     # Why the client's environment `env` cannot be served by this zygote, or nil.
-    def key_mismatch(env)
+    # `ttys` says which of the session's fds 0-2 are terminals ({fd => true/false, nil
+    # when closed}).
+    def key_mismatch(env, ttys)
       @key_vars.each do |name|
         next if env[name] == @start_env[name]
 
         return "#{name} differs from the zygote's"
       end
+      @key_ttys.each do |fd, was|
+        next if ttys[fd] == was
+
+        return "preloading asked whether #{STREAMS[fd]} is a terminal (#{was ? 'it was' : 'it was not'}), " \
+               "and the session's #{ttys[fd] ? 'is' : 'is not'}"
+      end
       nil
     end
+
+    STREAMS = %w[stdin stdout stderr].freeze
 
     def watch(path)
       st = File.stat(path)
@@ -120,6 +181,22 @@ module Ngw
       @watch.size
     end
 
+    # Someone asked `stream.tty?` and got `answer`: for fds 0-2, recorded while preloading, and
+    # noted by a session's learning.
+    def self.asked_tty(stream, answer)
+      fd = stream.fileno
+      return unless fd.between?(0, 2)
+
+      Recorder.tty(fd, answer)
+      @tty_listener&.call(fd, answer)
+    rescue IOError
+      nil
+    end
+
+    class << self
+      attr_accessor :tty_listener
+    end
+
     # The directories whose files may be learned as preloads: the standard library's and
     # the installed gems', never the program's own or the user's files.
     def self.library_dirs
@@ -140,6 +217,7 @@ module Ngw
       fresh = features.select do |f|
         !known[f] && f.end_with?('.rb', '.so') && dirs.any? { |d| f.start_with?(d) }
       end
+      fresh << TTY_MARK if features.include?(TTY_MARK) && !known[TTY_MARK]
       return 0 if fresh.empty?
 
       Dir.mkdir(@state_dir) unless Dir.exist?(@state_dir)
@@ -152,15 +230,19 @@ module Ngw
       0
     end
 
-    # Records, while the zygote preloads, the environment variables read through ENV and
-    # the files opened through File.open / IO.read and friends.
+    # Records, while the zygote preloads, the environment variables read through ENV, the
+    # files opened through File.open / IO.read and friends, and the answers of `tty?` and
+    # `isatty` on fds 0-2 (a library that decides at load time by whether its output is a
+    # terminal, as reline and rainbow do, holds that answer in every child).
     module Recorder
       @on = false
       @read = {}
       @opened = {}
+      @ttys = {}
+      @asked = 0
 
       class << self
-        attr_reader :read, :opened
+        attr_reader :read, :opened, :asked
 
         def on?
           @on
@@ -170,11 +252,19 @@ module Ngw
           @on = true
           ENV.singleton_class.prepend(EnvHook) unless ENV.singleton_class < EnvHook
           File.singleton_class.prepend(FileHook) unless File.singleton_class < FileHook
+          IO.prepend(TtyHook) unless IO < TtyHook
         end
 
         def stop
           @on = false
-          [@read.keys, @opened.keys]
+          [@read.keys, @opened.keys, @ttys.dup]
+        end
+
+        def tty(stream_fd, answer)
+          return unless @on
+
+          @asked += 1
+          @ttys[stream_fd] = answer unless @ttys.key?(stream_fd)
         end
 
         def env(name)
@@ -197,6 +287,22 @@ module Ngw
             Recorder.env(name)
             super(name, *rest, &blk)
           end
+        end
+      end
+
+      # IO#tty? and #isatty, recording the answer for fds 0-2 while the recorder is on, and
+      # telling the session's learning (Session::RequireHook) that a require asked.
+      module TtyHook
+        def tty?
+          answer = super
+          Ngw::Zygote.asked_tty(self, answer)
+          answer
+        end
+
+        def isatty
+          answer = super
+          Ngw::Zygote.asked_tty(self, answer)
+          answer
         end
       end
 
