@@ -1,11 +1,12 @@
 //! The worker conformance suite (`ng_tests::conformance`, docs/ngw.md "The worker
 //! conformance suite") run against each worker: the Python SDK's fork mode (`python3 -m
-//! ngw script`) and the JVM's exact mode (`ngw-java` with a `main` class). A worker is a
+//! ngw script`), the JVM's exact mode (`ngw-java` with a `main` class) and the Ruby worker
+//! (`ngw-ruby`). A worker is a
 //! [`Worker`] value (its program's setup and what its log says on each path) and one
 //! `conformance!` line with the paths it serves.
 
 use ng_tests::conformance::{self, Route, Setup, Spares, Worker};
-use ng_tests::plugins::{fixture, python, Plugin};
+use ng_tests::plugins::{fixture, python, repo_root, Plugin};
 use ng_tests::{bins, java, jvm, Client};
 use std::path::Path;
 
@@ -90,6 +91,58 @@ const JVM_EXACT: Worker = Worker {
     cold_env: ("CONFORMANCE_PROBE", "cold"),
 };
 
+/// Ruby: the program is a script file (`#!/usr/bin/ruby`) and a file of its own beside
+/// it, served by `ngw-ruby --preload FILE conformance=SCRIPT` (`--no-spare`: no spare),
+/// learning into a state directory of the world's own; the preloaded file is the source a
+/// stale route changes.
+fn ruby_setup(dir: &Path, spares: Spares) -> Setup {
+    let fixtures = repo_root().join("tests/fixtures/ruby");
+    let script = dir.join("conformance.rb");
+    let text = std::fs::read_to_string(fixtures.join("conformance.rb")).unwrap();
+    ng_testkit::exe::write_executable(&script, format!("#!{RUBY}\n{text}"));
+    let module = dir.join("conformance_trace.rb");
+    std::fs::copy(fixtures.join("conformance_trace.rb"), &module).unwrap();
+    let worker = repo_root().join("sdk/ruby/bin/ngw-ruby");
+    let state = dir.join("state");
+    let target = format!("{}={}", conformance::COMMAND, script.display());
+    let mut command: Vec<String> = vec![
+        RUBY.into(),
+        worker.to_string_lossy().into_owned(),
+        "--state-dir".into(),
+        state.to_string_lossy().into_owned(),
+        "--preload".into(),
+        module.to_string_lossy().into_owned(),
+        target,
+    ];
+    if spares == Spares::Off {
+        command.push("--no-spare".into());
+    }
+    let command: Vec<&str> = command.iter().map(String::as_str).collect();
+    Setup {
+        cold: script.clone(),
+        // The terminal's shell has LANG=C.UTF-8 (`ng_tests::pty`): part of the worker's key.
+        plugin: Plugin::new("conformance", &command)
+            .commands(&[conformance::COMMAND])
+            .env("LANG", "C.UTF-8"),
+        source: module,
+    }
+}
+
+/// Debian's ruby (`scripts/peers/ruby`).
+const RUBY: &str = "/usr/bin/ruby";
+
+const RUBY_WORKER: Worker = Worker {
+    name: "ruby",
+    setup: ruby_setup,
+    cold_way: "ran cold",
+    fresh_is_cold: false,
+    stale: Some("stale: "),
+    learned: Some("learned 1 file(s) to preload"),
+    comment: "#",
+    not_applicable: &[],
+    cold_env: ("RUBYLIB", "/nonexistent"),
+};
+
 /// One test per path for `$worker`: `conformance!(module, WORKER, test = Route, ...)`.
 macro_rules! conformance {
     ($module:ident, $worker:expr, $($test:ident = $route:expr),* $(,)?) => {
@@ -136,4 +189,15 @@ conformance!(
     spare = Route::Spare,
     cold = Route::ColdWay("CONFORMANCE_PROBE"),
     other_dir = Route::OtherDir,
+);
+
+conformance!(
+    ruby,
+    RUBY_WORKER,
+    root = Route::Root,
+    spare = Route::Spare,
+    cold_way_lang = Route::ColdWay("LANG"),
+    cold_way_rubylib = Route::ColdWay("RUBYLIB"),
+    stale_code = Route::Stale,
+    learning = Route::Learning,
 );

@@ -153,7 +153,10 @@ module Ngw
       @features.include?(name)
     end
 
+    # A notice to ngd, and the same line in the worker's log (its stderr): what ngd
+    # does not take as notices is still told.
     def notice(kind, message, session = nil)
+      log("#{kind}: #{message}#{session ? " (session #{session})" : ''}")
       return unless feature?('notices')
 
       n = { 'kind' => kind, 'message' => message }
