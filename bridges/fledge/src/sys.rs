@@ -165,7 +165,8 @@ pub fn give_fd_at_exec(cmd: &mut Command, fd: OwnedFd, target: RawFd) {
 pub struct ExecSetup {
     /// The umask it starts with, when the session gave one.
     pub umask: Option<u32>,
-    /// The signals it starts with ignored.
+    /// The signals it starts with ignored; every other one starts with its default action,
+    /// whatever the bridge itself inherited ignored.
     pub ignored: Vec<Signal>,
     /// Which of its fds 0, 1, 2 are closed.
     pub closed: [bool; 3],
@@ -174,11 +175,21 @@ pub struct ExecSetup {
 /// Has `cmd`'s process apply `setup` before it executes its program.
 pub fn setup_at_exec(cmd: &mut Command, setup: ExecSetup) {
     let apply = move || {
-        // SAFETY: `umask`, `signal` with `SIG_IGN` and `close` are async-signal-safe and
-        // take plain integers; `setup` was allocated before the fork and is only read.
+        // SAFETY: `umask`, `signal` with `SIG_DFL` or `SIG_IGN` and `close` are
+        // async-signal-safe and take plain integers; `setup` was allocated before the fork
+        // and is only read.
         unsafe {
             if let Some(mask) = setup.umask {
                 libc::umask(mask as libc::mode_t);
+            }
+            // A cold run inherits the client's ignored signals, not the bridge's (an ngd
+            // started under `nohup` ignores SIGHUP): handlers are reset by exec, and an
+            // ignored signal is not, so each standard one the session did not ignore is reset
+            // here.
+            for sig in 1..32 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP && !setup.ignored.contains(&sig) {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
             }
             for &sig in &setup.ignored {
                 libc::signal(sig, libc::SIG_IGN);

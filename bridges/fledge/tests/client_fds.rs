@@ -411,6 +411,21 @@ fn signals_the_client_parent_ignored_start_ignored() {
 }
 
 #[test]
+fn a_signal_the_bridge_inherited_ignored_is_not_the_plugins() {
+    // An ngd started under `nohup` passes SIGHUP ignored to its bridges; a cold run gets
+    // the client's ignored signals, not those. SIGUSR2 stands for it here: no other test
+    // of this file uses it.
+    // SAFETY: setting a signal's disposition to SIG_IGN; nothing in this test binary
+    // handles SIGUSR2.
+    unsafe { libc::signal(libc::SIGUSR2, libc::SIG_IGN) };
+    let w = World::new();
+    let mut d = bridge(&w);
+    let out = d.run(&request(&w, "sig", &["sigign"])).unwrap();
+    let mask = u64::from_str_radix(out.stdout_str().trim(), 16).unwrap();
+    assert_eq!(mask & (1u64 << (libc::SIGUSR2 - 1)), 0, "mask {mask:x}");
+}
+
+#[test]
 fn without_descriptors_the_session_is_relayed_as_before() {
     let w = World::new();
     let mut d = bridge(&w);
