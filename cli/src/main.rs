@@ -111,6 +111,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.command.writes_only_stdout() {
+        // As other Unix tools: `ngd list | head` ends quietly when head does, rather than
+        // failing on the broken pipe (Rust ignores SIGPIPE by default).
+        ng_sys::signal::set_default(libc::SIGPIPE);
+    }
     match cli.command {
         Command::Serve(options) => serve(options),
         Command::Status { json, server } => {
@@ -142,6 +147,23 @@ fn main() -> ExitCode {
                 ExitCode::from(73) // EX_CANTCREAT
             }
         },
+    }
+}
+
+impl Command {
+    /// Whether the command's only pipe is its stdout: no socket to a server, no pipe to a
+    /// child it feeds. Those can die of SIGPIPE as other Unix tools do; the others handle
+    /// `EPIPE` themselves.
+    fn writes_only_stdout(&self) -> bool {
+        matches!(
+            self,
+            Command::Warm(_)
+                | Command::Unwarm(_)
+                | Command::List(_)
+                | Command::Shims(_)
+                | Command::Completions { .. }
+                | Command::Man { .. }
+        )
     }
 }
 

@@ -573,6 +573,28 @@ fn completions_and_man_pages_are_generated() {
     assert_eq!(options(&ng_page), options(&usage), "{ng_page}\n{usage}");
 }
 
+/// A tool whose reader goes away (`ngd completions bash | head -0`) ends by SIGPIPE, as
+/// other Unix tools do: no panic, nothing on stderr.
+#[test]
+fn tools_end_quietly_on_a_closed_pipe() {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    use std::os::unix::process::ExitStatusExt as _;
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe() writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors are new and owned here alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let out = Command::new(bins::ngd())
+        .args(["completions", "bash"])
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{out:?}");
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn ng_help_lists_the_server_commands_when_one_runs() {
     let user = User::new();
