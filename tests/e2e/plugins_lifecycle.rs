@@ -227,24 +227,52 @@ both_clients! {
     }
 }
 
-/// Waits for `path` to exist, for at most `timeout`; returns its contents.
+/// Waits for `path` to exist, for at most `timeout`; returns its contents. `pid`: the
+/// process that should have written it, whose state (signals pending, blocked, caught) the
+/// failure shows.
 #[track_caller]
-fn wait_marker(server: &PluginServer, path: &Path, timeout: Duration) -> String {
-    let deadline = Instant::now() + timeout;
+fn wait_marker(server: &PluginServer, path: &Path, pid: u32, timeout: Duration) -> String {
+    let start = Instant::now();
+    let deadline = start + timeout;
+    // Taken half a second in, before the SDK's SIGKILL after its kill grace (2 s).
+    let mut early = None;
     loop {
         if let Ok(text) = std::fs::read_to_string(path) {
             if !text.is_empty() {
                 return text;
             }
         }
+        if early.is_none() && start.elapsed() >= Duration::from_millis(500) {
+            early = Some(process_state(pid));
+        }
         assert!(
             Instant::now() < deadline,
-            "{} did not appear within {timeout:?}: the command was not interrupted\n{}",
+            "{} did not appear within {timeout:?}: the command was not interrupted\n\
+             pid {pid} after 0.5 s: {}\nnow: {}\n{}",
             path.display(),
+            early.as_deref().unwrap_or("-"),
+            process_state(pid),
             server.log()
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// What /proc says of `pid`'s state and signals, for a failure message.
+fn process_state(pid: u32) -> String {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return "gone".into();
+    };
+    let wanted = ["State", "PPid", "Threads", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"];
+    let mut lines: Vec<String> = status
+        .lines()
+        .filter(|l| wanted.iter().any(|w| l.starts_with(&format!("{w}:"))))
+        .map(str::to_owned)
+        .collect();
+    if let Ok(wchan) = std::fs::read_to_string(format!("/proc/{pid}/wchan")) {
+        lines.push(format!("wchan: {wchan}"));
+    }
+    lines.join(", ")
 }
 
 both_clients! {
@@ -260,13 +288,13 @@ both_clients! {
         let marker = dir.path().join("fork-marker");
         let running = server.cmd(client).args(["fmark".as_ref(), marker.as_os_str()]).spawn();
         let (_, child) = kill_when_ready(running);
-        eqnice!("SIGHUP\n", wait_marker(&server, &marker, Duration::from_secs(10)));
+        eqnice!("SIGHUP\n", wait_marker(&server, &marker, child, Duration::from_secs(10)));
         assert_gone(&server, child, "the interrupted fork-mode command", Duration::from_secs(5));
 
         let marker = dir.path().join("inline-marker");
         let running = server.cmd(client).args(["mark".as_ref(), marker.as_os_str()]).spawn();
         assert_eq!(worker, kill_when_ready(running).1, "not the worker's pid");
-        eqnice!("interrupted: hangup\n", wait_marker(&server, &marker, Duration::from_secs(10)));
+        eqnice!("interrupted: hangup\n", wait_marker(&server, &marker, worker, Duration::from_secs(10)));
 
         server.assert_no_zombies(Duration::from_secs(2));
         let out = server.run(client, &["fout"]);
