@@ -592,7 +592,11 @@ fn tools_end_quietly_on_a_closed_pipe() {
         .output()
         .unwrap();
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{out:?}");
-    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

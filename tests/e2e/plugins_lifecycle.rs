@@ -248,10 +248,11 @@ fn wait_marker(server: &PluginServer, path: &Path, pid: u32, timeout: Duration) 
         assert!(
             Instant::now() < deadline,
             "{} did not appear within {timeout:?}: the command was not interrupted\n\
-             pid {pid} after 0.5 s: {}\nnow: {}\n{}",
+             pid {pid} after 0.5 s: {}\nnow: {}\nng-stats: {}\n{}",
             path.display(),
             early.as_deref().unwrap_or("-"),
             process_state(pid),
+            server.stats(),
             server.log()
         );
         std::thread::sleep(Duration::from_millis(10));
@@ -263,7 +264,9 @@ fn process_state(pid: u32) -> String {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return "gone".into();
     };
-    let wanted = ["State", "PPid", "Threads", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"];
+    let wanted = [
+        "State", "PPid", "Threads", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt",
+    ];
     let mut lines: Vec<String> = status
         .lines()
         .filter(|l| wanted.iter().any(|w| l.starts_with(&format!("{w}:"))))
@@ -280,8 +283,17 @@ both_clients! {
     /// (fork mode: SIGHUP reaches it and it writes a marker; in-process: `ngw.Interrupted`
     /// with reason `hangup`), its process is gone and reaped, and the next run works on
     /// the same worker.
+    ///
+    /// The fork-mode command takes half a second to handle its SIGHUP, and the SDK's kill
+    /// grace (SIGHUP, then SIGKILL that much later) is longer than the wait for its marker:
+    /// only the SIGHUP can end it here. With the fixture's grace of 0.3 s, a loaded machine
+    /// can delay the handler past the grace, and the SIGKILL that follows (tested on its own
+    /// above) would end the command first.
     fn killed_client_interrupts_the_command(client) {
-        let server = PluginServer::start(vec![Plugin::worker::<&str>("w", &[])]);
+        let server = PluginServer::start(vec![Plugin::worker(
+            "w",
+            &["--kill-grace", "20", "--hup-delay", "0.5"],
+        )]);
         let dir = tempfile::tempdir().unwrap();
         let worker = worker_pid(&server, client, "pid");
 
