@@ -639,7 +639,8 @@ mod tests {
         let d = std::fs::canonicalize(d.path()).unwrap();
         let home = fake_jdk(&d);
         let java = home.join("bin/java");
-        let cases: [(&str, fn(&LearnError) -> bool); 5] = [
+        type Expected = fn(&LearnError) -> bool;
+        let cases: [(&str, Expected); 5] = [
             (
                 "unset HOME; exec JAVA -cp x M \"$@\"",
                 |e| matches!(e, LearnError::RemovesVariables(n) if n == &["HOME"]),
