@@ -242,10 +242,10 @@ fn rhino_runs_java_by_its_path_and_is_served_warm_through_its_shim() {
 }
 
 /// A launcher of our own computes its JDK, class path and arguments from `myapp.conf` in
-/// the working directory, and runs that JDK's `java` by its path: made warm in one
-/// project, it is learned again in another (JDK 25 there, other arguments), served by a
-/// pool derived for it, and in a third directory with another environment; every run as
-/// cold.
+/// the working directory, sets a variable for the JVM from one of the client's, and runs
+/// that JDK's `java` by its path: made warm in one project, it is learned again in another
+/// (JDK 25 there, other arguments), served by a pool derived for it, and in the first
+/// project with another environment (the variable it sets follows); every run as cold.
 #[test]
 fn a_launcher_reading_the_projects_configuration_is_learned_again_in_each_project() {
     let s = Setup::new();
@@ -260,6 +260,7 @@ fn a_launcher_reading_the_projects_configuration_is_learned_again_in_each_projec
              # ./myapp.conf, relative to the project.\n\
              jdk=17\nclasspath=classes\nappargs=\n\
              [ -f myapp.conf ] && . ./myapp.conf\n\
+             export PROBE=\"myapp:$PROBE\"\n\
              case \"$jdk\" in\n  25) home={jdk25} ;;\n  *) home={jdk17} ;;\nesac\n\
              exec \"$home/bin/java\" -cp \"$(pwd)/$classpath\" ngtest.LauncherProbe $appargs \"$@\"\n",
             jdk25 = jdk25.display(),
@@ -288,7 +289,7 @@ fn a_launcher_reading_the_projects_configuration_is_learned_again_in_each_projec
     assert_eq!(
         cold.stdout_text(),
         format!(
-            "args=alpha|x|exit=3\njava=17\nPROBE=p\nuser.dir={}\n",
+            "args=alpha|x|exit=3\njava=17\nPROBE=myapp:p\nuser.dir={}\n",
             alpha.display()
         )
     );
@@ -299,7 +300,7 @@ fn a_launcher_reading_the_projects_configuration_is_learned_again_in_each_projec
     assert_eq!(
         cold.stdout_text(),
         format!(
-            "args=beta|two|x|exit=3\njava=25\nPROBE=p\nuser.dir={}\n",
+            "args=beta|two|x|exit=3\njava=25\nPROBE=myapp:p\nuser.dir={}\n",
             beta.display()
         )
     );
@@ -310,7 +311,7 @@ fn a_launcher_reading_the_projects_configuration_is_learned_again_in_each_projec
     assert_eq!(pool, "myapp");
     assert!(cold
         .stdout_text()
-        .starts_with("args=alpha|y\njava=17\nPROBE=q\n"));
+        .starts_with("args=alpha|y\njava=17\nPROBE=myapp:q\n"));
 }
 
 /// Where the system denies watching a launcher's `exec`s (here a seccomp filter that makes
