@@ -625,7 +625,7 @@ impl Conn {
             return;
         };
         tracing::debug!(conn = self.serial, peer = %self.peer, command = %name, args = request.args.len(), env = request.env.len(), "launch");
-        let launch = Launch {
+        let mut launch = Launch {
             name,
             request,
             umask,
@@ -641,9 +641,14 @@ impl Conn {
                 // A shim names the program the shell would have run (docs/protocol.md,
                 // `exec`): its pool, or the client runs it.
                 let program = launch.request.client.program.clone();
-                let pool = match program.map(|p| (env.host.route_program(pool, &p), p)) {
+                let request = &launch.request;
+                let context = || learning_context(request);
+                let pool = match program.map(|p| (env.host.route_program(pool, &p, context), p)) {
                     None => pool,
-                    Some((Ok(pool), _)) => pool,
+                    Some((Ok((pool, session_env)), _)) => {
+                        set_session_env(&mut launch.request, session_env);
+                        pool
+                    }
                     Some((Err(reason), program)) => {
                         if self.run_directly(&launch.name, &program, &reason) {
                             return;
@@ -743,6 +748,38 @@ struct Launch {
     umask: Option<u32>,
     /// The client's own descriptors, when it passed them.
     passed: Option<crate::passed_fds::PassedFds>,
+}
+
+/// The directory and environment a launcher is learned in for `request`
+/// (`plugin::launcher`): the client's, as a shell would run the launcher (without the
+/// Nailgun protocol's own `NAILGUN_*` entries), its variables sorted by name; `None`
+/// without a directory.
+fn learning_context(request: &ng_proto::Request) -> Option<crate::plugin::launcher::Context> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let os = |b: &[u8]| std::ffi::OsStr::from_bytes(b).to_os_string();
+    let cwd = std::path::PathBuf::from(os(request.cwd.as_deref()?));
+    let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = request
+        .env
+        .iter()
+        .filter(|(name, _)| !name.starts_with(b"NAILGUN_"))
+        .map(|(name, value)| (os(name), os(value)))
+        .collect();
+    env.sort();
+    Some(crate::plugin::launcher::Context { cwd, env })
+}
+
+/// Sets `vars` in `request`'s environment (replacing the client's values): what a
+/// launcher sets for its JVM.
+fn set_session_env(request: &mut ng_proto::Request, vars: crate::plugin::derive::SessionEnv) {
+    use std::os::unix::ffi::OsStringExt as _;
+    for (name, value) in vars {
+        let (name, value) = (
+            bytes::Bytes::from(name.into_vec()),
+            bytes::Bytes::from(value.into_vec()),
+        );
+        request.env.retain(|(n, _)| *n != name);
+        request.env.push((name, value));
+    }
 }
 
 /// Removes our client's `NGD_CLIENT_UMASK` extension entry (a command never sees it) and

@@ -16,11 +16,14 @@
 //! * [`socket`]: creating, connecting and tuning sockets.
 //! * [`signal`]: dispositions, masks and sending signals.
 //! * [`process`]: ids, limits, and the set-up of a spawned child between `fork` and `exec`.
+//! * [`seccomp`]: watching the programs a process tree executes (seccomp user
+//!   notification of `execve`), and forbidding seccomp filters.
 //! * [`term`]: terminals and pseudo-terminals: modes, window size, foreground group.
 
 pub mod fd;
 pub mod process;
 pub mod scm;
+pub mod seccomp;
 pub mod signal;
 pub mod socket;
 pub mod term;

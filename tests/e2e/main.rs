@@ -61,6 +61,8 @@ mod exact;
 mod conformance;
 // One command makes a program warm: ngd warm/unwarm/list/shims, the SDK ngd carries.
 mod warm;
+// JVM launchers that run java by its path: learned by watching their execs, in each project.
+mod warm_launchers;
 // Shims run what the shell would run: warm, in a derived pool, or directly.
 mod shims;
 // The Ruby worker (sdk/ruby): rubocop, rake and a script of our own, warm as cold.

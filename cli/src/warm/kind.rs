@@ -12,9 +12,10 @@
 //!
 //! JVM programs are served by the JVM worker's launcher `ngw-java`, which takes `java`'s
 //! command line: an executable jar becomes `ngw-java -jar JAR`, and a shell script that
-//! launches `java` (Debian's `/usr/bin/checkstyle`, groovy's `startGroovy`, ...) becomes the
-//! `java` command line it runs, learned by running it once with a stand-in `java` that
-//! records its arguments ([`probe_java_launcher`]).
+//! launches `java` (Debian's `/usr/bin/checkstyle` and `/usr/bin/rhino`, groovy's
+//! `startGroovy`, ...) becomes the `java` command line it runs, with the JDK it runs,
+//! learned by running it once with its `exec`s watched ([`super::launcher`]; where that is
+//! denied, with a stand-in `java` that records its arguments, [`probe_java_launcher`]).
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -133,6 +134,12 @@ pub enum Program {
         java_args: Vec<String>,
         /// The JVM worker's launcher.
         ngw_java: PathBuf,
+        /// The JDK the launcher runs (the worker's `JAVA_HOME`); `None`: the one on the
+        /// worker's `PATH`.
+        java_home: Option<PathBuf>,
+        /// The command line was learned by watching the launcher: the server learns it
+        /// again in each directory and environment (`launcher = true`).
+        relearn: bool,
     },
     /// One server of an MCP client configuration's `mcpServers`.
     Mcp {
@@ -241,18 +248,20 @@ pub fn identify(
             if is_shell(&interpreter) && mentions_java(&path) =>
         {
             let ngw_java = which(OsStr::new("ngw-java")).ok_or(Refusal::Jvm(path.clone()))?;
-            let java = which(OsStr::new("java"))
-                .and_then(|j| std::fs::canonicalize(j).ok())
-                .ok_or(Refusal::Jvm(path.clone()))?;
-            let java_args =
-                probe_java_launcher(&path, &java).map_err(|reason| Refusal::JavaLauncher {
+            let find_java =
+                || which(OsStr::new("java")).and_then(|j| std::fs::canonicalize(j).ok());
+            let learned = super::launcher::learn(&path, find_java).map_err(|reason| {
+                Refusal::JavaLauncher {
                     path: path.clone(),
                     reason,
-                })?;
+                }
+            })?;
             Ok(Program::Jvm {
                 launcher: path,
-                java_args,
+                java_args: learned.java_args,
                 ngw_java,
+                java_home: learned.java_home,
+                relearn: learned.relearn,
             })
         }
         other => other,
@@ -303,6 +312,8 @@ pub fn recognise(
             launcher: path.to_path_buf(),
             java_args: vec!["-jar".into(), path.to_string_lossy().into_owned()],
             ngw_java,
+            java_home: None,
+            relearn: false,
         });
     }
     let Some(words) = shebang(head) else {
@@ -474,6 +485,8 @@ impl Program {
             Program::Jvm {
                 java_args,
                 ngw_java,
+                java_home,
+                relearn,
                 ..
             } => {
                 let mut words = vec![q(&ngw_java.to_string_lossy())];
@@ -485,6 +498,12 @@ impl Program {
                     words.join(", "),
                     q(name)
                 );
+                if let Some(home) = java_home {
+                    t += &format!("env = {{ JAVA_HOME = {} }}\n", q(&home.to_string_lossy()));
+                }
+                if *relearn {
+                    t += "launcher = true\n";
+                }
             }
             Program::Fledge { plugins_dir, .. } => {
                 t += &format!(
@@ -933,6 +952,17 @@ mod tests {
                 command: vec!["npx".into(), "-y".into(), "server".into()],
                 env: [("K".to_owned(), "v".to_owned())].into(),
             },
+            Program::Jvm {
+                launcher: "/usr/bin/rhino".into(),
+                java_args: vec![
+                    "-classpath".into(),
+                    "/usr/share/java/js.jar".into(),
+                    "org.mozilla.javascript.tools.shell.Main".into(),
+                ],
+                ngw_java: "/usr/lib/ngd/ngw-java".into(),
+                java_home: Some("/usr/lib/jvm/java-17-openjdk-amd64".into()),
+                relearn: true,
+            },
         ];
         for p in programs {
             let text = p.fragment("tool", &["tool".to_owned()]);
@@ -953,6 +983,20 @@ mod tests {
                 assert_eq!(
                     f.plugins[0].sdk,
                     Some(ng_server::plugin::config::Sdk::Python)
+                );
+            }
+            if let Program::Jvm {
+                java_home, relearn, ..
+            } = &p
+            {
+                assert_eq!(f.plugins[0].launcher, *relearn);
+                assert_eq!(
+                    f.plugins[0].env.get("JAVA_HOME").map(PathBuf::from),
+                    *java_home
+                );
+                assert_eq!(
+                    f.plugins[0].program.as_deref(),
+                    Some(Path::new("/usr/bin/rhino"))
                 );
             }
             if let Program::Ruby { interpreter, .. } = &p {

@@ -140,6 +140,7 @@ const NGW_KEYS: &[&str] = &[
     "sdk",
     "cwd",
     "program",
+    "launcher",
     "commands",
     "class_names",
     "min_workers",
@@ -189,6 +190,12 @@ pub struct PluginConfig {
     /// find.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<PathBuf>,
+    /// `program` is a launcher, and `command` the `java` command line it was seen to run
+    /// (written by `ngd warm`): a shim's session from a directory and environment not
+    /// seen yet has it learned again there, and is served by the pool of what it learns
+    /// ([`super::derive`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub launcher: bool,
     /// Commands routed to this plugin; empty: learned from the first worker's hello.
     #[serde(default)]
     pub commands: Vec<String>,
@@ -326,6 +333,11 @@ impl PluginConfig {
         }
         if self.command.is_empty() || self.command[0].is_empty() {
             return Err(format!("plugin '{name}': command must name a program"));
+        }
+        if self.launcher && self.program.is_none() {
+            return Err(format!(
+                "plugin '{name}': launcher = true needs the launcher as program"
+            ));
         }
         if self.max_workers() == 0 {
             return Err(format!("plugin '{name}': max_workers must be at least 1"));

@@ -25,6 +25,7 @@
 use super::budget::{Budget, Held, Tenant};
 use super::config::PluginConfig;
 use super::derive;
+use super::launcher;
 use super::machine::{Due, Event, Machine, WorkerEnd, WorkerKey};
 use super::pool::{Census, Notice, Pool, PoolStatus, Refusal, Reload};
 use super::reaper::{Ending, Reaper};
@@ -977,22 +978,62 @@ impl PluginHost {
     /// ([`derive`]); `Err` with the reason when the client is to run it itself. The first
     /// time a derivable program is seen again after it was recognised, its pool is made
     /// (it starts its workers as any new pool) and this session still runs directly.
-    pub fn route_program(&mut self, pool: usize, program: &[u8]) -> Result<usize, String> {
+    /// `context` gives the session's directory and environment, which a launcher's table
+    /// is routed by too (`None`: the client sent no directory); the session gets the
+    /// variables returned with the pool on top of the client's environment.
+    pub fn route_program(
+        &mut self,
+        pool: usize,
+        program: &[u8],
+        context: impl FnOnce() -> Option<launcher::Context>,
+    ) -> Result<(usize, derive::SessionEnv), String> {
+        let context = if self.pools[pool].config.launcher {
+            match context() {
+                Some(c) => Some(c),
+                None => {
+                    let reason = "the client sent no directory to learn its launcher in";
+                    return Err(self.ran_directly(pool, program, reason.to_owned()));
+                }
+            }
+        } else {
+            None
+        };
+        let key = derive::Key {
+            pool,
+            program: program.to_vec(),
+            context,
+        };
         let pools = &self.pools;
-        let route = self.routes.route(pool, &pools[pool].config, program, |p| {
+        let route = self.routes.route(&key, &pools[pool].config, |p| {
             pools.get(p).is_some_and(|p| p.status == PoolStatus::Active)
         });
-        let command = match route {
-            derive::Route::Pool(p) => return Ok(p),
+        let (command, env, session_env) = match route {
+            derive::Route::Pool(p) => return Ok((p, self.routes.session_env(&key).to_vec())),
             derive::Route::Exec(reason) => return Err(self.ran_directly(pool, program, reason)),
-            derive::Route::Derive { command } => command,
+            derive::Route::Derive {
+                command,
+                env,
+                session_env,
+            } => (command, env, session_env),
         };
-        self.next_derived += 1;
         let path = std::path::Path::new(std::ffi::OsStr::from_bytes(program));
         let parent = &self.pools[pool].config;
-        let config = derive::derived_config(parent, path, command, self.next_derived);
+        // Another directory or environment that learned the same command line: its pool.
+        let same = self.pools.iter().position(|p| {
+            p.status == PoolStatus::Active
+                && p.derived_from.as_deref() == Some(parent.name.as_str())
+                && p.config.command == command
+                && p.config.env == env
+                && p.config.program.as_deref() == Some(path)
+        });
+        if let Some(index) = same {
+            self.routes.derived(&key, index, session_env.clone());
+            return Ok((index, session_env));
+        }
+        self.next_derived += 1;
+        let config = derive::derived_config(parent, path, command, env, self.next_derived);
         if let Err(e) = config.validate() {
-            self.routes.refuse(pool, program, e.clone());
+            self.routes.refuse(&key, e.clone());
             return Err(e);
         }
         tracing::info!(
@@ -1004,7 +1045,7 @@ impl PluginHost {
         let mut derived = Pool::new(config);
         derived.derived_from = Some(parent.name.clone());
         let index = self.add_pool(derived);
-        self.routes.derived(pool, program, index);
+        self.routes.derived(&key, index, session_env);
         self.changed = true;
         let reason = "its derived pool is starting".to_owned();
         Err(self.ran_directly(pool, program, reason))

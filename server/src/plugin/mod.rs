@@ -15,6 +15,9 @@
 //!   (no I/O);
 //! * [`derive`]: which pool serves the program a shim found (the plugin's own, one derived
 //!   from its table, or none: the client runs it), recognised on a thread of its own;
+//! * [`launcher`]: the JVM command line a launcher script runs, learned by watching its
+//!   `exec`s without running the program (for `ngd warm`, and again in each directory and
+//!   environment by [`derive`]);
 //! * [`budget`]: the memory budget: which pools give way (no I/O), over the workers'
 //!   footprints ([`footprint`], read on a thread of its own);
 //! * [`worker`]: spawning a process, a worker's channel I/O, and the raw process calls;
@@ -32,6 +35,7 @@ pub mod config;
 pub mod derive;
 pub mod footprint;
 pub mod host;
+pub mod launcher;
 pub mod machine;
 pub mod pool;
 pub mod reaper;
