@@ -12,6 +12,16 @@ require 'minitest/autorun'
 require 'open3'
 require_relative 'driver'
 
+module NgwTest
+  # Waits for the worker's rehearsal, which runs after its hello: the worker answers a
+  # ping once it is done.
+  def self.rehearsed(worker)
+    worker.send_chunk('p', 'rehearsed?')
+    type, = worker.read_chunk(timeout: 180)
+    raise "no pong: #{type.inspect}" unless type == 'o'
+  end
+end
+
 class TestWorld < Minitest::Test
   def test_state_put_back_and_what_cannot_be_named
     out, err, st = Open3.capture3(RbConfig.ruby, File.expand_path('fixtures/world_probe.rb', __dir__))
@@ -52,6 +62,7 @@ class TestRehearsal < Minitest::Test
   def worker(rehearse)
     @w = NgwTest::Driver.new('--no-learn', '--preload', LIB, '--rehearse', "prog=#{rehearse}",
                              "prog=#{PROG}", state_dir: @state)
+    NgwTest.rehearsed(@w)
   end
 
   def same_as_cold(args, dir, stdin: '')
@@ -154,6 +165,7 @@ class TestRubocopRehearsal < Minitest::Test
     # Learning off: a project's target Ruby version loads a parser the first worker did
     # not, which would retire this one.
     @w = NgwTest::Driver.new('--no-learn', 'rubocop=/usr/bin/rubocop', state_dir: @state)
+    NgwTest.rehearsed(@w)
     assert_match(/rehearsed rubocop --cache false rehearsal.rb \(exit 1\)/, @w.log)
     same_as_cold(%w[--cache false t.rb], plain)
     same_as_cold(%w[--cache false], project)

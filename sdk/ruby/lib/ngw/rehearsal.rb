@@ -87,26 +87,27 @@ module Ngw
       "#{@command.name} #{@args.join(' ')}"
     end
 
-    # In the zygote: the trial in a child, then, if it is clean, the rehearsal here. Returns
-    # the trial's Verdict and, when the zygote rehearsed, its own (nil otherwise).
-    def perform(library_dirs)
-      return [Verdict.new(clean: false, reasons: ['dup2 is unavailable (Fiddle)']), nil] unless Sys.dup2?
+    # In the zygote: the trial, in a child; its Verdict.
+    def trial(library_dirs)
+      return Verdict.new(clean: false, reasons: ['dup2 is unavailable (Fiddle)']) unless Sys.dup2?
 
       # What the rehearsal itself uses, loaded before the world is recorded.
       require 'tmpdir'
       require 'fileutils'
-      memo = YamlMemo.install
-      trial = trial_in_child(library_dirs)
-      return [trial, nil] unless trial.clean
+      YamlMemo.install
+      trial_in_child(library_dirs)
+    end
 
-      YamlMemo.recording = memo
+    # In the zygote, after a clean trial: the rehearsal here; its Verdict.
+    def perform(library_dirs)
+      YamlMemo.recording = true
       begin
         own = rehearse(library_dirs)
       ensure
         YamlMemo.recording = false
       end
       YamlMemo.serving = own.clean && YamlMemo.size.positive?
-      [trial, own]
+      own
     end
 
     # Forks the trial: it rehearses, checks, and reports its Verdict on a pipe.

@@ -119,7 +119,6 @@ module Ngw
         log(e.full_message(highlight: false))
         error = "preload failed: #{e.class}: #{e.message}"
       end
-      @zygote.settle_heap unless error
       if Thread.list.size > 1
         log("preloading started #{Thread.list.size - 1} thread(s); sessions are forked anyway")
       end
@@ -136,12 +135,24 @@ module Ngw
         @chan.flush_all
         exit 78
       end
+      @chan.flush_all
+      rehearse
       @chld_r, @chld_w = IO.pipe
       Signal.trap('CHLD') { @chld_w.write_nonblock('.', exception: false) }
       idle_loop
       @spare&.discard
       @chan.flush_all
       exit 0
+    end
+
+    # After the hello: the rehearsals, then the heap settled, before the first fork. A
+    # session that arrives meanwhile waits in the channel.
+    def rehearse
+      @zygote.rehearse!
+      @zygote.settle_heap
+      return unless Thread.list.size > 1
+
+      log("the rehearsal left #{Thread.list.size - 1} thread(s); sessions are forked anyway")
     end
 
     # The rehearsals the zygote runs: `--rehearse NAME=ARGS` for program commands, and the

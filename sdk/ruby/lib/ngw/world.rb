@@ -20,7 +20,8 @@ module Ngw
               Thread::Queue, ObjectSpace::WeakMap, Random, Encoding, Regexp, Range,
               Numeric, Symbol, TrueClass, FalseClass, NilClass, Exception].freeze
 
-    # Stands for a constant not loaded yet (autoload): not read, so as not to load it.
+    # Stands for a constant not loaded yet (autoload), or that cannot be read: not read, so
+    # as not to load it.
     AUTOLOAD = Object.new.freeze
 
     # One recorded object: its identity and a copy of its contents.
@@ -155,7 +156,8 @@ module Ngw
       constants_of(mod).each do |c|
         consts[c] = mod.autoload?(c) ? AUTOLOAD : mod.const_get(c, false)
       rescue StandardError, LoadError
-        nil
+        # An autoload whose file is loaded but defines something else: named, not read.
+        consts[c] = AUTOLOAD
       end
       { ivars: ivars, cvars: cvars, constants: consts, methods: method_names(mod) }
     end

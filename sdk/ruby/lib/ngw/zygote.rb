@@ -97,16 +97,33 @@ module Ngw
           @log.call("learned preload #{path} failed: #{e.class}: #{e.message}")
         end
       end
+      @no_rehearsal = no_rehearsal
+    ensure
+      finish_recording
+    end
+
+    # Runs the rehearsals (after the hello: a session that comes meanwhile waits for them),
+    # recording as preloading does.
+    def rehearse!
       if @rehearsals.empty?
         nil
-      elsif no_rehearsal
+      elsif @no_rehearsal
         @log.call('no rehearsal: an earlier zygote could not put back what its rehearsal changed')
       elsif @preloaded.empty?
         @log.call('no rehearsal: nothing preloaded yet (the first session teaches what to preload)')
       else
-        @rehearsals.each { |r| rehearse(r) }
+        Recorder.start
+        begin
+          @rehearsals.each { |r| rehearse(r) }
+        ensure
+          finish_recording
+        end
       end
-    ensure
+    end
+
+    # What preloading (or a rehearsal) recorded becomes the key, and the files loaded or
+    # opened are watched.
+    def finish_recording
       read, opened, ttys = Recorder.stop
       @key_vars |= read.reject { |name| name.start_with?('NGW_') }
       @key_ttys = ttys
@@ -120,15 +137,23 @@ module Ngw
     # files opened) keeps only what the rehearsal did while it loaded files: the rest of
     # its state is put back, so nothing else it read is the zygote's.
     def rehearse(rehearsal)
-      mark = Recorder.checkpoint
-      trial, own = rehearsal.perform(Zygote.library_dirs)
-      if own
-        own.features.empty? ? Recorder.rollback(mark) : Recorder.forget_rehearsal_files
-      end
+      trial = rehearsal.trial(Zygote.library_dirs)
       unless trial.clean
         @log.call("rehearsal #{rehearsal.describe} left out: its trial changed what cannot be put back: " \
                   "#{trial.reasons.first(5).join('; ')}")
         return
+      end
+      # What the trial's run loaded is loaded first, as a preload: then what loading it
+      # read is in the key, and what the run itself reads is not.
+      trial.features.each do |f|
+        require f
+      rescue ScriptError, StandardError => e
+        @log.call("the rehearsal's #{f} failed to load: #{e.class}: #{e.message}")
+      end
+      mark = Recorder.checkpoint
+      own = rehearsal.perform(Zygote.library_dirs)
+      if own
+        own.features.empty? ? Recorder.rollback(mark) : Recorder.forget_rehearsal_files
       end
       if own.clean
         @log.call("rehearsed #{rehearsal.describe} (exit #{own.status}) in #{own.ms} ms " \
