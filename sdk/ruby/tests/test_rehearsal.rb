@@ -134,9 +134,9 @@ class TestRubocopRehearsal < Minitest::Test
     text.gsub(/\d+\.\d+ seconds/, 'N seconds')
   end
 
-  def same_as_cold(args, dir, untime: false)
-    warm = @w.session('rubocop', args, env: env, dir: dir)
-    cold = NgwTest.cold(['/usr/bin/rubocop', *args], env: env, dir: dir)
+  def same_as_cold(args, dir, untime: false, extra: {})
+    warm = @w.session('rubocop', args, env: env.merge(extra), dir: dir)
+    cold = NgwTest.cold(['/usr/bin/rubocop', *args], env: env.merge(extra), dir: dir)
     fix = untime ? ->(s) { untimed(s) } : ->(s) { s }
     assert_equal [fix.call(cold[:stdout]), fix.call(cold[:stderr]), "#{cold[:status].exitstatus}\n"],
                  [fix.call(warm.stdout), fix.call(warm.stderr), warm.exit], "#{args} in #{dir}"
@@ -173,5 +173,7 @@ class TestRubocopRehearsal < Minitest::Test
     same_as_cold(%w[--cache false --format json], project)
     same_as_cold(%w[--cache false t.rb], plain)
     same_as_cold(%w[--cache false --debug t.rb], plain, untime: true)
+    # What the rehearsal's run read (XDG_CONFIG_HOME, HOME) is not the zygote's key.
+    same_as_cold(%w[--cache false t.rb], plain, extra: { 'XDG_CONFIG_HOME' => File.join(@dir, 'xdg') })
   end
 end

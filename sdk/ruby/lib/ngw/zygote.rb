@@ -152,8 +152,12 @@ module Ngw
       end
       mark = Recorder.checkpoint
       own = rehearsal.perform(Zygote.library_dirs)
-      if own
-        own.features.empty? ? Recorder.rollback(mark) : Recorder.forget_rehearsal_files
+      # An encoding's extension (Psych loads UTF-16's on first use, by another feature name
+      # than its path) reads nothing and defines nothing a program can see.
+      if own.features.reject { |f| f.include?('/enc/') }.empty?
+        Recorder.rollback(mark)
+      else
+        Recorder.forget_rehearsal_files
       end
       if own.clean
         @log.call("rehearsed #{rehearsal.describe} (exit #{own.status}) in #{own.ms} ms " \
