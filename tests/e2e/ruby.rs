@@ -212,8 +212,9 @@ const OFFENCES: &str = "def foo( a )\n  x = 1\n  return a\nend\nputs \"hi\"\n";
 
 both_clients! {
     /// rubocop on a file with offences, as text and `-f json`, twice each (the first
-    /// session teaches the worker what to preload and retires it), four at once, then a
-    /// clean file.
+    /// session teaches the worker what to preload and retires it; the next worker
+    /// rehearses), four at once, then a clean file, then a project whose root, target
+    /// Ruby version and excluded directory a rehearsal's memos would get wrong.
     fn rubocop_as_cold(client) {
         let s = setup();
         let (_d, dir) = scratch("rubocop-");
@@ -250,6 +251,21 @@ both_clients! {
         }
         std::fs::write(dir.join("t.rb"), "# frozen_string_literal: true\n\nputs 'hi'\n").unwrap();
         rubocop(&["--cache", "false", "t.rb"]).assert_success();
+        // The worker that learned rehearsed rubocop before its hello; what the rehearsal
+        // memoised from its scratch directory (the project root, the default
+        // configuration's absolute Excludes, the target Ruby version) is not what a
+        // project of the user's sees: a project with a Gemfile, a .ruby-version and a
+        // vendor/ directory, all of it linted, as cold.
+        let log = s.server.plugin_log("ruby");
+        assert!(log.contains("rehearsed rubocop --cache false rehearsal.rb"), "{log}");
+        let (_p, project) = scratch("rubocop-project-");
+        std::fs::create_dir(project.join("vendor")).unwrap();
+        std::fs::write(project.join("Gemfile"), "source 'https://rubygems.org'\n").unwrap();
+        std::fs::write(project.join(".ruby-version"), "2.7\n").unwrap();
+        std::fs::write(project.join("t.rb"), OFFENCES).unwrap();
+        std::fs::write(project.join("vendor/v.rb"), OFFENCES).unwrap();
+        let cold = s.same(client, "rubocop", "/usr/bin/rubocop", &["--cache", "false"], &project, b"", false);
+        assert!(!cold.stdout_text().contains("v.rb"), "vendor/ excluded: {cold:?}");
         s.assert_all_warm();
     }
 }

@@ -28,6 +28,10 @@ module Ngw
       @dup2 = nil
     end
 
+    def dup2?
+      !@dup2.nil?
+    end
+
     # dup2(2); false when it is unavailable.
     def dup2(from, to)
       return false unless @dup2

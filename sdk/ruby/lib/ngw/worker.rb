@@ -46,8 +46,8 @@ module Ngw
 
     def usage_error(msg)
       warn "ngw-ruby: #{msg}"
-      warn 'usage: ngw-ruby [--preload FEATURE]... [--state-dir DIR] [--no-learn] ' \
-           'NAME=PROGRAM | NAME ...'
+      warn 'usage: ngw-ruby [--preload FEATURE]... [--state-dir DIR] [--no-learn] [--no-spare] ' \
+           '[--rehearse NAME=ARGS]... [--no-rehearse] NAME=PROGRAM | NAME ...'
       exit 2
     end
 
@@ -57,6 +57,8 @@ module Ngw
       state = File.join(ENV['XDG_STATE_HOME'] || File.join(Dir.home, '.local/state'), 'ngw-ruby')
       @learn = true
       @spares = true
+      @rehearse = true
+      @rehearsal_args = {}
       args = @argv.dup
       until args.empty?
         a = args.shift
@@ -65,6 +67,12 @@ module Ngw
         when '--state-dir' then state = (args.shift or usage_error('--state-dir needs a directory'))
         when '--no-learn' then @learn = false
         when '--no-spare' then @spares = false
+        when '--no-rehearse' then @rehearse = false
+        when '--rehearse'
+          spec = args.shift or usage_error('--rehearse needs NAME=ARGS')
+          name, words = spec.split('=', 2)
+          usage_error('--rehearse needs NAME=ARGS') if words.nil?
+          @rehearsal_args[name] = words.split
         when /\A-/ then usage_error("unknown option #{a}")
         else commands << command_spec(a)
         end
@@ -101,7 +109,8 @@ module Ngw
       @anchor = nil unless @anchor && File.executable?(@anchor)
       preloads, commands, state = parse_args
       Sys.prepare
-      @zygote = Zygote.new(commands, state_dir: state, preloads: preloads, log: method(:log))
+      @zygote = Zygote.new(commands, state_dir: state, preloads: preloads,
+                                     log: method(:log), rehearsals: rehearsals(commands))
       error = nil
       error = 'no command to serve' if commands.empty?
       begin
@@ -126,12 +135,37 @@ module Ngw
         @chan.flush_all
         exit 78
       end
+      @chan.flush_all
+      rehearse
       @chld_r, @chld_w = IO.pipe
       Signal.trap('CHLD') { @chld_w.write_nonblock('.', exception: false) }
       idle_loop
       @spare&.discard
       @chan.flush_all
       exit 0
+    end
+
+    # After the hello: the rehearsals, then the heap settled, before the first fork. A
+    # session that arrives meanwhile waits in the channel.
+    def rehearse
+      @zygote.rehearse!
+      @zygote.settle_heap
+      return unless Thread.list.size > 1
+
+      log("the rehearsal left #{Thread.list.size - 1} thread(s); sessions are forked anyway")
+    end
+
+    # The rehearsals the zygote runs: `--rehearse NAME=ARGS` for program commands, and the
+    # built-in ones (Rehearsal.builtin) for the others; none with `--no-rehearse`.
+    def rehearsals(commands)
+      return [] unless @rehearse
+
+      commands.filter_map do |c|
+        next if c.interpreter?
+
+        args = @rehearsal_args[c.name]
+        args ? Rehearsal.new(c, args, {}) : Rehearsal.builtin(c)
+      end
     end
 
     def hello(error)
@@ -360,6 +394,14 @@ module Ngw
 
     # Why this session must run the cold way (the real program, exec'd), or nil.
     def cold_reason(session, command, ttys)
+      if @zygote.tainted
+        unless @retiring
+          notice('retire', 'the rehearsal left state it could not put back; a fresh worker does not rehearse',
+                 session.id)
+          @retiring = true
+        end
+        return @zygote.tainted
+      end
       if (path = @zygote.changed_file)
         unless @retiring
           notice('stale', "#{path} changed since the zygote loaded it", session.id)

@@ -2,6 +2,7 @@
 
 require 'rbconfig'
 require_relative 'wire'
+require_relative 'rehearsal'
 
 module Ngw
   # What the zygote is: the commands it serves, what it preloaded, the environment that
@@ -25,10 +26,12 @@ module Ngw
       end
     end
 
-    attr_reader :commands, :key_vars, :key_ttys, :own_ttys, :preloaded, :failed, :delta
+    attr_reader :commands, :key_vars, :key_ttys, :own_ttys, :preloaded, :failed, :delta, :tainted
 
-    def initialize(commands, state_dir:, preloads:, log:)
+    def initialize(commands, state_dir:, preloads:, log:, rehearsals: [])
       @commands = commands
+      @rehearsals = rehearsals
+      @tainted = nil
       @state_dir = state_dir
       @explicit = preloads
       @log = log
@@ -50,6 +53,9 @@ module Ngw
     # standard stream is a terminal while it loaded a library, and got another answer than
     # the zygote's streams give: the program runs on terminals.
     TTY_MARK = '!tty'
+    # The line of the learned preloads that says a zygote found its rehearsal changed what
+    # it could not put back, where its trial had not: its successors do not rehearse.
+    NO_REHEARSAL_MARK = '!no-rehearsal'
 
     # The file learned preloads are kept in, one feature path a line (and TTY_MARK).
     def learned_path
@@ -73,6 +79,7 @@ module Ngw
         @preloaded << feature
       end
       paths = learned
+      no_rehearsal = paths.delete(NO_REHEARSAL_MARK)
       on_terminals = paths.delete(TTY_MARK)
       asking = on_terminals ? ask_tty(paths) : []
       unless asking.empty?
@@ -90,13 +97,104 @@ module Ngw
           @log.call("learned preload #{path} failed: #{e.class}: #{e.message}")
         end
       end
+      @no_rehearsal = no_rehearsal
     ensure
+      finish_recording
+    end
+
+    # Runs the rehearsals (after the hello: a session that comes meanwhile waits for them),
+    # recording as preloading does.
+    def rehearse!
+      if @rehearsals.empty?
+        nil
+      elsif @no_rehearsal
+        @log.call('no rehearsal: an earlier zygote could not put back what its rehearsal changed')
+      elsif @preloaded.empty?
+        @log.call('no rehearsal: nothing preloaded yet (the first session teaches what to preload)')
+      else
+        Recorder.start
+        begin
+          @rehearsals.each { |r| rehearse(r) }
+        ensure
+          finish_recording
+        end
+      end
+    end
+
+    # What preloading (or a rehearsal) recorded becomes the key, and the files loaded or
+    # opened are watched.
+    def finish_recording
       read, opened, ttys = Recorder.stop
       @key_vars |= read.reject { |name| name.start_with?('NGW_') }
       @key_ttys = ttys
       (($LOADED_FEATURES.select { |f| f.start_with?('/') }) + opened.to_a).each { |f| watch(f) }
       @commands.each { |c| watch(c.program) if c.program }
       @delta = compute_delta
+    end
+
+    # Runs the rehearsal `rehearsal` (Rehearsal): its trial in a child, then, if it is
+    # clean, here. What preloading records (the variables read, the answers of `tty?`, the
+    # files opened) keeps only what the rehearsal did while it loaded files: the rest of
+    # its state is put back, so nothing else it read is the zygote's.
+    def rehearse(rehearsal)
+      trial = rehearsal.trial(Zygote.library_dirs)
+      unless trial.clean
+        @log.call("rehearsal #{rehearsal.describe} left out: its trial changed what cannot be put back: " \
+                  "#{trial.reasons.first(5).join('; ')}")
+        return
+      end
+      # What the trial's run loaded is loaded first, as a preload: then what loading it
+      # read is in the key, and what the run itself reads is not.
+      trial.features.each do |f|
+        require f
+      rescue ScriptError, StandardError => e
+        @log.call("the rehearsal's #{f} failed to load: #{e.class}: #{e.message}")
+      end
+      mark = Recorder.checkpoint
+      own = rehearsal.perform(Zygote.library_dirs)
+      # An encoding's extension (Psych loads UTF-16's on first use, by another feature name
+      # than its path) reads nothing and defines nothing a program can see.
+      if own.features.reject { |f| f.include?('/enc/') }.empty?
+        Recorder.rollback(mark)
+      else
+        Recorder.forget_rehearsal_files
+      end
+      if own.clean
+        @log.call("rehearsed #{rehearsal.describe} (exit #{own.status}) in #{own.ms} ms " \
+                  "(trial #{trial.ms} ms): put back #{own.restored} change(s), loaded #{own.features.size} " \
+                  "file(s), kept #{YamlMemo.size} YAML load(s)")
+        @log.call("the rehearsal loaded #{own.features.join(' ')}") unless own.features.empty?
+        return
+      end
+      taint("the rehearsal #{rehearsal.describe} changed what cannot be put back: #{own.reasons.first}")
+    rescue StandardError, ScriptError => e
+      taint("the rehearsal #{rehearsal.describe} failed: #{e.class}: #{e.message}")
+    end
+
+    # The zygote's state is not what its preloads made: its sessions run the cold way, and
+    # its successors do not rehearse.
+    def taint(why)
+      @tainted = why
+      @log.call("#{why}; sessions run the cold way")
+      remember(NO_REHEARSAL_MARK)
+    end
+
+    # Adds `line` to the learned preloads' file.
+    def remember(line)
+      old = learned
+      return if old.include?(line)
+
+      Dir.mkdir(@state_dir) unless Dir.exist?(@state_dir)
+      File.write(learned_path, (old + [line]).join("\n") << "\n")
+    rescue SystemCallError => e
+      @log.call("cannot save learned preloads: #{e.message}")
+    end
+
+    # A full collection, three times, so that every object the zygote keeps is old: a
+    # child's minor collections then leave the zygote's objects (and the pages they are
+    # on) alone.
+    def settle_heap
+      3.times { GC.start(full_mark: true, immediate_sweep: true) }
     end
 
     # The first of the learned preloads `paths` whose loading asks whether a standard
@@ -258,6 +356,20 @@ module Ngw
         def stop
           @on = false
           [@read.keys, @opened.keys, @ttys.dup]
+        end
+
+        # What has been recorded so far, to roll back to.
+        def checkpoint
+          [@read.dup, @opened.dup, @ttys.dup]
+        end
+
+        def rollback(mark)
+          @read, @opened, @ttys = mark
+        end
+
+        # Forgets the files opened in a rehearsal's scratch directory.
+        def forget_rehearsal_files
+          @opened.delete_if { |path, _| path.include?("/#{Rehearsal::SCRATCH_PREFIX}") }
         end
 
         def tty(stream_fd, answer)

@@ -1,0 +1,179 @@
+# frozen_string_literal: true
+
+# The rehearsal: a zygote that runs a program's main once before its hello and puts back
+# what the run changed. Ngw::World on its own (tests/fixtures/world_probe.rb); a program
+# whose preloaded library keeps memos, a class variable, filled constants, a Struct, a
+# global and $LOAD_PATH (tests/fixtures/rehearsal_lib.rb), rehearsed and then compared
+# with cold runs byte for byte in two directories; rehearsals that change what cannot be
+# put back (an `at_exit` hook, a method, a trap, a thread), left out by their trial; and
+# rubocop's built-in rehearsal against cold runs where a memo would show (a project root,
+# a target Ruby version, `--debug`).
+require 'minitest/autorun'
+require 'open3'
+require_relative 'driver'
+
+module NgwTest
+  # Waits for the worker's rehearsal, which runs after its hello: the worker answers a
+  # ping once it is done.
+  def self.rehearsed(worker)
+    worker.send_chunk('p', 'rehearsed?')
+    type, = worker.read_chunk(timeout: 180)
+    raise "no pong: #{type.inspect}" unless type == 'o'
+  end
+end
+
+class TestWorld < Minitest::Test
+  def test_state_put_back_and_what_cannot_be_named
+    out, err, st = Open3.capture3(RbConfig.ruby, File.expand_path('fixtures/world_probe.rb', __dir__))
+    assert st.success?, err
+    assert_equal <<~OUT, out
+      memo nil added false
+      table {:a=>1} pair ["l", "r"] text text
+      count 0 global :before bad []
+      restored true
+      method true
+      nothing []
+    OUT
+  end
+end
+
+class TestRehearsal < Minitest::Test
+  FIXTURES = File.expand_path('fixtures', __dir__)
+  LIB = File.join(FIXTURES, 'rehearsal_lib.rb')
+  PROG = File.join(FIXTURES, 'rehearsal_prog.rb')
+
+  def setup
+    @dir = Dir.mktmpdir
+    @other = File.join(@dir, 'other')
+    Dir.mkdir(@other)
+    File.write(File.join(@other, 'sample.txt'), 'other')
+    @state = File.join(@dir, '.state')
+  end
+
+  def teardown
+    @w&.close
+    FileUtils.rm_rf(@dir)
+  end
+
+  def env(extra = {})
+    ENV.to_h.reject { |k, _| k.start_with?('NGW_') }.merge(extra)
+  end
+
+  def worker(rehearse)
+    @w = NgwTest::Driver.new('--no-learn', '--preload', LIB, '--rehearse', "prog=#{rehearse}",
+                             "prog=#{PROG}", state_dir: @state)
+    NgwTest.rehearsed(@w)
+  end
+
+  def same_as_cold(args, dir, stdin: '')
+    warm = @w.session('prog', args, env: env, dir: dir, stdin: stdin)
+    cold = NgwTest.cold([RbConfig.ruby, PROG, *args], env: env, dir: dir, stdin: stdin)
+    assert_equal [cold[:stdout], cold[:stderr], "#{cold[:status].exitstatus}\n"],
+                 [warm.stdout, warm.stderr, warm.exit], "#{args} in #{dir}"
+    assert_empty warm.notices
+    warm
+  end
+
+  def test_a_rehearsed_zygote_serves_as_cold
+    File.write(File.join(@dir, 'conf.yml'), "here: 1\n")
+    File.write(File.join(@other, 'conf.yml'), "there: [2]\n")
+    worker('first second')
+    assert_match(/rehearsed prog first second \(exit 0\).* kept 1 YAML load/, @w.log)
+    res = same_as_cold(['one'], @dir, stdin: 'abc')
+    assert_includes res.stdout, 'yaml {"a"=>1, "b"=>["x", "y", "z"], "c"=>{"d"=>"e"}, "f"=>{"d"=>"e"}} ' \
+                                "shared true keys frozen true\nconf {\"here\"=>1}\n"
+    same_as_cold(['again'], @dir)
+    assert_includes res.stdout, "root #{@dir}\n"
+    assert_includes res.stdout, "seen [\"one\"]\ncache {\"one\"=>1}\nruns 1 calls 1 global 1\n"
+    assert_includes res.stdout, 'load path 1 stdin 3'
+    res = same_as_cold(%w[two three], @other)
+    assert_includes res.stdout, "root #{@other}\n"
+    assert_includes res.stdout, "conf {\"there\"=>[2]}\n"
+    same_as_cold(['exit3'], @other)
+  end
+
+  def test_an_exit_status_is_a_rehearsal_too
+    worker('exit3')
+    assert_match(/rehearsed prog exit3 \(exit 3\)/, @w.log)
+    same_as_cold(['x'], @dir)
+  end
+
+  def test_what_cannot_be_put_back_keeps_the_rehearsal_out
+    { 'atexit' => /at_exit hooks registered/, 'define' => /methods defined/,
+      'trap' => /SIGUSR1 handler changed/, 'thread' => /thread\(s\) left running/ }.each do |what, why|
+      worker(what)
+      left_out = /rehearsal prog #{what} left out: its trial changed what cannot be put back: .*#{why.source}/
+      assert_match(left_out, @w.log)
+      refute_match(/rehearsed prog/, @w.log)
+      same_as_cold([what], @dir)
+      @w.close
+      @w = nil
+    end
+  end
+end
+
+class TestRubocopRehearsal < Minitest::Test
+  SOURCE = "def foo( a )\n  x = 1\n  return a\nend\nputs \"hi\"\n"
+
+  def setup
+    @dir = Dir.mktmpdir
+    @state = File.join(@dir, '.state')
+  end
+
+  def teardown
+    @w&.close
+    FileUtils.rm_rf(@dir)
+  end
+
+  def env
+    ENV.to_h.reject { |k, _| k.start_with?('NGW_') }
+  end
+
+  # Output with rubocop's timings taken out.
+  def untimed(text)
+    text.gsub(/\d+\.\d+ seconds/, 'N seconds')
+  end
+
+  def same_as_cold(args, dir, untime: false, extra: {})
+    warm = @w.session('rubocop', args, env: env.merge(extra), dir: dir)
+    cold = NgwTest.cold(['/usr/bin/rubocop', *args], env: env.merge(extra), dir: dir)
+    fix = untime ? ->(s) { untimed(s) } : ->(s) { s }
+    assert_equal [fix.call(cold[:stdout]), fix.call(cold[:stderr]), "#{cold[:status].exitstatus}\n"],
+                 [fix.call(warm.stdout), fix.call(warm.stderr), warm.exit], "#{args} in #{dir}"
+    assert_empty warm.notices
+    warm
+  end
+
+  # Where rubocop memoises what depends on the directory (its project root, found by a
+  # Gemfile; the default configuration's Exclude made absolute; the target Ruby version
+  # from .ruby-version), a rehearsed zygote shows what a cold run shows.
+  def test_rehearsed_rubocop_as_cold_in_two_projects
+    plain = File.join(@dir, 'plain')
+    project = File.join(@dir, 'project')
+    [plain, project, File.join(project, 'vendor')].each do |d|
+      FileUtils.mkdir_p(d)
+      File.write(File.join(d, 't.rb'), SOURCE)
+    end
+    File.write(File.join(project, 'Gemfile'), "source 'https://rubygems.org'\n")
+    File.write(File.join(project, '.ruby-version'), "2.7\n")
+    File.write(File.join(project, 'u.rb'), "x = [1, 2].sum { _1 }\nputs x\n")
+    @w = NgwTest::Driver.new('rubocop=/usr/bin/rubocop', state_dir: @state)
+    first = @w.session('rubocop', %w[--cache false t.rb], env: env, dir: plain)
+    assert_equal 'retire', first.notices.last&.fetch('kind')
+    @w.wait_exit
+    @w.close
+    # Learning off: a project's target Ruby version loads a parser the first worker did
+    # not, which would retire this one.
+    @w = NgwTest::Driver.new('--no-learn', 'rubocop=/usr/bin/rubocop', state_dir: @state)
+    NgwTest.rehearsed(@w)
+    assert_match(/rehearsed rubocop --cache false rehearsal.rb \(exit 1\)/, @w.log)
+    same_as_cold(%w[--cache false t.rb], plain)
+    same_as_cold(%w[--cache false], project)
+    same_as_cold(%w[--cache false u.rb], project)
+    same_as_cold(%w[--cache false --format json], project)
+    same_as_cold(%w[--cache false t.rb], plain)
+    same_as_cold(%w[--cache false --debug t.rb], plain, untime: true)
+    # What the rehearsal's run read (XDG_CONFIG_HOME, HOME) is not the zygote's key.
+    same_as_cold(%w[--cache false t.rb], plain, extra: { 'XDG_CONFIG_HOME' => File.join(@dir, 'xdg') })
+  end
+end
