@@ -333,9 +333,7 @@ public final class ExactWorker {
             }
             String why = spares.run(r);
             if (why != null) {
-                if (!why.isEmpty()) {
-                    notice("fallback", "ran cold: " + why, r.id);
-                }
+                notice("fallback", "ran cold: " + why, r.id);
                 List<String> cds = new ArrayList<>();
                 r.cache = cache.start(cds);
                 List<String> argv = coldArgv(cds, r.args);

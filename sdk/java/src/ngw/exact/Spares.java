@@ -7,6 +7,7 @@
  * same place. It may take a session from the same directory whose environment has the same
  * values of the variables a JVM reads while it starts ({@link #STARTUP}); any other session
  * runs cold, and the spares are replaced by ones started where that session came from.
+ * Every session that runs cold says why in a {@code fallback} notice.
  */
 package ngw.exact;
 
@@ -16,7 +17,9 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.TreeMap;
+import java.util.TreeSet;
 
 import ngw.wire.Chunk;
 
@@ -75,14 +78,12 @@ final class Spares {
         return m;
     }
 
-    /**
-     * Runs the session on a spare: null if a spare took it, else why it must run cold (empty
-     * when no spare was there to take it).
-     */
+    /** Runs the session on a spare: null if a spare took it, else why it must run cold. */
     String run(ExactWorker.Run r) {
-        Spare s = take(r.cwd, startupEnv(r.env));
+        Map<String, String> startupEnv = startupEnv(r.env);
+        Spare s = take(r.cwd, startupEnv);
         if (s == null) {
-            return "";
+            return why(r.cwd, startupEnv);
         }
         if (s.code != code()) {
             kill(s);
@@ -171,6 +172,28 @@ final class Spares {
             }
         }
         return s.state == 1 ? s : null;
+    }
+
+    /** Why no spare can take a session of this directory and start-up environment. */
+    private synchronized String why(String cwd, Map<String, String> startupEnv) {
+        if (target == 0) {
+            return "no spare JVMs are kept (--spares 0)";
+        }
+        Spare x = spares.stream().filter(y -> y.state >= 0).findFirst().orElse(null);
+        if (x == null) {
+            return "no spare JVM was ready (each takes one session; the next starts when a session ends)";
+        }
+        if (!x.cwd.equals(cwd)) {
+            return "the spare JVM was started in another directory";
+        }
+        TreeSet<String> names = new TreeSet<>(x.startupEnv.keySet());
+        names.addAll(startupEnv.keySet());
+        for (String n : names) {
+            if (!Objects.equals(x.startupEnv.get(n), startupEnv.get(n))) {
+                return "the spare JVM was started with another value of " + Posix.decoded(n);
+            }
+        }
+        return "the spare JVM exited before it was ready";
     }
 
     /** Starts spares until {@link #target} are there for {@code cwd} and {@code env}. */
