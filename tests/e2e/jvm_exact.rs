@@ -208,7 +208,7 @@ fn a_session_no_spare_matches_says_why_it_ran_cold() {
     std::fs::create_dir_all(&b).unwrap();
     // The first spare was started in ngd's directory; the next ones where a session came
     // from.
-    let runs: [(&Path, &str, u64); 3] = [(&a, "one", 1), (&a, "two", 1), (&b, "three", 2)];
+    let runs: [(&Path, &str, u64); 3] = [(&a, "one", 1), (&a, "one", 1), (&b, "one", 2)];
     for (dir, probe, count) in runs {
         let theirs = cold(&[], dir, probe, b"");
         let ours = server
@@ -219,11 +219,16 @@ fn a_session_no_spare_matches_says_why_it_ran_cold() {
             .run();
         same(&theirs, &ours, probe);
         let (n, messages) = fallbacks(&server);
-        assert_eq!(n, count, "{probe}: {messages:?}\n{}", server.plugin_log("probe"));
+        assert_eq!(
+            n,
+            count,
+            "{probe}: {messages:?}\n{}",
+            server.plugin_log("probe")
+        );
         assert!(
             messages
                 .last()
-                .is_some_and(|m| m.contains("started in another directory")),
+                .is_some_and(|m| m.contains("another directory")),
             "{probe}: {messages:?}"
         );
     }
