@@ -9,6 +9,7 @@
 //! descriptors, so a run is served ahead exactly when it and the two before it share those.
 //! Initialisers that read stdin, print or write a file never serve a session: their spare
 //! is discarded once, and the program's later spares (in a new worker too) do not go ahead.
+//! And a real program whose main class does its start in its initialiser: Debian's clojure.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -486,4 +487,67 @@ ahead_tests! {
     ahead_never_reads_stdin: "AheadStdin", false;
     ahead_never_prints: "AheadPrint", false;
     ahead_never_writes_a_file: "AheadFile", false;
+}
+
+/// Debian's clojure, as `/usr/bin/clojure` runs it: its main class's initialiser loads
+/// `clojure.core`. Warm as cold, five runs from one place on each JDK, served ahead from the
+/// third.
+#[test]
+fn clojure_goes_ahead_as_cold() {
+    const JAR: &str = "/usr/share/java/clojure-1.11.jar";
+    assert!(
+        Path::new(JAR).is_file(),
+        "{JAR} is missing: run scripts/install-peers"
+    );
+    let expr = r#"(println (System/getenv "PROBE") (System/getProperty "user.dir") *clojure-version* (count (all-ns)))"#;
+    for home in [jdk17_home(), jdk25_home().to_path_buf()] {
+        let tmp = tempfile::tempdir().unwrap();
+        let plugin = program_plugin(
+            "probe",
+            &["probe"],
+            &["-cp".into(), JAR.into(), "clojure.main".into()],
+        )
+        .env("JAVA_HOME", &home.to_string_lossy())
+        .env("NGW_STATE_DIR", &tmp.path().join("state").to_string_lossy());
+        let server = PluginServer::start(vec![plugin]);
+        for k in 0..5 {
+            let used = counter(&server, "ahead-used");
+            let started = Instant::now();
+            let out = Command::new(home.join("bin/java"))
+                .args(["-cp", JAR, "clojure.main", "-e", expr])
+                .current_dir(tmp.path())
+                .env_clear()
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .env(TAG_VAR, server.tag())
+                .env("PROBE", "clj")
+                .output()
+                .unwrap();
+            let theirs = Output {
+                what: "cold clojure".into(),
+                status: out.status,
+                stdout: out.stdout,
+                stderr: out.stderr,
+                elapsed: started.elapsed(),
+            };
+            let ours = server
+                .cmd(Client::Ours)
+                .args(["probe", "-e", expr])
+                .cwd(tmp.path())
+                .env("PROBE", "clj")
+                .run();
+            same(
+                &theirs,
+                &ours,
+                &format!("clojure run {k} on {}", home.display()),
+            );
+            let ahead = counter(&server, "ahead-used") > used;
+            assert_eq!(
+                ahead,
+                k >= 2,
+                "clojure run {k} on {}\n{}",
+                home.display(),
+                server.plugin_log("probe")
+            );
+        }
+    }
 }
