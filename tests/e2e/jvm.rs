@@ -244,3 +244,6 @@ mod exact;
 
 #[path = "jvm_cache.rs"]
 mod cache;
+
+#[path = "jvm_ahead.rs"]
+mod ahead;

@@ -175,3 +175,61 @@ fn exact_stops_on_ctrl_z_and_resumes_on_fg() {
         pty.expect(&format!("{how}-done 0")).unwrap();
     }
 }
+
+/// The plugin's `fallback` notices so far, and the messages of those it keeps.
+fn fallbacks(server: &PluginServer) -> (u64, Vec<String>) {
+    let report = server.plugin_report("probe").unwrap_or_default();
+    let count = report
+        .pointer("/notice_counts/fallback")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    let messages = report
+        .get("notices")
+        .and_then(serde_json::Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter(|n| n["kind"] == "fallback")
+                .filter_map(|n| n["message"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    (count, messages)
+}
+
+/// A session from a directory no spare was started in runs cold and says so in a `fallback`
+/// notice; one from the spare's directory takes the spare and says nothing.
+#[test]
+fn a_session_no_spare_matches_says_why_it_ran_cold() {
+    let server = probe_server();
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("a");
+    let b = tmp.path().join("b");
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    // The first spare was started in ngd's directory; the next ones where a session came
+    // from.
+    let runs: [(&Path, &str, u64); 3] = [(&a, "one", 1), (&a, "one", 1), (&b, "one", 2)];
+    for (dir, probe, count) in runs {
+        let theirs = cold(&[], dir, probe, b"");
+        let ours = server
+            .cmd(ng_tests::Client::Ours)
+            .arg("probe")
+            .cwd(dir)
+            .env("PROBE", probe)
+            .run();
+        same(&theirs, &ours, probe);
+        let (n, messages) = fallbacks(&server);
+        assert_eq!(
+            n,
+            count,
+            "{probe}: {messages:?}\n{}",
+            server.plugin_log("probe")
+        );
+        assert!(
+            messages
+                .last()
+                .is_some_and(|m| m.contains("another directory")),
+            "{probe}: {messages:?}"
+        );
+    }
+}

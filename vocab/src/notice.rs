@@ -22,6 +22,9 @@ pub enum NoticeKind {
     Restart,
     /// A sub-zygote of the Python SDK could not serve a session.
     Zygote,
+    /// A worker stopped preparing a program's sessions ahead of time (the JVM worker's
+    /// spares that initialise the main class), and why: logged and kept.
+    Ahead,
     /// One more of the counter its message names (a session used the worker's cache, say):
     /// counted, neither logged nor kept.
     Count,
@@ -30,13 +33,14 @@ pub enum NoticeKind {
 }
 
 /// Every named kind with its spelling on the wire.
-const NAMES: [(NoticeKind, &str); 7] = [
+const NAMES: [(NoticeKind, &str); 8] = [
     (NoticeKind::Fallback, "fallback"),
     (NoticeKind::Stale, "stale"),
     (NoticeKind::Retire, "retire"),
     (NoticeKind::Disabled, "disabled"),
     (NoticeKind::Restart, "restart"),
     (NoticeKind::Zygote, "zygote"),
+    (NoticeKind::Ahead, "ahead"),
     (NoticeKind::Count, "count"),
 ];
 

@@ -108,7 +108,8 @@ final class ClassCache {
         }
     }
 
-    private static Path stateDir() {
+    /** Where the worker keeps what it makes for later workers ({@code $NGW_STATE_DIR}). */
+    static Path stateDir() {
         String d = System.getenv("NGW_STATE_DIR");
         if (d != null && d.startsWith("/")) {
             return Path.of(d);
@@ -355,6 +356,31 @@ final class ClassCache {
             deleteQuietly(p);
             worker.log("dropped the class-data cache " + p + " (over " + (bound >> 20) + " MiB)");
         }
+    }
+
+    /**
+     * The program's key as it is on disk now: the cache's, with the main class and the file
+     * it is loaded from when that is in a directory (a jar is in the cache's key already).
+     */
+    synchronized String programKey(String mainClass) throws IOException {
+        MessageDigest d = sha256();
+        update(d, key());
+        update(d, String.valueOf(mainClass));
+        if (mainClass != null) {
+            String file = mainClass.replace('.', '/') + ".class";
+            for (String e : options.classpath) {
+                Path p = Path.of(e, file);
+                if (Files.isRegularFile(p)) {
+                    update(d, p + " " + Files.size(p) + " " + Files.getLastModifiedTime(p).toMillis());
+                    break;
+                }
+            }
+        }
+        StringBuilder hex = new StringBuilder();
+        for (byte b : d.digest()) {
+            hex.append(String.format("%02x", b));
+        }
+        return hex.substring(0, 32);
     }
 
     /** The cache's key for the program as it is on disk now. */

@@ -94,6 +94,8 @@ public final class ExactWorker {
         Thread[] relays = new Thread[0];
         /** What its JVM was started with of the class-data cache, or null. */
         ClassCache.Use cache;
+        /** The kinds of its descriptors 0-2 ({@link #kinds}). */
+        String kinds = "---";
 
         Run(long id) {
             this.id = id;
@@ -132,7 +134,7 @@ public final class ExactWorker {
             exit(78);
         }
         hello(commands, null);
-        spares.refill(Posix.raw(System.getProperty("user.dir")), workerEnv());
+        spares.refill(Posix.raw(System.getProperty("user.dir")), workerEnv(), null);
         try {
             loop();
         } catch (IOException e) {
@@ -331,11 +333,10 @@ public final class ExactWorker {
                     ours.add(f);
                 }
             }
+            r.kinds = kinds(r.stdio);
             String why = spares.run(r);
             if (why != null) {
-                if (!why.isEmpty()) {
-                    notice("fallback", "ran cold: " + why, r.id);
-                }
+                notice("fallback", "ran cold: " + why, r.id);
                 List<String> cds = new ArrayList<>();
                 r.cache = cache.start(cds);
                 List<String> argv = coldArgv(cds, r.args);
@@ -368,7 +369,7 @@ public final class ExactWorker {
             cache.make(r.cache);
             // The next spare starts once this session is over, so that a JVM starting does
             // not take CPU from the session's own (two cores are common).
-            spares.refill(r.cwd, r.env);
+            spares.ended(r);
         } catch (IOException | RuntimeException e) {
             for (int f : ours) {
                 Posix.closeQuietly(f);
@@ -379,6 +380,18 @@ public final class ExactWorker {
                     .getBytes(StandardCharsets.UTF_8));
             end(r, "126\n");
         }
+    }
+
+    /**
+     * The kinds of descriptors 0-2 a static initialiser can tell apart without reading or
+     * writing them: {@code t} a terminal, {@code o} open and not a terminal, {@code -} closed.
+     */
+    static String kinds(int[] stdio) {
+        StringBuilder b = new StringBuilder();
+        for (int f : stdio) {
+            b.append(f < 0 ? '-' : Posix.isTerminal(f) ? 't' : 'o');
+        }
+        return b.toString();
     }
 
     /**

@@ -1,6 +1,7 @@
 /**
  * The JVM worker's platform layer: the POSIX calls Java lacks (descriptor passing, spawning
- * with file actions, waiting for stops, process groups, the environment), through JNA's
+ * with file actions, waiting for stops, process groups, the environment, a thread's seccomp
+ * filter), through JNA's
  * direct mapping of the C library, each with its contract. Linux, 64-bit (LP64) layouts.
  *
  * <p>Strings cross to C as ISO-8859-1 ({@code jna.encoding}), so a string holding the raw
@@ -61,6 +62,10 @@ final class Posix {
     static final int SIGWINCH = 28;
     static final int O_RDWR = 2;
     static final long TIOCSCTTY = 0x540E;
+    static final long FIONREAD = 0x541B;
+    static final int PR_SET_SECCOMP = 22;
+    static final int PR_SET_NO_NEW_PRIVS = 38;
+    static final int SECCOMP_MODE_FILTER = 2;
 
     /** In {@link Spawn#stdio}: open {@code /dev/null} there. */
     static final int DEV_NULL = -2;
@@ -104,6 +109,9 @@ final class Posix {
     static native int sigfillset(Pointer set);
     static native int sigdelset(Pointer set, int sig);
     static native int sigaddset(Pointer set, int sig);
+    static native int isatty(int fd);
+    static native int gettid();
+    static native int prctl(int option, long arg2, long arg3, long arg4, long arg5) throws LastErrorException;
 
     /** Bytes received and the descriptors that came with them. */
     record Received(int length, int[] fds) {}
@@ -408,6 +416,52 @@ final class Posix {
             return true;
         } catch (LastErrorException e) {
             return false;
+        }
+    }
+
+    /** Whether {@code fd} is a terminal. */
+    static boolean isTerminal(int fd) {
+        return isatty(fd) == 1;
+    }
+
+    /** The bytes waiting to be read on {@code fd}, a pipe or socket ({@code FIONREAD}). */
+    static int pending(int fd) throws IOException {
+        try (Memory n = new Memory(4)) {
+            n.setInt(0, 0);
+            ioctl(fd, FIONREAD, Pointer.nativeValue(n));
+            return n.getInt(0);
+        } catch (LastErrorException e) {
+            throw new IOException("FIONREAD: " + e.getMessage());
+        }
+    }
+
+    /** The calling thread's id in the kernel ({@code /proc/self/task/<id>}). */
+    static int threadId() {
+        return gettid();
+    }
+
+    /**
+     * Confines the calling thread, and the threads it starts from now on, with a seccomp
+     * filter: {@code program} holds classic BPF instructions, each {@code code << 48 | jt << 40
+     * | jf << 32 | k}. Other threads of the process are not affected; the calling thread
+     * stays confined until it ends.
+     */
+    static void confineThread(long[] program) throws IOException {
+        try (Memory filter = new Memory(8L * program.length); Memory prog = new Memory(16)) {
+            for (int i = 0; i < program.length; i++) {
+                long op = program[i];
+                filter.setShort(8L * i, (short) (op >>> 48));
+                filter.setByte(8L * i + 2, (byte) (op >>> 40));
+                filter.setByte(8L * i + 3, (byte) (op >>> 32));
+                filter.setInt(8L * i + 4, (int) op);
+            }
+            prog.clear();
+            prog.setShort(0, (short) program.length);
+            prog.setPointer(8, filter);
+            prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, Pointer.nativeValue(prog), 0, 0);
+        } catch (LastErrorException e) {
+            throw new IOException("seccomp: " + e.getMessage());
         }
     }
 

@@ -12,6 +12,13 @@
  * and is checked against the session's), umask, ignored signals and the client's own
  * descriptors as fds 0-2. It answers {@code R} and closes its channel, or {@code C} (run it
  * cold) and exits without having touched the session.
+ *
+ * <p>A spare started with {@code ngw.spare.ahead} was started with the full environment,
+ * directory, umask, ignored signals and kinds of descriptors 0-2 of the session before it,
+ * and initialises the main class before it says it is ready ({@link SpareInit}): {@code a}
+ * when that was clean, else {@code x} (the program's initialisation cannot go ahead
+ * exactly) or {@code g} (this system cannot guard it) with the reason, and it exits. The
+ * worker hands it only a session that matches all of these.
  */
 package ngw.exact;
 
@@ -40,17 +47,51 @@ public final class Spare {
     record Request(List<String> args, Map<String, String> env, int umask, List<String> ignored, int[] stdio,
             int ctty) {}
 
+    /** The job's anchor ({@code ngw.spare.anchor}), or null. */
+    private static String anchor;
+
     public static void main(String[] argv) throws Throwable {
         String mainClass = System.getProperty("ngw.spare.main");
         String classpath = System.getProperty("ngw.spare.cp");
         String command = System.getProperty("ngw.spare.command");
+        anchor = System.getProperty("ngw.spare.anchor");
+        boolean ahead = System.getProperty("ngw.spare.ahead") != null;
+        String umask = System.getProperty("ngw.spare.umask");
+        String ignored = System.getProperty("ngw.spare.ignored");
         Class<?> c = Class.forName(mainClass, false, ClassLoader.getSystemClassLoader());
         MethodHandle main = MethodHandles.publicLookup().findStatic(c, "main",
                 MethodType.methodType(void.class, String[].class));
         rehearse();
-        Posix.writeAll(FD, new byte[] {'r'});
-        // JNA has read it: a cold JVM has no such property.
-        System.clearProperty("jna.encoding");
+        // The properties as a cold JVM has them before the program runs (JNA has read its
+        // own).
+        for (String p : List.of("jna.encoding", "ngw.spare.main", "ngw.spare.cp", "ngw.spare.command",
+                "ngw.spare.anchor", "ngw.spare.ahead", "ngw.spare.umask", "ngw.spare.ignored")) {
+            System.clearProperty(p);
+        }
+        System.setProperty("java.class.path", classpath);
+        System.setProperty("sun.java.command", command);
+        if (ahead) {
+            if (umask != null) {
+                Posix.umask(Integer.parseInt(umask, 8));
+            }
+            if (ignored != null && !ignored.isEmpty()) {
+                for (String s : ignored.split(",")) {
+                    int n = Signals.number(s);
+                    if (n > 0) {
+                        Posix.ignore(n);
+                    }
+                }
+            }
+            SpareInit.Outcome o = SpareInit.run(c);
+            if (!o.clean()) {
+                Posix.writeAll(FD, ((o.program() ? "x" : "g") + o.why()).getBytes(StandardCharsets.UTF_8));
+                Runtime.getRuntime().halt(0);
+                return;
+            }
+            Posix.writeAll(FD, new byte[] {'a'});
+        } else {
+            Posix.writeAll(FD, new byte[] {'r'});
+        }
         Request r = read(FD);
         if (r == null) {
             Runtime.getRuntime().halt(0);
@@ -64,11 +105,6 @@ public final class Spare {
         }
         Posix.writeAll(FD, new byte[] {'R'});
         Posix.closeQuietly(FD);
-        System.clearProperty("ngw.spare.main");
-        System.clearProperty("ngw.spare.cp");
-        System.clearProperty("ngw.spare.command");
-        System.clearProperty("ngw.spare.anchor");
-        System.setProperty("java.class.path", classpath);
         String[] args = r.args().stream().map(Posix::decoded).toArray(String[]::new);
         System.setProperty("sun.java.command", args.length == 0 ? command : command + " " + String.join(" ", args));
         try {
@@ -162,9 +198,8 @@ public final class Spare {
             // Its group would be orphaned (its parent is in another session), and the
             // terminal's ^Z discarded for it: the anchor gives it a member with a parent in
             // the session. Without one, ^Z stops what the program starts, not the JVM.
-            String ng = System.getProperty("ngw.spare.anchor");
-            if (ng != null && !Posix.anchor(ng)) {
-                System.err.println("ngw: the job's anchor " + ng + " failed: ^Z stops what the program starts, not the JVM");
+            if (anchor != null && !Posix.anchor(anchor)) {
+                System.err.println("ngw: the job's anchor " + anchor + " failed: ^Z stops what the program starts, not the JVM");
             }
         }
         for (int i = 0; i < 3; i++) {

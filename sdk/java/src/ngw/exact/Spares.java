@@ -7,6 +7,13 @@
  * same place. It may take a session from the same directory whose environment has the same
  * values of the variables a JVM reads while it starts ({@link #STARTUP}); any other session
  * runs cold, and the spares are replaced by ones started where that session came from.
+ * Every session that runs cold says why in a {@code fallback} notice.
+ *
+ * <p>A spare may also initialise the main class ahead ({@link Ahead}, {@link SpareInit}):
+ * then it takes only a session whose full environment, directory, umask, ignored signals and
+ * kinds of descriptors 0-2 are those it was started with ({@code ahead-used} counts them),
+ * and one whose initialisation was not clean is discarded and replaced by one that does not
+ * go ahead.
  */
 package ngw.exact;
 
@@ -16,7 +23,9 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.TreeMap;
+import java.util.TreeSet;
 
 import ngw.wire.Chunk;
 
@@ -38,6 +47,8 @@ final class Spares {
         final Map<String, String> startupEnv;
         /** The class path's fingerprint when the spare started. */
         final long code;
+        /** The session state it initialises the main class for; null: it does not go ahead. */
+        final Ahead.Key ahead;
         /** 0 starting, 1 ready, -1 dead. */
         int state;
         /** Killed by the worker (not a failure). */
@@ -45,8 +56,9 @@ final class Spares {
         /** What it was started with of the class-data cache, or null. */
         ClassCache.Use cache;
 
-        Spare(int pid, int sock, String cwd, Map<String, String> startupEnv, long code) {
+        Spare(int pid, int sock, String cwd, Map<String, String> startupEnv, long code, Ahead.Key ahead) {
             this.code = code;
+            this.ahead = ahead;
             this.pid = pid;
             this.sock = sock;
             this.cwd = cwd;
@@ -57,12 +69,14 @@ final class Spares {
     private final ExactWorker worker;
     private final int target;
     private final List<Spare> spares = new ArrayList<>();
+    private final Ahead ahead;
     private int failures;
     private boolean stopped;
 
     Spares(ExactWorker worker, int target) {
         this.worker = worker;
         this.target = target;
+        this.ahead = new Ahead(worker, worker.cache());
     }
 
     private static Map<String, String> startupEnv(Map<String, String> env) {
@@ -75,15 +89,13 @@ final class Spares {
         return m;
     }
 
-    /**
-     * Runs the session on a spare: null if a spare took it, else why it must run cold (empty
-     * when no spare was there to take it).
-     */
+    /** Runs the session on a spare: null if a spare took it, else why it must run cold. */
     String run(ExactWorker.Run r) {
-        Spare s = take(r.cwd, startupEnv(r.env));
-        if (s == null) {
-            return "";
+        Taken t = take(r.cwd, startupEnv(r.env), Ahead.Key.of(r));
+        if (t.spare() == null) {
+            return t.why();
         }
+        Spare s = t.spare();
         if (s.code != code()) {
             kill(s);
             worker.notice("stale", "the classpath changed on disk since the spare JVM started", r.id);
@@ -102,6 +114,9 @@ final class Spares {
             if (n > 0 && answer[0] == 'R') {
                 r.pid = s.pid;
                 r.cache = s.cache;
+                if (s.ahead != null) {
+                    worker.notice("count", "ahead-used", r.id);
+                }
                 Posix.closeQuietly(s.sock);
                 return null;
             }
@@ -151,14 +166,24 @@ final class Spares {
         out.write(b, 0, b.length);
     }
 
-    /** A spare for this directory and start-up environment, waiting for it to be ready. */
-    private Spare take(String cwd, Map<String, String> startupEnv) {
+    /** A spare, or why there is none. */
+    private record Taken(Spare spare, String why) {}
+
+    /**
+     * A spare that went ahead for exactly {@code key}, else a plain one for this directory
+     * and start-up environment, waiting for it to be ready; or why there is none.
+     */
+    private Taken take(String cwd, Map<String, String> startupEnv, Ahead.Key key) {
         Spare s;
         synchronized (this) {
-            s = spares.stream().filter(x -> x.state >= 0 && x.cwd.equals(cwd) && x.startupEnv.equals(startupEnv))
+            s = spares.stream().filter(x -> x.state >= 0 && x.ahead != null && x.ahead.difference(key) == null)
                     .findFirst().orElse(null);
             if (s == null) {
-                return null;
+                s = spares.stream().filter(x -> x.state >= 0 && x.ahead == null && x.cwd.equals(cwd)
+                        && x.startupEnv.equals(startupEnv)).findFirst().orElse(null);
+            }
+            if (s == null) {
+                return new Taken(null, why(cwd, startupEnv, key));
             }
             spares.remove(s);
             while (s.state == 0) {
@@ -166,29 +191,71 @@ final class Spares {
                     wait();
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
-                    return null;
+                    return new Taken(null, "interrupted while the spare JVM started");
                 }
             }
         }
-        return s.state == 1 ? s : null;
+        if (s.state == 1) {
+            return new Taken(s, null);
+        }
+        return new Taken(null, s.ahead != null ? "the spare JVM that initialised the main class ahead was discarded"
+                : "the spare JVM exited before it was ready");
     }
 
-    /** Starts spares until {@link #target} are there for {@code cwd} and {@code env}. */
-    synchronized void refill(String cwd, Map<String, String> env) {
+    /** Why no spare can take a session of this directory, start-up environment and key. */
+    private String why(String cwd, Map<String, String> startupEnv, Ahead.Key key) {
+        if (target == 0) {
+            return "no spare JVMs are kept (--spares 0)";
+        }
+        Spare x = spares.stream().filter(y -> y.state >= 0).findFirst().orElse(null);
+        if (x == null) {
+            return "no spare JVM was ready (each takes one session; the next starts when a session ends)";
+        }
+        if (x.ahead != null) {
+            return "the spare JVM cannot take it: " + x.ahead.difference(key);
+        }
+        if (!x.cwd.equals(cwd)) {
+            return "the spare JVM was started in another directory";
+        }
+        TreeSet<String> names = new TreeSet<>(x.startupEnv.keySet());
+        names.addAll(startupEnv.keySet());
+        for (String n : names) {
+            if (!Objects.equals(x.startupEnv.get(n), startupEnv.get(n))) {
+                return "the spare JVM was started with another value of " + Posix.decoded(n);
+            }
+        }
+        return "no spare JVM could take it";
+    }
+
+    /**
+     * A session ended: the spares are replaced by ones started where it came from, going
+     * ahead for its key when {@link Ahead} says so.
+     */
+    void ended(ExactWorker.Run r) {
+        refill(r.cwd, r.env, ahead.next(Ahead.Key.of(r)));
+    }
+
+    /**
+     * Starts spares until {@link #target} are there for {@code cwd} and {@code env}, each
+     * going ahead for {@code go} unless it is null; kills the others.
+     */
+    synchronized void refill(String cwd, Map<String, String> env, Ahead.Key go) {
         if (stopped || target == 0 || failures >= 3) {
             return;
         }
         Map<String, String> startupEnv = startupEnv(env);
         long code = code();
         for (Spare s : new ArrayList<>(spares)) {
-            if (!s.cwd.equals(cwd) || !s.startupEnv.equals(startupEnv) || s.code != code) {
+            boolean wanted = s.code == code && (go != null ? go.equals(s.ahead)
+                    : s.ahead == null && s.cwd.equals(cwd) && s.startupEnv.equals(startupEnv));
+            if (!wanted) {
                 spares.remove(s);
                 kill(s);
             }
         }
         while (spares.size() < target) {
             try {
-                spares.add(spawn(cwd, env, startupEnv));
+                spares.add(spawn(cwd, env, startupEnv, go));
             } catch (IOException e) {
                 worker.log("cannot start a spare JVM: " + e.getMessage());
                 failures++;
@@ -197,7 +264,8 @@ final class Spares {
         }
     }
 
-    private Spare spawn(String cwd, Map<String, String> env, Map<String, String> startupEnv) throws IOException {
+    private Spare spawn(String cwd, Map<String, String> env, Map<String, String> startupEnv, Ahead.Key go)
+            throws IOException {
         ngw.Options o = worker.options();
         long code = code();
         List<String> argv = new ArrayList<>();
@@ -209,6 +277,13 @@ final class Spares {
         String ng = ExactWorker.anchor();
         if (ng != null) {
             argv.add("-Dngw.spare.anchor=" + ng);
+        }
+        if (go != null) {
+            argv.add("-Dngw.spare.ahead=1");
+            if (go.umask() >= 0) {
+                argv.add("-Dngw.spare.umask=" + Integer.toOctalString(go.umask()));
+            }
+            argv.add("-Dngw.spare.ignored=" + String.join(",", go.ignored()));
         }
         argv.add("-cp");
         argv.add(String.join(":", o.classpath) + ":" + o.workerClasspath);
@@ -228,7 +303,7 @@ final class Spares {
         } finally {
             Posix.closeQuietly(pair[1]);
         }
-        Spare s = new Spare(pid, pair[0], cwd, startupEnv, code);
+        Spare s = new Spare(pid, pair[0], cwd, startupEnv, code, go);
         s.cache = cache;
         Thread t = new Thread(() -> awaitReady(s), "ngw-spare-" + pid);
         t.setDaemon(true);
@@ -237,7 +312,7 @@ final class Spares {
     }
 
     private void awaitReady(Spare s) {
-        byte[] b = new byte[1];
+        byte[] b = new byte[512];
         int n;
         try {
             n = Posix.readSome(s.sock, b);
@@ -249,9 +324,28 @@ final class Spares {
                 s.state = -1;
                 Posix.closeQuietly(s.sock);
                 reap(s);
-            } else if (n == 1 && b[0] == 'r') {
+            } else if (n >= 1 && b[0] == (s.ahead != null ? 'a' : 'r')) {
                 s.state = 1;
                 failures = 0;
+            } else if (s.ahead != null) {
+                // Its initialisation was not clean (or it ended while initialising): never
+                // handed a session, and a spare that does not go ahead takes its place.
+                s.state = -1;
+                spares.remove(s);
+                kill(s);
+                boolean program = n < 1 || b[0] != 'g';
+                String why = n > 1 ? new String(b, 1, n - 1, StandardCharsets.UTF_8)
+                        : "it ended while initialising the main class";
+                worker.log("a spare JVM (pid " + s.pid + ") initialising the main class ahead was discarded: " + why);
+                ahead.discarded(why, program);
+                if (!stopped) {
+                    try {
+                        spares.add(spawn(s.cwd, s.ahead.env(), s.startupEnv, null));
+                    } catch (IOException e) {
+                        worker.log("cannot start a spare JVM: " + e.getMessage());
+                        failures++;
+                    }
+                }
             } else {
                 s.state = -1;
                 failures++;
