@@ -2,7 +2,7 @@
 //! a program warm.
 //!
 //! `ngd warm NAME` finds `NAME` as a shell would (skipping shims), identifies what it is
-//! ([`kind::identify`]: a Python or Ruby script by its `#!` interpreter, a `nu_plugin_*`,
+//! ([`kind::identify`]: a Python, Ruby or Node script by its `#!` interpreter, a `nu_plugin_*`,
 //! a JVM program; else a fledge plugin's command by name; MCP servers come from `--mcp
 //! CONFIG.json`), writes one drop-in file `conf.d/NAME.toml` with its `[[plugin]]` table
 //! and a `[warm]` record, places a shim `NAME` (a symbolic link to `ng`) in the shims
@@ -22,6 +22,7 @@
 //! configuration has an error (nothing changed).
 
 pub mod kind;
+pub mod node;
 pub mod store;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,204 @@
+//! Node programs for `ngd warm`: a script whose `#!` line runs `node` (`#!/usr/bin/env
+//! node`, `#!/usr/bin/node`, `#!/usr/bin/env -S node --OPTION...`), such as an npm bin link
+//! (`node_modules/.bin/eslint` → `../eslint/bin/eslint.js`), served by the Node worker ngd
+//! carries (`sdk = "node"`, docs/ngw-node.md).
+//!
+//! The table names the script by the path the shell found (the link), which is what a
+//! shim sends; the worker resolves it and runs each session with the node its `#!` line
+//! names (the session's `PATH` for `env`), so the table's `node` only runs the worker.
+//! Another project's copy is served by a pool derived from the table
+//! (`ng_server::plugin::derive::recognise_node`). Nothing is written into the project.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+use super::kind::{Program, Refusal};
+
+/// `node` and Debian's old name for it.
+pub fn is_node(name: &str) -> bool {
+    matches!(name, "node" | "nodejs")
+}
+
+/// Options on a `#!` line that make `node` something other than `node SCRIPT ARGS` (the
+/// worker refuses them too).
+const FOREIGN_OPTIONS: &[&str] = &[
+    "--eval",
+    "--print",
+    "--check",
+    "--interactive",
+    "--test",
+    "--watch",
+    "--watch-path",
+    "--input-type",
+    "--inspect-brk",
+    "--require",
+    "--import",
+    "--loader",
+    "--experimental-loader",
+];
+
+/// The Node program at `path` if `words` (its `#!` line, split on white space) run `node`;
+/// `None` when they name another interpreter. `which` finds `node` for `env`; `native`
+/// finds the worker's native piece.
+pub fn recognise(
+    path: &Path,
+    words: &[String],
+    which: impl Fn(&OsStr) -> Option<PathBuf>,
+    native: impl Fn() -> Option<PathBuf>,
+) -> Option<Result<Program, Refusal>> {
+    let (via_env, rest) = match words.first() {
+        Some(first) if first.rsplit('/').next() == Some("env") => (true, &words[1..]),
+        _ => (false, words),
+    };
+    let (split, rest) = match rest.first() {
+        Some(s) if via_env && s == "-S" => (true, &rest[1..]),
+        _ => (false, rest),
+    };
+    let interp = rest.first()?;
+    if !is_node(interp.rsplit('/').next().unwrap_or(interp)) {
+        return None;
+    }
+    Some(program(
+        path,
+        via_env,
+        split,
+        interp,
+        &rest[1..],
+        which,
+        native,
+    ))
+}
+
+fn program(
+    path: &Path,
+    via_env: bool,
+    split: bool,
+    interp: &str,
+    options: &[String],
+    which: impl Fn(&OsStr) -> Option<PathBuf>,
+    native: impl Fn() -> Option<PathBuf>,
+) -> Result<Program, Refusal> {
+    // Without `env -S`, more words are one argument: env looks for a program named so.
+    let foreign = options.iter().find(|o| {
+        !(via_env && split)
+            || !o.starts_with("--")
+            || FOREIGN_OPTIONS
+                .iter()
+                .any(|f| o.as_str() == *f || o.starts_with(&format!("{f}=")))
+    });
+    if let Some(option) = foreign {
+        return Err(Refusal::InterpreterOptions {
+            path: path.to_path_buf(),
+            options: option.clone(),
+        });
+    }
+    let node = if interp.contains('/') {
+        Some(PathBuf::from(interp)).filter(|p| p.is_file())
+    } else {
+        which(OsStr::new(interp))
+    };
+    let node = node.ok_or_else(|| Refusal::NoInterpreter {
+        path: path.to_path_buf(),
+        interpreter: interp.to_owned(),
+    })?;
+    if native().is_none() {
+        return Err(Refusal::NodeNative(path.to_path_buf()));
+    }
+    Ok(Program::Node {
+        script: path.to_path_buf(),
+        node,
+    })
+}
+
+/// The native piece of the ngd running now ([`ng_server::carried_sdk::node_native`]).
+pub fn native_beside_ngd() -> Option<PathBuf> {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| ng_server::carried_sdk::node_native(&exe))
+}
+
+/// The `[[plugin]]` table's body for a Node program served as `name`.
+pub fn table(name: &str, script: &Path, node: &Path, q: impl Fn(&str) -> String) -> String {
+    format!(
+        "command = [{}, {}]\nsdk = \"node\"\ncommands = [{}]\n",
+        q(&node.to_string_lossy()),
+        q(&format!("{name}={}", script.to_string_lossy())),
+        q(name)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(line: &str) -> Vec<String> {
+        line.split_whitespace().map(String::from).collect()
+    }
+
+    fn which(name: &OsStr) -> Option<PathBuf> {
+        (name == "node").then(|| PathBuf::from("/opt/node/bin/node"))
+    }
+
+    fn rec(line: &str) -> Option<Result<Program, Refusal>> {
+        recognise(
+            Path::new("/p/node_modules/.bin/x"),
+            &words(line),
+            which,
+            || Some(PathBuf::from("/n.so")),
+        )
+    }
+
+    fn node(at: &str) -> Option<Result<Program, Refusal>> {
+        Some(Ok(Program::Node {
+            script: "/p/node_modules/.bin/x".into(),
+            node: at.into(),
+        }))
+    }
+
+    #[test]
+    fn node_scripts_by_their_shebang() {
+        assert_eq!(rec("/usr/bin/env node"), node("/opt/node/bin/node"));
+        assert_eq!(rec("/usr/bin/env -S node"), node("/opt/node/bin/node"));
+        assert_eq!(
+            rec("/usr/bin/env -S node --no-warnings"),
+            node("/opt/node/bin/node")
+        );
+        // A node named by its path must exist.
+        let dir = tempfile::tempdir().unwrap();
+        let named = dir.path().join("node");
+        std::fs::write(&named, "").unwrap();
+        assert_eq!(rec(named.to_str().unwrap()), node(&named.to_string_lossy()));
+        assert!(matches!(
+            rec("/nonexistent/node"),
+            Some(Err(Refusal::NoInterpreter { .. }))
+        ));
+        assert_eq!(rec("/usr/bin/env python3"), None);
+        assert_eq!(rec("/bin/sh"), None);
+    }
+
+    #[test]
+    fn options_the_worker_cannot_share_are_refused() {
+        for line in [
+            "/usr/bin/env node --no-warnings",
+            "/usr/bin/env -S node -e 1",
+            "/usr/bin/env -S node --eval=1",
+            "/usr/bin/env -S node --require x",
+        ] {
+            assert!(
+                matches!(rec(line), Some(Err(Refusal::InterpreterOptions { .. }))),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn without_the_native_piece_nothing_is_served() {
+        let got = recognise(
+            Path::new("/p/x"),
+            &words("/usr/bin/env node"),
+            which,
+            || None,
+        );
+        assert_eq!(got, Some(Err(Refusal::NodeNative("/p/x".into()))));
+    }
+}
