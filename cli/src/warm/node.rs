@@ -58,33 +58,26 @@ pub fn recognise(
     if !is_node(interp.rsplit('/').next().unwrap_or(interp)) {
         return None;
     }
-    Some(program(
-        path,
-        via_env,
-        split,
-        interp,
-        &rest[1..],
-        which,
-        native,
-    ))
+    Some(program(path, split, interp, &rest[1..], which, native))
 }
 
 fn program(
     path: &Path,
-    via_env: bool,
     split: bool,
     interp: &str,
     options: &[String],
     which: impl Fn(&OsStr) -> Option<PathBuf>,
     native: impl Fn() -> Option<PathBuf>,
 ) -> Result<Program, Refusal> {
-    // Without `env -S`, more words are one argument: env looks for a program named so.
+    // Without `env -S` (`split`), more words are one argument: env looks for a program
+    // named so.
     let foreign = options.iter().find(|o| {
-        !(via_env && split)
-            || !o.starts_with("--")
-            || FOREIGN_OPTIONS
+        let shared = split
+            && o.starts_with("--")
+            && !FOREIGN_OPTIONS
                 .iter()
-                .any(|f| o.as_str() == *f || o.starts_with(&format!("{f}=")))
+                .any(|f| o.as_str() == *f || o.starts_with(&format!("{f}=")));
+        !shared
     });
     if let Some(option) = foreign {
         return Err(Refusal::InterpreterOptions {
