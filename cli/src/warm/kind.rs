@@ -336,9 +336,15 @@ pub fn recognise(
     let Some(interp) = program_words.first() else {
         return Err(Refusal::Unknown(path.to_path_buf()));
     };
-    if let Some(node) = super::node::recognise(path, &words, &which, super::node::native_beside_ngd)
-    {
-        return node;
+    if let Some(node) = super::node::recognise(&words, &which, super::node::native_beside_ngd) {
+        use super::node::Unserved;
+        let path = path.to_path_buf();
+        return match node {
+            Ok(node) => Ok(Program::Node { script: path, node }),
+            Err(Unserved::Options(options)) => Err(Refusal::InterpreterOptions { path, options }),
+            Err(Unserved::NoNode(interpreter)) => Err(Refusal::NoInterpreter { path, interpreter }),
+            Err(Unserved::NoNative) => Err(Refusal::NodeNative(path)),
+        };
     }
     let interp_name = basename(interp);
     if interp_name == "java" {

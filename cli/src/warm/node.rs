@@ -12,11 +12,20 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use super::kind::{Program, Refusal};
-
 /// `node` and Debian's old name for it.
 pub fn is_node(name: &str) -> bool {
     matches!(name, "node" | "nodejs")
+}
+
+/// Why a Node script cannot be served (`warm::kind` says so as its `Refusal`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unserved {
+    /// Its `#!` line gives node an option the worker cannot share (the first such).
+    Options(String),
+    /// The node it names is not found.
+    NoNode(String),
+    /// This ngd has no native piece for the worker.
+    NoNative,
 }
 
 /// Options on a `#!` line that make `node` something other than `node SCRIPT ARGS` (the
@@ -37,19 +46,20 @@ const FOREIGN_OPTIONS: &[&str] = &[
     "--experimental-loader",
 ];
 
-/// The Node program at `path` if `words` (its `#!` line, split on white space) run `node`;
-/// `None` when they name another interpreter. `which` finds `node` for `env`; `native`
-/// finds the worker's native piece.
+/// The node that runs the worker for a script whose `#!` line is `words` (split on white
+/// space), if they run `node`; `None` when they name another interpreter. `which` finds
+/// `node` for `env`; `native` finds the worker's native piece.
 pub fn recognise(
-    path: &Path,
     words: &[String],
     which: impl Fn(&OsStr) -> Option<PathBuf>,
     native: impl Fn() -> Option<PathBuf>,
-) -> Option<Result<Program, Refusal>> {
+) -> Option<Result<PathBuf, Unserved>> {
     let (via_env, rest) = match words.first() {
         Some(first) if first.rsplit('/').next() == Some("env") => (true, &words[1..]),
         _ => (false, words),
     };
+    // Without `env -S` (`split`), more words are one argument: env looks for a program
+    // named so.
     let (split, rest) = match rest.first() {
         Some(s) if via_env && s == "-S" => (true, &rest[1..]),
         _ => (false, rest),
@@ -58,20 +68,7 @@ pub fn recognise(
     if !is_node(interp.rsplit('/').next().unwrap_or(interp)) {
         return None;
     }
-    Some(program(path, split, interp, &rest[1..], which, native))
-}
-
-fn program(
-    path: &Path,
-    split: bool,
-    interp: &str,
-    options: &[String],
-    which: impl Fn(&OsStr) -> Option<PathBuf>,
-    native: impl Fn() -> Option<PathBuf>,
-) -> Result<Program, Refusal> {
-    // Without `env -S` (`split`), more words are one argument: env looks for a program
-    // named so.
-    let foreign = options.iter().find(|o| {
+    let foreign = rest[1..].iter().find(|o| {
         let shared = split
             && o.starts_with("--")
             && !FOREIGN_OPTIONS
@@ -80,27 +77,20 @@ fn program(
         !shared
     });
     if let Some(option) = foreign {
-        return Err(Refusal::InterpreterOptions {
-            path: path.to_path_buf(),
-            options: option.clone(),
-        });
+        return Some(Err(Unserved::Options(option.clone())));
     }
     let node = if interp.contains('/') {
         Some(PathBuf::from(interp)).filter(|p| p.is_file())
     } else {
         which(OsStr::new(interp))
     };
-    let node = node.ok_or_else(|| Refusal::NoInterpreter {
-        path: path.to_path_buf(),
-        interpreter: interp.to_owned(),
-    })?;
+    let Some(node) = node else {
+        return Some(Err(Unserved::NoNode(interp.clone())));
+    };
     if native().is_none() {
-        return Err(Refusal::NodeNative(path.to_path_buf()));
+        return Some(Err(Unserved::NoNative));
     }
-    Ok(Program::Node {
-        script: path.to_path_buf(),
-        node,
-    })
+    Some(Ok(node))
 }
 
 /// The native piece of the ngd running now ([`ng_server::carried_sdk::node_native`]).
@@ -132,20 +122,12 @@ mod tests {
         (name == "node").then(|| PathBuf::from("/opt/node/bin/node"))
     }
 
-    fn rec(line: &str) -> Option<Result<Program, Refusal>> {
-        recognise(
-            Path::new("/p/node_modules/.bin/x"),
-            &words(line),
-            which,
-            || Some(PathBuf::from("/n.so")),
-        )
+    fn rec(line: &str) -> Option<Result<PathBuf, Unserved>> {
+        recognise(&words(line), which, || Some(PathBuf::from("/n.so")))
     }
 
-    fn node(at: &str) -> Option<Result<Program, Refusal>> {
-        Some(Ok(Program::Node {
-            script: "/p/node_modules/.bin/x".into(),
-            node: at.into(),
-        }))
+    fn node(at: &str) -> Option<Result<PathBuf, Unserved>> {
+        Some(Ok(PathBuf::from(at)))
     }
 
     #[test]
@@ -161,24 +143,25 @@ mod tests {
         let named = dir.path().join("node");
         std::fs::write(&named, "").unwrap();
         assert_eq!(rec(named.to_str().unwrap()), node(&named.to_string_lossy()));
-        assert!(matches!(
+        assert_eq!(
             rec("/nonexistent/node"),
-            Some(Err(Refusal::NoInterpreter { .. }))
-        ));
+            Some(Err(Unserved::NoNode("/nonexistent/node".into())))
+        );
         assert_eq!(rec("/usr/bin/env python3"), None);
         assert_eq!(rec("/bin/sh"), None);
     }
 
     #[test]
     fn options_the_worker_cannot_share_are_refused() {
-        for line in [
-            "/usr/bin/env node --no-warnings",
-            "/usr/bin/env -S node -e 1",
-            "/usr/bin/env -S node --eval=1",
-            "/usr/bin/env -S node --require x",
+        for (line, option) in [
+            ("/usr/bin/env node --no-warnings", "--no-warnings"),
+            ("/usr/bin/env -S node -e 1", "-e"),
+            ("/usr/bin/env -S node --eval=1", "--eval=1"),
+            ("/usr/bin/env -S node --require x", "--require"),
         ] {
-            assert!(
-                matches!(rec(line), Some(Err(Refusal::InterpreterOptions { .. }))),
+            assert_eq!(
+                rec(line),
+                Some(Err(Unserved::Options(option.into()))),
                 "{line}"
             );
         }
@@ -186,12 +169,7 @@ mod tests {
 
     #[test]
     fn without_the_native_piece_nothing_is_served() {
-        let got = recognise(
-            Path::new("/p/x"),
-            &words("/usr/bin/env node"),
-            which,
-            || None,
-        );
-        assert_eq!(got, Some(Err(Refusal::NodeNative("/p/x".into()))));
+        let got = recognise(&words("/usr/bin/env node"), which, || None);
+        assert_eq!(got, Some(Err(Unserved::NoNative)));
     }
 }
