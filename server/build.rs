@@ -1,9 +1,11 @@
 //! Embeds ngd's own copies of the worker SDKs it carries into the binary, so that ngd can
 //! start their workers wherever ngd was installed from (`src/carried_sdk.rs` writes them
 //! out): the Python SDK (`sdk/python/src`: the `ngw` and `ngw_contrib` packages, `.py`
-//! files) and the Ruby worker (`sdk/ruby`: `bin/ngw-ruby` and the `.rb` files of `lib/`).
+//! files), the Ruby worker (`sdk/ruby`: `bin/ngw-ruby` and the `.rb` files of `lib/`) and
+//! the Node worker's JavaScript (`sdk/node`: `bin/ngw-node` and the `.js` files of `lib/`;
+//! its native piece is a shared library of its own, found beside ngd).
 //!
-//! Generates `$OUT_DIR/python_sdk.rs` and `$OUT_DIR/ruby_sdk.rs`: `FILES`, each file's path
+//! Generates `$OUT_DIR/python_sdk.rs`, `ruby_sdk.rs` and `node_sdk.rs`: `FILES`, each file's path
 //! relative to the SDK's directory and its bytes (`include_bytes!`), and `DIGEST`, a hash
 //! of them all that names the directory they are written to.
 
@@ -32,6 +34,19 @@ fn main() {
         collect(&ruby, &lib, ".rb", &mut files);
     }
     generate(&ruby, files, "ruby_sdk.rs");
+
+    let node = manifest.join("../sdk/node");
+    let mut files = Vec::new();
+    watch(&node.join("bin"));
+    watch(&node.join("lib"));
+    if node.join("bin/ngw-node").is_file() {
+        files.push("bin/ngw-node".to_owned());
+    }
+    let lib = node.join("lib");
+    if lib.is_dir() {
+        collect(&node, &lib, ".js", &mut files);
+    }
+    generate(&node, files, "node_sdk.rs");
 }
 
 fn watch(path: &Path) {

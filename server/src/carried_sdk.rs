@@ -1,5 +1,7 @@
-//! The worker SDKs ngd carries inside its binary ([`PYTHON`], [`RUBY`]), so that a program
-//! can be served without installing anything into its environment or keeping a checkout.
+//! The worker SDKs ngd carries inside its binary ([`PYTHON`], [`RUBY`], [`NODE`]), so that a
+//! program can be served without installing anything into its environment or keeping a
+//! checkout. The Node worker's native piece is a shared library, not embeddable in an
+//! executable's build: it is found beside ngd ([`node_native`]).
 //!
 //! The files are embedded at build time (`server/build.rs`) and written out on first use to
 //! `$XDG_CACHE_HOME/ngd/<name>/<version>-<digest>/` (`~/.cache/...` when unset, else the
@@ -55,6 +57,35 @@ pub static RUBY: Carried = Carried {
     files: ruby::FILES,
     digest: ruby::DIGEST,
 };
+
+mod node {
+    include!(concat!(env!("OUT_DIR"), "/node_sdk.rs"));
+}
+
+/// The Node worker's JavaScript (`sdk/node`: `bin/ngw-node` and `lib/`), for `sdk = "node"`.
+pub static NODE: Carried = Carried {
+    name: "node-sdk",
+    what: "Node SDK",
+    source: "sdk/node",
+    marker: "bin/ngw-node",
+    files: node::FILES,
+    digest: node::DIGEST,
+};
+
+/// The file name of the Node worker's native piece (the crate `ngw-node-native`).
+pub const NODE_NATIVE: &str = "libngw_node.so";
+
+/// The Node worker's native piece for the ngd at `exe`: beside it (where cargo builds both)
+/// or in `../lib/ngd/` (an installed prefix); `None` when neither exists.
+pub fn node_native(exe: &Path) -> Option<PathBuf> {
+    let dir = exe.parent()?;
+    [
+        dir.join(NODE_NATIVE),
+        dir.join("../lib/ngd").join(NODE_NATIVE),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
 
 impl Carried {
     /// The embedded files: path relative to the SDK's directory, contents.
@@ -138,7 +169,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_sdks_are_embedded() {
+    fn every_sdk_is_embedded() {
         let names = |sdk: &Carried| -> Vec<&str> { sdk.files().iter().map(|(p, _)| *p).collect() };
         let python = names(&PYTHON);
         for needed in [
@@ -158,11 +189,23 @@ mod tests {
             .iter()
             .all(|n| n.starts_with("bin/") || n.starts_with("lib/")));
         assert_ne!(PYTHON.dir_name(), RUBY.dir_name());
+        let node = names(&NODE);
+        for needed in [
+            "bin/ngw-node",
+            "lib/worker.js",
+            "lib/spare.js",
+            "lib/native.js",
+        ] {
+            assert!(node.contains(&needed), "{needed} missing from {node:?}");
+        }
+        assert!(node
+            .iter()
+            .all(|n| n.starts_with("bin/") || n.starts_with("lib/")));
     }
 
     #[test]
     fn written_once_complete_and_found_again() {
-        for sdk in [&PYTHON, &RUBY] {
+        for sdk in [&PYTHON, &RUBY, &NODE] {
             let root = tempfile::tempdir().unwrap();
             let dir = sdk.ensure_in(root.path()).unwrap();
             assert_eq!(dir, root.path().join(sdk.dir_name()));
@@ -189,5 +232,28 @@ mod tests {
             assert_eq!(t.join().unwrap(), root.path().join(RUBY.dir_name()));
         }
         assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 1);
+    }
+}
+
+#[cfg(test)]
+mod native_tests {
+    use super::*;
+
+    #[test]
+    fn the_native_piece_is_found_beside_ngd_or_in_its_prefix() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let exe = bin.join("ngd");
+        assert_eq!(node_native(&exe), None);
+        let lib = root.path().join("lib/ngd");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join(NODE_NATIVE), b"").unwrap();
+        assert_eq!(
+            node_native(&exe),
+            Some(bin.join("../lib/ngd").join(NODE_NATIVE))
+        );
+        std::fs::write(bin.join(NODE_NATIVE), b"").unwrap();
+        assert_eq!(node_native(&exe), Some(bin.join(NODE_NATIVE)));
     }
 }

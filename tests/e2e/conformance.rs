@@ -1,7 +1,7 @@
 //! The worker conformance suite (`ng_tests::conformance`, docs/ngw.md "The worker
 //! conformance suite") run against each worker: the Python SDK's fork mode (`python3 -m
 //! ngw script`), the JVM's exact mode (`ngw-java` with a `main` class) and the Ruby worker
-//! (`ngw-ruby`). A worker is a
+//! (`ngw-ruby`) and the Node worker (`ngw-node`). A worker is a
 //! [`Worker`] value (its program's setup and what its log says on each path) and one
 //! `conformance!` line with the paths it serves.
 
@@ -143,6 +143,56 @@ const RUBY_WORKER: Worker = Worker {
     cold_env: ("RUBYLIB", "/nonexistent"),
 };
 
+/// Node: the program is a script file (`#!/usr/bin/env node`) and a module of its own
+/// beside it, served by `ngw-node conformance=SCRIPT` (its spares learn the module), with a
+/// state directory of the world's own. Node cannot fork: a session that no spare takes
+/// runs in a fresh `node`, the cold way; the script is the source a stale route changes
+/// (every spare checks it before it takes a session).
+fn node_setup(dir: &Path, spares: Spares) -> Setup {
+    let fixtures = repo_root().join("tests/fixtures/node");
+    let script = dir.join("conformance.js");
+    let text = std::fs::read_to_string(fixtures.join("conformance.js")).unwrap();
+    ng_testkit::exe::write_executable(&script, format!("#!/usr/bin/env node\n{text}"));
+    std::fs::copy(
+        fixtures.join("conformance_trace.js"),
+        dir.join("conformance_trace.js"),
+    )
+    .unwrap();
+    let worker = repo_root().join("sdk/node/bin/ngw-node");
+    let state = dir.join("state");
+    let target = format!("{}={}", conformance::COMMAND, script.display());
+    let mut command: Vec<String> = vec![
+        "node".into(),
+        worker.to_string_lossy().into_owned(),
+        "--state-dir".into(),
+        state.to_string_lossy().into_owned(),
+        target,
+    ];
+    if spares == Spares::Off {
+        command.push("--no-spare".into());
+    }
+    let command: Vec<&str> = command.iter().map(String::as_str).collect();
+    Setup {
+        cold: script.clone(),
+        plugin: Plugin::new("conformance", &command)
+            .commands(&[conformance::COMMAND])
+            .env("LANG", "C.UTF-8"),
+        source: script,
+    }
+}
+
+const NODE_WORKER: Worker = Worker {
+    name: "node",
+    setup: node_setup,
+    cold_way: "ran cold",
+    fresh_is_cold: true,
+    stale: Some("changed since the spare loaded it"),
+    learned: None,
+    comment: "//",
+    not_applicable: &[],
+    cold_env: ("NODE_CONFORMANCE", "cold"),
+};
+
 /// One test per path for `$worker`: `conformance!(module, WORKER, test = Route, ...)`.
 macro_rules! conformance {
     ($module:ident, $worker:expr, $($test:ident = $route:expr),* $(,)?) => {
@@ -200,4 +250,14 @@ conformance!(
     cold_way_rubylib = Route::ColdWay("RUBYLIB"),
     stale_code = Route::Stale,
     learning = Route::Learning,
+);
+
+conformance!(
+    node,
+    NODE_WORKER,
+    spare = Route::Spare,
+    cold_way_lang = Route::ColdWay("LANG"),
+    cold_way_node_var = Route::ColdWay("NODE_CONFORMANCE"),
+    other_dir = Route::OtherDir,
+    stale_code = Route::Stale,
 );

@@ -69,3 +69,5 @@ mod shims;
 mod ruby;
 // The Node worker (sdk/node): eslint, prettier, tsc and a script of our own, warm as cold.
 mod node;
+// `ngd warm eslint`: a Node program warm through the shims and the Node worker ngd carries.
+mod node_warm;

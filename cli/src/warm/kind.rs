@@ -1,12 +1,13 @@
 //! What a program is, and the `[[plugin]]` table that serves it.
 //!
 //! [`identify`] looks at the file a shell would run for a name: its first bytes (a `#!`
-//! line, an ELF header) and its name ([`recognise`]): a Python or a Ruby script by its
-//! `#!` interpreter, a Nushell plugin by its name, a jar; and it runs a shell script that may
-//! launch `java` once to learn how. What ngd can serve exactly becomes a [`Program`];
-//! everything else a [`Refusal`] that says why. [`Program::fragment`] writes the drop-in
-//! file's text, with the [`Record`] that says what the file is for. MCP servers are not found
-//! on `PATH` but read from a client's configuration file ([`mcp_servers`]), and fledge
+//! line, an ELF header) and its name ([`recognise`]): a Python, Ruby or Node script by its
+//! `#!` interpreter (Node's in [`super::node`]), a Nushell plugin by its name, a jar; and
+//! it runs a shell script that may launch `java` once to learn how. What ngd can serve
+//! exactly becomes a [`Program`]; everything else a [`Refusal`] that says why.
+//! [`Program::fragment`] writes the drop-in file's text, with the [`Record`] that says what
+//! the file is for. MCP servers are not found on `PATH` but read from a client's
+//! configuration file ([`mcp_servers`]), and fledge
 //! plugins from fledge's plugins directory ([`fledge_plugin`]). [`python_shebang`] gives
 //! the interpreter of a Python script for `ngd bench`'s ad hoc server.
 //!
@@ -78,6 +79,9 @@ pub enum Kind {
     /// A Ruby script (a RubyGems binstub, a script with a ruby `#!` line), by its `#!`
     /// interpreter, through the Ruby worker ngd carries (`sdk = "ruby"`).
     Ruby,
+    /// A Node script (an npm bin link, a script with a node `#!` line), through the Node
+    /// worker ngd carries (`sdk = "node"`).
+    Node,
 }
 
 impl Kind {
@@ -90,6 +94,7 @@ impl Kind {
             Kind::Mcp => "mcp",
             Kind::Jvm => "jvm",
             Kind::Ruby => "ruby",
+            Kind::Node => "node",
         }
     }
 }
@@ -112,6 +117,14 @@ pub enum Program {
         script: PathBuf,
         /// The interpreter the worker runs.
         interpreter: PathBuf,
+    },
+    /// A Node script, served by the Node worker ngd carries, which runs each session with
+    /// the node its `#!` line names ([`super::node`]).
+    Node {
+        /// The script, as the shell found it (an npm bin link).
+        script: PathBuf,
+        /// The node that runs the worker.
+        node: PathBuf,
     },
     /// A Nushell plugin executable.
     Nu {
@@ -159,15 +172,15 @@ pub enum Refusal {
     #[error(
         "{} is a compiled program, not one ngd can keep warm: a native program starts \
          as fast as it can already, and ngd serves only interpreters it can reproduce \
-         exactly (Python and Ruby scripts, JVM programs, Nushell and fledge plugins, MCP \
-         servers)",
+         exactly (Python, Ruby and Node scripts, JVM programs, Nushell and fledge plugins, \
+         MCP servers)",
         .0.display()
     )]
     Binary(PathBuf),
     /// A script for another interpreter.
     #[error(
-        "{} is a script for {interpreter}, not Python or Ruby: ngd cannot serve it warm \
-         exactly",
+        "{} is a script for {interpreter}, not Python, Ruby or Node: ngd cannot serve it \
+         warm exactly",
         .path.display()
     )]
     Script {
@@ -176,7 +189,7 @@ pub enum Refusal {
         /// Its `#!` interpreter.
         interpreter: String,
     },
-    /// A Python or Ruby script whose interpreter cannot be found.
+    /// A Python, Ruby or Node script whose interpreter cannot be found.
     #[error(
         "{} runs with {interpreter}, which is not found: a warm worker needs that interpreter",
         .path.display()
@@ -205,6 +218,14 @@ pub enum Refusal {
         .0.display()
     )]
     Jvm(PathBuf),
+    /// A Node script, but this ngd has no native piece for the Node worker.
+    #[error(
+        "{} is a Node script, and the Node worker's native piece ({}) is neither next to \
+         ngd nor in its prefix's lib/ngd (cargo build -p ngw-node-native builds it)",
+        .0.display(),
+        ng_server::carried_sdk::NODE_NATIVE
+    )]
+    NodeNative(PathBuf),
     /// A shell script that could be a `java` launcher, but running it recorded no `java`
     /// command line.
     #[error("{}: {reason}", .path.display())]
@@ -326,6 +347,16 @@ pub fn recognise(
     let Some(interp) = program_words.first() else {
         return Err(Refusal::Unknown(path.to_path_buf()));
     };
+    if let Some(node) = super::node::recognise(&words, &which, super::node::native_beside_ngd) {
+        use super::node::Unserved;
+        let path = path.to_path_buf();
+        return match node {
+            Ok(node) => Ok(Program::Node { script: path, node }),
+            Err(Unserved::Options(options)) => Err(Refusal::InterpreterOptions { path, options }),
+            Err(Unserved::NoNode(interpreter)) => Err(Refusal::NoInterpreter { path, interpreter }),
+            Err(Unserved::NoNative) => Err(Refusal::NodeNative(path)),
+        };
+    }
     let interp_name = basename(interp);
     if interp_name == "java" {
         return Err(Refusal::Script {
@@ -405,6 +436,7 @@ impl Program {
         match self {
             Program::Python { .. } => Kind::Python,
             Program::Ruby { .. } => Kind::Ruby,
+            Program::Node { .. } => Kind::Node,
             Program::Nu { .. } => Kind::Nu,
             Program::Fledge { .. } => Kind::Fledge,
             Program::Mcp { .. } => Kind::Mcp,
@@ -415,7 +447,9 @@ impl Program {
     /// What `ngd list` shows as the program.
     pub fn shown(&self) -> PathBuf {
         match self {
-            Program::Python { script, .. } | Program::Ruby { script, .. } => script.clone(),
+            Program::Python { script, .. }
+            | Program::Ruby { script, .. }
+            | Program::Node { script, .. } => script.clone(),
             Program::Nu { path } => path.clone(),
             Program::Fledge { plugin, .. } => plugin.clone(),
             Program::Mcp { config, .. } => config.clone(),
@@ -430,6 +464,7 @@ impl Program {
             self,
             Program::Python { .. }
                 | Program::Ruby { .. }
+                | Program::Node { .. }
                 | Program::Fledge { .. }
                 | Program::Jvm { .. }
         )
@@ -439,7 +474,9 @@ impl Program {
     /// `None` for plugins, which have no cold run of their own.
     pub fn cold_program(&self) -> Option<&Path> {
         match self {
-            Program::Python { script, .. } | Program::Ruby { script, .. } => Some(script),
+            Program::Python { script, .. }
+            | Program::Ruby { script, .. }
+            | Program::Node { script, .. } => Some(script),
             Program::Jvm { launcher, .. } => Some(launcher),
             Program::Nu { .. } | Program::Fledge { .. } | Program::Mcp { .. } => None,
         }
@@ -475,6 +512,9 @@ impl Program {
                     q(&format!("{name}={}", script.to_string_lossy())),
                     q(name)
                 );
+            }
+            Program::Node { script, node } => {
+                t += &super::node::table(name, script, node, q);
             }
             Program::Nu { path } => {
                 t += &format!(
@@ -943,6 +983,10 @@ mod tests {
                 script: "/usr/bin/rake".into(),
                 interpreter: "/usr/bin/ruby".into(),
             },
+            Program::Node {
+                script: "/p/node_modules/.bin/eslint".into(),
+                node: "/usr/bin/node".into(),
+            },
             Program::Fledge {
                 plugins_dir: "/c/fledge/plugins".into(),
                 plugin: "/c/fledge/plugins/deploy".into(),
@@ -998,6 +1042,15 @@ mod tests {
                     f.plugins[0].program.as_deref(),
                     Some(Path::new("/usr/bin/rhino"))
                 );
+            }
+            if let Program::Node { node, script } = &p {
+                assert_eq!(f.plugins[0].command[0], node.to_string_lossy());
+                assert_eq!(
+                    f.plugins[0].command[1],
+                    format!("tool={}", script.display())
+                );
+                assert_eq!(f.plugins[0].sdk, Some(ng_server::plugin::config::Sdk::Node));
+                assert_eq!(f.plugins[0].program.as_deref(), Some(script.as_path()));
             }
             if let Program::Ruby { interpreter, .. } = &p {
                 assert_eq!(f.plugins[0].command[0], interpreter.to_string_lossy());

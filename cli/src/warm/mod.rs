@@ -2,9 +2,9 @@
 //! a program warm.
 //!
 //! `ngd warm NAME` finds `NAME` as a shell would (skipping shims), identifies what it is
-//! ([`kind::identify`]: a Python or Ruby script by its `#!` interpreter, a `nu_plugin_*`,
-//! a JVM program, a shell launcher's `java` command line learned by [`launcher`]; else a
-//! fledge plugin's command by name; MCP servers come from `--mcp
+//! ([`kind::identify`]: a Python, Ruby or Node script by its `#!` interpreter ([`node`]),
+//! a `nu_plugin_*`, a JVM program, a shell launcher's `java` command line learned by
+//! [`launcher`]; else a fledge plugin's command by name; MCP servers come from `--mcp
 //! CONFIG.json`), writes one drop-in file `conf.d/NAME.toml` with its `[[plugin]]` table
 //! and a `[warm]` record, places a shim `NAME` (a symbolic link to `ng`) in the shims
 //! directory, and has the running server reload (or starts one). The commands of a plugin that learns them from its
@@ -24,6 +24,7 @@
 
 pub mod kind;
 pub mod launcher;
+pub mod node;
 pub mod store;
 
 use std::collections::BTreeMap;

@@ -11,15 +11,18 @@
 // CommonJS by the same rules): here the spare
 //
 // 1. preloads the program's learned modules (`require`, in the order the program loaded
-//    them), with the program's argv, while recording the environment variables they read;
+//    them), with the program's argv, while recording the environment variables they read
+//    and whether they asked what the standard streams are (`isTTY`, `tty.isatty`,
+//    `fs.fstatSync` of fds 0-2);
 //    it stops at the first module that touches process.stdout/stderr/stdin, calls
 //    process.exit, throws, or leaves a handle or timer behind (a module that is the program
 //    rather than a library), and reports it, so that the worker stops there next time;
 // 2. reports `ready` to the worker with the variables read, and blocks for its session;
 // 3. takes the session: the client's descriptors on fds 0-2 (and the pseudo-terminal as
-//    its controlling terminal), the umask, ignored signals, the directory, the environment
-//    and argv; clears its own traces (execArgv, its require.cache entry); links
-//    `<spare dir>/main` to the script; answers `taken`;
+//    its controlling terminal, its job anchored by ngd's `ng`), the umask, ignored
+//    signals, the directory, the environment and argv; clears its own traces (execArgv
+//    back to the `#!` line's options, its require.cache entry); links `<spare dir>/main`
+//    to the script; answers `taken`;
 // 4. returns, and Node runs the script.
 //
 // Nothing here touches process.stdout/stderr/stdin: they are created, lazily, on the
@@ -54,7 +57,7 @@ function main() {
 
   const session = receive(native);
   if (!session) process.reallyExit(0);
-  take(native, session, dir);
+  take(native, session, dir, config);
   say({ taken: true });
   learnAtExit(native);
 }
@@ -85,9 +88,23 @@ function preload(config) {
   });
   const touched = [];
   const saved = {};
+  // The standard streams a preloaded module asked about (is it a terminal, what is it):
+  // their kinds are then part of the spare's key.
+  const asked = new Set();
+  const tty = require('tty');
+  const isatty = tty.isatty;
+  tty.isatty = function (fd) {
+    if (fd === 0 || fd === 1 || fd === 2) asked.add(fd);
+    return isatty.call(this, fd);
+  };
+  const fstatSync = fs.fstatSync;
+  fs.fstatSync = function (fd, ...rest) {
+    if (fd === 0 || fd === 1 || fd === 2) asked.add(fd);
+    return fstatSync.call(this, fd, ...rest);
+  };
   ['stdin', 'stdout', 'stderr'].forEach((name, fd) => {
     saved[name] = Object.getOwnPropertyDescriptor(process, name);
-    const stub = stdioStub(name, fd, touched);
+    const stub = stdioStub(name, fd, touched, asked);
     Object.defineProperty(process, name, {
       configurable: true,
       enumerable: saved[name] ? saved[name].enumerable : true,
@@ -127,12 +144,14 @@ function preload(config) {
     }
   }
   process.exit = exit;
+  tty.isatty = isatty;
+  fs.fstatSync = fstatSync;
   for (const name of ['stdin', 'stdout', 'stderr']) {
     if (saved[name]) Object.defineProperty(process, name, saved[name]);
   }
   process.env = realEnv;
   process.argv.splice(0, process.argv.length, ...argv);
-  const out = { preloaded: i, reads: [...reads], enumerated };
+  const out = { preloaded: i, reads: [...reads], enumerated, stdio: [...asked] };
   if (unsafe !== undefined) {
     out.unsafe = unsafe;
     out.module = modules[unsafe];
@@ -149,7 +168,7 @@ let taken = false;
 // of the session's kind says), which libraries such as debug read as they load; anything
 // else is a module using the stream while it loads, and preloading stops before it. A
 // module that kept the object finds it forwarding to the session's own stream afterwards.
-function stdioStub(name, fd, touched) {
+function stdioStub(name, fd, touched, asked) {
   const tty = require('tty');
   const real = () => process[name];
   const forward = (op) => (t, ...rest) => Reflect[op](real(), ...rest);
@@ -160,7 +179,10 @@ function stdioStub(name, fd, touched) {
         return Reflect.get(s, k, s);
       }
       if (k === 'fd') return fd;
-      if (k === 'isTTY') return tty.isatty(fd) ? true : undefined;
+      if (k === 'isTTY') {
+        asked.add(fd);
+        return tty.isatty(fd) ? true : undefined;
+      }
       touched.push(`${name}.${String(k)}`);
       throw new Error(`ngw-node: a preloaded module used process.${name}.${String(k)}`);
     },
@@ -201,7 +223,7 @@ function receive(native) {
 }
 
 // Becomes the session's process.
-function take(native, s, dir) {
+function take(native, s, dir, config) {
   const fds = s.received;
   const devnull = fs.openSync('/dev/null', 'r+');
   for (let fd = 0; fd <= 2; fd++) {
@@ -212,6 +234,12 @@ function take(native, s, dir) {
     const slave = fds[s.fdMap.length];
     for (const fd of s.ptyMap) native.putOn(slave, fd);
     native.ctty(s.ptyMap[0]);
+    // This process leads its session: `ng` anchors its job, so that the group is not
+    // orphaned and the terminal's ^Z stops it (docs/ngw.md 15.7); it exits once its
+    // member has joined the group.
+    if (s.anchor) {
+      require('child_process').spawnSync(s.anchor, [String(process.pid)], { argv0: 'ng:anchor', stdio: 'ignore' });
+    }
   }
   for (const fd of fds) native.close(fd);
   native.close(devnull);
@@ -221,7 +249,8 @@ function take(native, s, dir) {
   for (const k of Object.keys(process.env)) delete process.env[k];
   for (const [k, v] of s.env) process.env[k] = v;
   process.argv.splice(0, process.argv.length, process.argv[0], ...s.argv);
-  process.execArgv.splice(0, process.execArgv.length);
+  // What the script's `#!` line gives node, as cold; not the spare's `-r`.
+  process.execArgv.splice(0, process.execArgv.length, ...(config.execArgv || []));
   delete require.cache[__filename];
   taken = true;
   fs.symlinkSync(s.target, path.join(dir, 'main'));

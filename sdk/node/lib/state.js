@@ -36,11 +36,14 @@ function key(node, cwd, kinds, env) {
 }
 
 // Why a session of key `b` cannot take a spare of key `a` (whose preload read the
-// variables `reads`, and listed them all if `enumerated`), or null.
-function keyDiff(a, b, reads, enumerated) {
+// variables `reads`, listed them all if `enumerated`, and asked whether the standard
+// streams `stdio` are terminals), or null. The stdio kinds are part of the key only when a
+// preloaded module asked: the session's own descriptors replace the spare's before the
+// program runs.
+function keyDiff(a, b, reads, enumerated, stdio = []) {
   if (a.node !== b.node) return `node is ${b.node} here, ${a.node} in the spare`;
   if (a.cwd !== b.cwd) return "the directory differs from the spare's";
-  if (a.kinds !== b.kinds) return `stdio is ${b.kinds}, the spare's ${a.kinds}`;
+  if (stdio.length && a.kinds !== b.kinds) return `stdio is ${b.kinds}, the spare's ${a.kinds} (a preloaded module asked)`;
   const names = new Set([...reads]);
   for (const k of a.env.keys()) if (isStartupVar(k)) names.add(k);
   for (const k of b.env.keys()) if (isStartupVar(k)) names.add(k);
@@ -53,6 +56,35 @@ function keyDiff(a, b, reads, enumerated) {
     if (x !== y) return "the variables' names differ from the spare's (a preloaded module listed them)";
   }
   return null;
+}
+
+// Options of `node` that make it something other than `node SCRIPT ARGS`: a script whose
+// `#!` line gives one is not served.
+const FOREIGN_OPTIONS = /^--?(e|p|c|i|eval|print|check|interactive|test|watch|watch-path|input-type|inspect-brk|r|require|import|loader|experimental-loader)(=|$)/;
+
+// How a script's `#!` line runs node: `{node, argv0, options}`, `node` the `#!` line's
+// own path or null (`#!/usr/bin/env node`: the session's PATH decides), `argv0` the word
+// node is started as, `options` the words after it (only with `env -S`); an `error` instead when it is not a node script
+// ngw-node can run as its line does. A file without a `#!` line is run by the PATH's node.
+function shebang(head) {
+  if (head.length < 2 || head[0] !== 0x23 || head[1] !== 0x21) return { node: null, argv0: 'node', options: [] };
+  let end = head.indexOf(10);
+  if (end < 0) end = head.length;
+  let words = head.subarray(2, end).toString('utf8').trim().split(/[ \t]+/).filter((w) => w);
+  let viaEnv = false;
+  if (words.length && path.basename(words[0]) === 'env') {
+    viaEnv = true;
+    words = words.slice(1);
+    if (words[0] === '-S') words = words.slice(1);
+    else if (words.length > 1) return { error: `its #! line gives env more than one word without -S: ${words.join(' ')}` };
+  }
+  if (!words.length || !/^node(js)?$/.test(path.basename(words[0]))) {
+    return { error: `its #! line runs ${words[0] || 'nothing'}, not node` };
+  }
+  const options = words.slice(1);
+  const foreign = options.find((o) => !o.startsWith('--') || FOREIGN_OPTIONS.test(o));
+  if (foreign) return { error: `its #! line gives node ${foreign}` };
+  return { node: viaEnv && !words[0].includes('/') ? null : words[0], argv0: words[0], options };
 }
 
 // Each file with its signature (inode, size, times), to compare later; `native` is the
@@ -143,4 +175,4 @@ class Learned {
   }
 }
 
-module.exports = { isStartupVar, which, key, keyDiff, fingerprint, changedFile, projectFiles, Learned };
+module.exports = { isStartupVar, which, key, keyDiff, shebang, fingerprint, changedFile, projectFiles, Learned };

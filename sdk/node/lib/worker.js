@@ -53,7 +53,19 @@ function commandSpec(spec) {
   const name = eq < 0 ? spec : spec.slice(0, eq);
   let script = eq < 0 ? spec : spec.slice(eq + 1);
   if (!script.includes('/')) script = state.which(script, process.env.PATH) || script;
-  return { name, script: path.resolve(script) };
+  script = path.resolve(script);
+  // How its `#!` line runs node (a missing file is reported in the hello).
+  let how = { node: null, argv0: 'node', options: [] };
+  try {
+    const fd = fs.openSync(script, 'r');
+    const head = Buffer.alloc(512);
+    const n = fs.readSync(fd, head, 0, head.length, 0);
+    fs.closeSync(fd);
+    how = state.shebang(head.subarray(0, n));
+  } catch {
+    // no such script
+  }
+  return { name, script, node: how.node, argv0: how.argv0, options: how.options || [], error: how.error };
 }
 
 // The session's header, decoded: the command's environment without NGW_ and NAILGUN_
@@ -127,7 +139,10 @@ class Worker {
   parseArgs() {
     this.useSpares = true;
     this.learn = true;
-    this.stateDir = path.join(process.env.XDG_STATE_HOME || path.join(os.homedir(), '.local', 'state'), 'ngw-node');
+    // ngd names a state directory for its workers (NGW_STATE_DIR); run alone, the user's.
+    this.stateDir = process.env.NGW_STATE_DIR
+      ? path.join(process.env.NGW_STATE_DIR, 'ngw-node')
+      : path.join(process.env.XDG_STATE_HOME || path.join(os.homedir(), '.local', 'state'), 'ngw-node');
     this.commands = new Map();
     const args = this.argv.slice();
     while (args.length) {
@@ -149,6 +164,14 @@ class Worker {
     if (process.env.NGW_VERSION && process.env.NGW_VERSION !== '1') usage(`unsupported ngw protocol ${process.env.NGW_VERSION}`);
     delete process.env.NGW_FD;
     delete process.env.NGW_VERSION;
+    // The `ng` that anchors a job on a terminal (docs/ngw.md 15.7), if ngd gave one.
+    this.anchor = process.env.NGW_ANCHOR || null;
+    delete process.env.NGW_ANCHOR;
+    try {
+      if (this.anchor) fs.accessSync(this.anchor, fs.constants.X_OK);
+    } catch {
+      this.anchor = null;
+    }
     const host = (process.env.NGW_HOST_FEATURES || '').split(',');
     this.native.cloexec(Number(fd), true);
     this.native.nonblock(Number(fd));
@@ -161,6 +184,7 @@ class Worker {
     if (this.commands.size === 0) error = 'no command to serve';
     for (const c of this.commands.values()) {
       if (!error && !fs.existsSync(c.script)) error = `${c.name}: no such script ${c.script}`;
+      if (!error && c.error) error = `${c.name}: ${c.script}: ${c.error}`;
     }
     const hello = { protocol: 1, pid: process.pid };
     if (error) hello.error = error;
@@ -302,7 +326,8 @@ class Worker {
       // Node (libuv) treats a character device that is not a terminal as a file.
       return k === 'char' ? 'file' : k;
     });
-    const node = state.which('node', s.env.get('PATH')) || process.execPath;
+    // The script's `#!` line decides, as it does cold: its node, or PATH's (env).
+    const node = cmd.node || state.which('node', s.env.get('PATH')) || process.execPath;
     const key = state.key(node, s.cwd, kinds, s.env);
     const placeholders = this.placeholdersFor(kinds, client);
     let why = this.coldReason(cmd, s, key);
@@ -349,7 +374,7 @@ class Worker {
     if (spare.cmd.name !== cmd.name) return `the spare was started for ${spare.cmd.name}`;
     this.awaitReady(spare);
     if (spare.dead) return `the spare ended: ${spare.why || 'before the session'}`;
-    const diff = state.keyDiff(spare.key, key, spare.reads, spare.enumerated, s.env);
+    const diff = state.keyDiff(spare.key, key, spare.reads, spare.enumerated, spare.stdio);
     if (diff) return diff;
     const changed = state.changedFile(this.native, spare.files);
     if (changed) {
@@ -405,6 +430,7 @@ class Worker {
       spare.ready = true;
       spare.reads = msg.reads || [];
       spare.enumerated = !!msg.enumerated;
+      spare.stdio = Array.isArray(msg.stdio) ? msg.stdio : [];
       if (msg.unsafe !== undefined) {
         spare.dead = true;
         spare.why = `preloading ${msg.module} ${msg.reason}`;
@@ -474,14 +500,14 @@ class Worker {
   startSpare(cmd, s, node, key, placeholders) {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ngw-node-'));
     const modules = this.learned.modulesFor(cmd.script);
-    const config = { native: this.native.path, script: cmd.script, modules };
+    const config = { native: this.native.path, script: cmd.script, modules, execArgv: cmd.options };
     fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
     const [ours, theirs] = this.native.socketpair();
     const fds = [theirs, 3];
     placeholders.forEach((p, fd) => fds.push(p.child, fd));
     let pid;
     try {
-      pid = this.native.spawn(node, ['node', '-r', SPARE_JS, path.join(dir, 'main')], s.rawEnv, s.cwd, fds, {
+      pid = this.native.spawn(node, [cmd.argv0, ...cmd.options, '-r', SPARE_JS, path.join(dir, 'main')], s.rawEnv, s.cwd, fds, {
         session: true,
         dieWithParent: true,
         umask: s.umask,
@@ -545,6 +571,7 @@ class Worker {
       fdMap: io.map,
       pty: io.slave !== null && io.slave !== undefined ? true : null,
       ptyMap: io.ptyFds || [],
+      anchor: this.anchor,
       target: cmd.script,
     };
     const line = Buffer.from(`${JSON.stringify(msg)}\n`);
@@ -589,12 +616,21 @@ class Worker {
       }
     }
     const opts = { session: true, dieWithParent: true, umask: s.umask, ignore: s.ignore };
+    let file = node;
+    let argv = [cmd.argv0, ...cmd.options, cmd.script, ...s.rawArgs];
     if (io.slave !== null && io.slave !== undefined) {
       for (const fd of io.ptyFds) fds.push(io.slave, fd);
       opts.controlling = io.ptyFds[0];
+      // The session leads its job on the terminal: `ng` anchors the job (so that ^Z stops
+      // it, docs/ngw.md 15.7) and execs node as argv[0] names it (`node` on the
+      // session's PATH, as `env` finds it, or the #! line's path).
+      if (this.anchor) {
+        file = this.anchor;
+        argv = ['ng:anchored', ...argv];
+      }
     }
     try {
-      return this.native.spawn(node, ['node', cmd.script, ...s.rawArgs], s.rawEnv, s.cwd, fds, opts);
+      return this.native.spawn(file, argv, s.rawEnv, s.cwd, fds, opts);
     } catch (e) {
       log(`cannot start ${node} ${cmd.script}: ${e.message}`);
       return null;
@@ -804,7 +840,10 @@ class Worker {
       } catch {
         // gone: nothing is preloaded from it anyway
       }
-      this.learned.record(cmd.script, spare.modules.filter((m) => m !== real && m !== spare.dir + '/main'));
+      const modules = spare.modules.filter((m) => m !== real && m !== spare.dir + '/main');
+      const before = this.learned.modulesFor(cmd.script).length;
+      this.learned.record(cmd.script, modules);
+      if (modules.length !== before) log(`${cmd.name}: learned ${modules.length} module(s) to preload`);
     }
     spare.reaped = true;
     this.forgetSpare(spare);

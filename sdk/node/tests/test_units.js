@@ -42,7 +42,7 @@ test('descriptor maps are strictly increasing fds among 0-2', () => {
   assert.deepStrictEqual(fdList(undefined), []);
 });
 
-test("a key differs in the start-up variables, the variables a preload read, the directory and the stdio", () => {
+test("a key differs in the start-up variables, the variables a preload read, the directory and the stdio asked about", () => {
   const env = (o) => new Map(Object.entries(o));
   const a = state.key('/usr/bin/node', '/p', ['tty', 'tty', 'tty'], env({ NODE_OPTIONS: '', TERM: 'xterm', X: '1' }));
   const same = state.key('/usr/bin/node', '/p', ['tty', 'tty', 'tty'], env({ NODE_OPTIONS: '', TERM: 'xterm', X: '2' }));
@@ -51,7 +51,9 @@ test("a key differs in the start-up variables, the variables a preload read, the
   const opts = state.key('/usr/bin/node', '/p', ['tty', 'tty', 'tty'], env({ NODE_OPTIONS: '--max-old-space-size=64', TERM: 'xterm', X: '1' }));
   assert.match(state.keyDiff(a, opts, [], false), /NODE_OPTIONS differs/);
   const pipe = state.key('/usr/bin/node', '/p', ['fifo', 'tty', 'tty'], a.env);
-  assert.match(state.keyDiff(a, pipe, [], false), /stdio is fifo/);
+  // The stdio kinds count only when a preloaded module asked what a stream is.
+  assert.strictEqual(state.keyDiff(a, pipe, [], false), null);
+  assert.match(state.keyDiff(a, pipe, [], false, [1]), /stdio is fifo/);
   const dir = state.key('/usr/bin/node', '/q', ['tty', 'tty', 'tty'], a.env);
   assert.match(state.keyDiff(a, dir, [], false), /directory/);
   const more = state.key('/usr/bin/node', '/p', ['tty', 'tty', 'tty'], env({ NODE_OPTIONS: '', TERM: 'xterm', X: '1', Y: '' }));
@@ -72,4 +74,16 @@ test('a changed file is seen', () => {
   fs.writeFileSync(f, '22');
   assert.strictEqual(state.changedFile(native, fp), f);
   fs.rmSync(dir, { recursive: true });
+});
+
+test("a script's #! line decides which node runs it, as what, with which options", () => {
+  const sb = (text) => state.shebang(Buffer.from(text));
+  assert.deepStrictEqual(sb('#!/usr/bin/env node\nx'), { node: null, argv0: 'node', options: [] });
+  assert.deepStrictEqual(sb('#!/usr/bin/node\n'), { node: '/usr/bin/node', argv0: '/usr/bin/node', options: [] });
+  assert.deepStrictEqual(sb('#!/usr/bin/env -S node --no-warnings\n'), { node: null, argv0: 'node', options: ['--no-warnings'] });
+  assert.deepStrictEqual(sb("'use strict';\n"), { node: null, argv0: 'node', options: [] });
+  assert.match(sb('#!/usr/bin/env node --no-warnings\n').error, /without -S/);
+  assert.match(sb('#!/usr/bin/env python3\n').error, /not node/);
+  assert.match(sb('#!/usr/bin/env -S node -e 1\n').error, /gives node -e/);
+  assert.match(sb('#!/usr/bin/env -S node --eval=1\n').error, /--eval/);
 });

@@ -119,6 +119,11 @@ pub enum Sdk {
     /// ([`crate::carried_sdk::RUBY`]).
     #[serde(rename = "ruby")]
     Ruby,
+    /// The Node worker (`ngw-node`): the command is a `node` and the worker's arguments, and
+    /// ngd runs `NODE <sdk>/bin/ngw-node ARGS...` with the native piece found beside ngd
+    /// ([`crate::carried_sdk::NODE`], [`crate::carried_sdk::node_native`]).
+    #[serde(rename = "node")]
+    Node,
 }
 
 impl Sdk {
@@ -127,6 +132,7 @@ impl Sdk {
         match self {
             Sdk::Python => "python",
             Sdk::Ruby => "ruby",
+            Sdk::Node => "node",
         }
     }
 }
@@ -441,6 +447,7 @@ mod tests {
     fn the_sdks_ngd_carries_are_for_ngw_workers() {
         assert_eq!(parse("sdk = \"python\"").unwrap().sdk, Some(Sdk::Python));
         assert_eq!(parse("sdk = \"ruby\"").unwrap().sdk, Some(Sdk::Ruby));
+        assert_eq!(parse("sdk = \"node\"").unwrap().sdk, Some(Sdk::Node));
         assert!(parse("sdk = \"perl\"").is_err());
         let e = parse("sdk = \"ruby\"\nprotocol = \"nu\"").unwrap_err();
         assert!(e.contains("sdk = \"ruby\" is for ngw workers"), "{e}");

@@ -9,7 +9,10 @@
 //! * the same file by another path: the plugin's own pool;
 //! * a script for the same interpreter family, `#!` line without options: a pool
 //!   *derived* from the plugin's table ([`derived_config`]: its interpreter and script in
-//!   place of the table's), made on the first session after the file was recognised;
+//!   place of the table's), made on the first session after the file was recognised; for
+//!   the Node worker (`sdk = "node"`, whose sessions run the node their script's `#!` line
+//!   names, as cold), any Node script without options on its `#!` line, `env` or not
+//!   ([`recognise_node`]: another project's `node_modules/.bin/eslint`);
 //! * anything else: the client runs it itself (`F exec`), exactly as the shell would.
 //!
 //! A table whose command line was learned from a launcher ([`PluginConfig::launcher`]: a
@@ -36,6 +39,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use super::config::Sdk;
 use super::launcher::{self, Context};
 use super::PluginConfig;
 
@@ -153,6 +157,7 @@ impl Routes {
                 let answer = Arc::clone(&slot);
                 let (warmed, command, env) =
                     (warmed.clone(), config.command.clone(), config.env.clone());
+                let node = config.sdk == Some(Sdk::Node);
                 let found = PathBuf::from(OsStr::from_bytes(&key.program));
                 let context = key.context.clone();
                 let spawned = std::thread::Builder::new()
@@ -161,6 +166,9 @@ impl Routes {
                         let r = match &context {
                             Some(context) => {
                                 recognise_launcher(&warmed, &command, &env, &found, context)
+                            }
+                            None if node => {
+                                (recognise_node(&warmed, &command, &found, &env), Vec::new())
                             }
                             None => (recognise(&warmed, &command, &found, &env), Vec::new()),
                         };
@@ -365,6 +373,89 @@ pub fn recognise(
     }
 }
 
+/// What `found` is for a Node worker's table (`sdk = "node"`) that runs `warmed` with
+/// `command` (`[NODE, ..., "NAME=WARMED", ...]`): the same file, or a Node script whose
+/// `#!` line gives node no options (`#!/usr/bin/env node`, `#!/usr/bin/node`), served by
+/// the same table with `NAME=FOUND`; the worker runs each session with the node that line
+/// names, as cold. Reads files: call off the loop thread.
+pub fn recognise_node(
+    warmed: &Path,
+    command: &[String],
+    found: &Path,
+    env: &BTreeMap<String, String>,
+) -> Recognised {
+    let (Ok(a), Ok(b)) = (std::fs::canonicalize(warmed), std::fs::canonicalize(found)) else {
+        return Recognised::Foreign(format!("{} cannot be resolved", found.display()));
+    };
+    if a == b {
+        return Recognised::Same;
+    }
+    if let Err(reason) = node_shebang(found) {
+        return Recognised::Foreign(reason);
+    }
+    let Some(found_text) = found.to_str() else {
+        return Recognised::Foreign("its path is not UTF-8".into());
+    };
+    let warmed_text = warmed.to_string_lossy();
+    let mut named = false;
+    let mut derived = Vec::with_capacity(command.len());
+    for (i, word) in command.iter().enumerate() {
+        let spec = word
+            .split_once('=')
+            .filter(|(_, script)| *script == warmed_text);
+        derived.push(match spec {
+            Some((name, _)) if i > 0 => {
+                named = true;
+                format!("{name}={found_text}")
+            }
+            _ if i > 0 && *word == warmed_text => {
+                named = true;
+                found_text.to_owned()
+            }
+            _ => word.clone(),
+        });
+    }
+    if !named {
+        return Recognised::Foreign("the plugin's table does not name its program".into());
+    }
+    Recognised::Derivable {
+        command: derived,
+        env: env.clone(),
+    }
+}
+
+/// Whether a file is a Node script whose `#!` line gives node no options: `Err` with why
+/// not.
+fn node_shebang(path: &Path) -> Result<(), String> {
+    use std::io::Read as _;
+    let mut head = Vec::with_capacity(SHEBANG_MAX);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(SHEBANG_MAX as u64).read_to_end(&mut head))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let Some(line) = head.strip_prefix(b"#!") else {
+        return Err(format!("{} is not a script (no #! line)", path.display()));
+    };
+    let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut words: Vec<&str> = line.split_whitespace().collect();
+    if words
+        .first()
+        .is_some_and(|w| w.rsplit('/').next() == Some("env"))
+    {
+        words.remove(0);
+        if words.first() == Some(&"-S") {
+            words.remove(0);
+        }
+    }
+    match words.as_slice() {
+        [node] if matches!(node.rsplit('/').next(), Some("node" | "nodejs")) => Ok(()),
+        [node, ..] if matches!(node.rsplit('/').next(), Some("node" | "nodejs")) => {
+            Err(format!("{}'s #! line gives node options", path.display()))
+        }
+        _ => Err(format!("{} is not a Node script", path.display())),
+    }
+}
+
 /// The interpreter of a script's `#!` line: an absolute path, with no options.
 fn shebang(path: &Path) -> Result<String, String> {
     use std::io::Read as _;
@@ -488,6 +579,61 @@ mod tests {
             cwd: "/".into(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         }
+    }
+
+    #[test]
+    fn another_projects_node_script_is_derivable() {
+        let d = tempfile::tempdir().unwrap();
+        let bin = |project: &str| {
+            let dir = d.path().join(project).join("node_modules");
+            std::fs::create_dir_all(dir.join(".bin")).unwrap();
+            std::fs::create_dir_all(dir.join("eslint/bin")).unwrap();
+            let script = dir.join("eslint/bin/eslint.js");
+            std::fs::write(&script, "#!/usr/bin/env node\nrequire('x');\n").unwrap();
+            let link = dir.join(".bin/eslint");
+            std::os::unix::fs::symlink("../eslint/bin/eslint.js", &link).unwrap();
+            (link, script)
+        };
+        let (warmed, warmed_script) = bin("a");
+        let (other, other_script) = bin("b");
+        let w = warmed.to_str().unwrap();
+        let command = vec!["/usr/bin/node".to_owned(), format!("eslint={w}")];
+        let env = BTreeMap::from([("NODE_ENV".to_owned(), "test".to_owned())]);
+        assert_eq!(
+            recognise_node(&warmed, &command, &warmed_script, &env),
+            Recognised::Same
+        );
+        assert_eq!(
+            recognise_node(&warmed, &command, &other, &env),
+            Recognised::Derivable {
+                command: vec![
+                    "/usr/bin/node".into(),
+                    format!("eslint={}", other.display())
+                ],
+                env: env.clone(),
+            }
+        );
+        for (line, derivable) in [
+            ("#!/usr/bin/node", true),
+            ("#!/usr/bin/env -S node", true),
+            ("#!/usr/bin/env -S node --no-warnings", false),
+            ("#!/usr/bin/env python3", false),
+            ("#!/bin/sh", false),
+        ] {
+            std::fs::write(&other_script, format!("{line}\n")).unwrap();
+            let r = recognise_node(&warmed, &command, &other, &env);
+            assert_eq!(
+                matches!(r, Recognised::Derivable { .. }),
+                derivable,
+                "{line}: {r:?}"
+            );
+        }
+        // The generic rule cannot read `#!/usr/bin/env node`; the Node one must be asked.
+        std::fs::write(&other_script, "#!/usr/bin/env node\n").unwrap();
+        assert!(matches!(
+            recognise(&warmed, &command, &other, &env),
+            Recognised::Foreign(_)
+        ));
     }
 
     #[test]

@@ -214,6 +214,29 @@ pub fn spawn(plugin: &PluginConfig, launch: &Launch<'_>) -> io::Result<Spawned> 
                     .map_err(|e| io::Error::new(e.kind(), format!("ngd's Ruby SDK: {e}")))?;
                 cmd.arg(sdk.join("bin/ngw-ruby"));
             }
+            if plugin.sdk == Some(super::config::Sdk::Node) {
+                let sdk = crate::carried_sdk::NODE
+                    .dir()
+                    .map_err(|e| io::Error::new(e.kind(), format!("ngd's Node SDK: {e}")))?;
+                cmd.arg(sdk.join("bin/ngw-node"));
+                // The native piece, unless the table names one.
+                if !plugin.env.contains_key("NGW_NODE_NATIVE") {
+                    let native = std::env::current_exe()
+                        .ok()
+                        .and_then(|exe| crate::carried_sdk::node_native(&exe))
+                        .ok_or_else(|| {
+                            io::Error::new(
+                                io::ErrorKind::NotFound,
+                                format!(
+                                    "ngd's Node SDK: its native piece {} is neither beside ngd \
+                                     nor in ../lib/ngd (cargo build -p ngw-node-native)",
+                                    crate::carried_sdk::NODE_NATIVE
+                                ),
+                            )
+                        })?;
+                    cmd.env("NGW_NODE_NATIVE", native);
+                }
+            }
             cmd.args(&plugin.command[1..]);
             cmd
         }
@@ -242,7 +265,7 @@ pub fn spawn(plugin: &PluginConfig, launch: &Launch<'_>) -> io::Result<Spawned> 
                 ),
             );
         }
-        Some(super::config::Sdk::Ruby) | None => {}
+        Some(super::config::Sdk::Ruby | super::config::Sdk::Node) | None => {}
     }
     cmd.env("NGW_FD", CHANNEL_FD.to_string())
         .env("NGW_VERSION", "1")
