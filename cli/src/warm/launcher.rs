@@ -13,7 +13,7 @@
 //!
 //! Where the system denies watching (no seccomp user notification), a launcher whose
 //! text names no absolute `java` is run with a stand-in `java` first on `PATH`, as
-//! `$JAVA_HOME/bin/java` and as `$JAVACMD` ([`super::kind::probe_java_launcher`]); its
+//! `$JAVA_HOME/bin/java` and as `$JAVACMD` ([`super::stand_in::probe_java_launcher`]); its
 //! table then keeps the command line learned here, whatever the directory. One that names
 //! a `java` by its path is refused with the reason, since running it could run the
 //! program.
@@ -68,7 +68,7 @@ fn without_watching(
     let Some(java) = find_java() else {
         return Err(format!("no java on PATH, and {denial}"));
     };
-    let java_args = super::kind::probe_java_launcher(path, &java)
+    let java_args = super::stand_in::probe_java_launcher(path, &java)
         .map_err(|reason| format!("{reason} ({denial})"))?;
     Ok(Learned {
         java_args,

@@ -25,6 +25,7 @@
 pub mod kind;
 pub mod launcher;
 pub mod node;
+pub mod stand_in;
 pub mod store;
 
 use std::collections::BTreeMap;
