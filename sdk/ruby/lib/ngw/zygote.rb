@@ -89,6 +89,9 @@ module Ngw
       (paths - asking).each do |path|
         next if $LOADED_FEATURES.include?(path)
 
+        # Its signature from before it is read: a write that lands while it loads (an
+        # editor saving it) makes it stale, rather than the half-written text's signature.
+        watch(path)
         begin
           require path
           @preloaded << path
@@ -257,7 +260,11 @@ module Ngw
 
     STREAMS = %w[stdin stdout stderr].freeze
 
+    # Watches `path` from now on. The first signature taken stays: a later call does not
+    # take in a change made since.
     def watch(path)
+      return if @watch.key?(path)
+
       st = File.stat(path)
       @watch[path] = [st.mtime.to_r, st.size, st.ino] if st.file?
     rescue SystemCallError
