@@ -577,13 +577,8 @@ fn completions_and_man_pages_are_generated() {
 /// other Unix tools do: no panic, nothing on stderr.
 #[test]
 fn tools_end_quietly_on_a_closed_pipe() {
-    use std::os::fd::{FromRawFd as _, OwnedFd};
     use std::os::unix::process::ExitStatusExt as _;
-    let mut fds = [0; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe() writes.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: both descriptors are new and owned here alone.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read, write) = ng_sys::fd::pipe().unwrap();
     drop(read);
     let out = Command::new(bins::ngd())
         .args(["completions", "bash"])
