@@ -93,6 +93,29 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     check(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
 }
 
+/// Whether `O_NONBLOCK` is set on the open file description `fd` refers to.
+pub fn is_nonblocking(fd: RawFd) -> io::Result<bool> {
+    // SAFETY: F_GETFL only reads the descriptor's status flags.
+    let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    Ok(flags & libc::O_NONBLOCK != 0)
+}
+
+/// Sets or clears `O_NONBLOCK` on `fd`, keeping its other status flags.
+pub fn set_nonblocking_to(fd: RawFd, on: bool) -> io::Result<()> {
+    // SAFETY: fcntl on an integer descriptor; an invalid one is an error return.
+    let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    let wanted = if on {
+        flags | libc::O_NONBLOCK
+    } else {
+        flags & !libc::O_NONBLOCK
+    };
+    if wanted == flags {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFL, wanted) }).map(drop)
+}
+
 /// The access mode `fd` was opened with (`O_RDONLY`, `O_WRONLY`, `O_RDWR`); `None` if it
 /// is not open.
 pub fn access_mode(fd: RawFd) -> Option<libc::c_int> {

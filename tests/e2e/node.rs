@@ -8,6 +8,8 @@
 //! spare, once one is ready in the session's key (no new `fallback` notice).
 
 use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::os::fd::AsRawFd as _;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -376,6 +378,92 @@ both_clients! {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
             run(&["timer"], b"");
+        }
+    }
+}
+
+/// The client's stdout pipe after a run, cold and warm: Node makes a pipe non-blocking as
+/// it opens the stream and puts the flag back as it exits (normally, or in its handler of
+/// SIGINT and SIGTERM), not after SIGKILL or SIGHUP. Every warm run must leave the flag as
+/// the cold one did, whether the pipe came blocking or not; each is asserted served by a
+/// spare.
+#[test]
+fn stdout_flags_after_the_run_as_cold() {
+    let s = setup();
+    let (_d, dir) = scratch("node-flags-");
+    let script = repo_root()
+        .join("sdk/node/tests/fixtures/exact.js")
+        .to_string_lossy()
+        .into_owned();
+    // Whether the write end of a pipe given as stdout is non-blocking once `cmd` exited.
+    let after = |mut cmd: Command, nonblocking: bool| -> bool {
+        let (read, write) = ng_sys::fd::pipe().unwrap();
+        ng_sys::fd::set_nonblocking_to(write.as_raw_fd(), nonblocking).unwrap();
+        let ours = write.try_clone().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            std::fs::File::from(read).read_to_end(&mut all).unwrap();
+            all
+        });
+        let status = cmd
+            .env_clear()
+            .envs(&s.env)
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(write))
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        let flag = ng_sys::fd::is_nonblocking(ours.as_raw_fd()).unwrap();
+        // The command holds its copy of the write end until it is dropped.
+        drop(cmd);
+        drop(ours);
+        let out = reader.join().unwrap();
+        assert!(
+            out.starts_with(b"before") || out.starts_with(b"early"),
+            "{status:?} {out:?}"
+        );
+        flag
+    };
+    let cases: [&[&str]; 5] = [
+        &["timer"],
+        &["kill"],
+        &["kill", "SIGTERM"],
+        &["kill", "SIGINT"],
+        &["kill", "SIGHUP"],
+    ];
+    for case in cases {
+        for nonblocking in [false, true] {
+            let mut cold = Command::new(&script);
+            cold.args(case);
+            let want = after(cold, nonblocking);
+            let mut served = false;
+            for _ in 0..3 {
+                let before = s.fallbacks();
+                let mut warm = Command::new(Client::Ours.bin());
+                warm.args(s.server.address(Transport::Unix).client_args())
+                    .env(TAG_VAR, s.server.tag())
+                    .arg("exact")
+                    .args(case);
+                let got = after(warm, nonblocking);
+                assert_eq!(
+                    want,
+                    got,
+                    "{case:?} on a pipe that was non-blocking: {nonblocking}: cold left \
+                     O_NONBLOCK {want}, warm {got}\n{}",
+                    s.server.plugin_log("node")
+                );
+                if s.fallbacks() == before {
+                    served = true;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            assert!(
+                served,
+                "{case:?} never served warm\n{}",
+                s.server.plugin_log("node")
+            );
         }
     }
 }

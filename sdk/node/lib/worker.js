@@ -332,9 +332,17 @@ class Worker {
     const placeholders = this.placeholdersFor(kinds, client);
     let why = this.coldReason(cmd, s, key);
     let pid = null;
+    let kept = [];
     if (!why) {
       const t0 = process.hrtime.bigint();
+      // Read before the spare can touch them (libuv makes a pipe non-blocking as it opens
+      // the stream): what `restoreFlags` puts back.
+      const found = client ? client.fds.map((fd) => this.native.isNonblocking(fd)) : [];
       pid = this.handOver(this.spare, s, cmd, io);
+      if (pid !== null && client) {
+        kept = client.fds.map((fd, i) => [fd, found[i]]);
+        client.fds = [];
+      }
       if (pid === null) why = 'the spare ended before it took the session';
       else log(`session ${s.id}: warm, handed over in ${Number(process.hrtime.bigint() - t0) / 1e6} ms`);
       this.spare = null;
@@ -360,6 +368,7 @@ class Worker {
     this.next = { cmd, s, node, key, placeholders };
     this.prepareSpare();
     const status = this.follow(pid, io, client);
+    this.restoreFlags(kept, io.end);
     this.chan.send('X', status);
     this.closeRelay(io);
     if (pid.spare) this.afterWarm(pid.spare, cmd);
@@ -639,6 +648,26 @@ class Worker {
     }
   }
 
+  // Node puts back, as it exits, the O_NONBLOCK flag it found on fds 0-2 when they are
+  // still the files it started with: on a normal exit and in its handler of SIGINT and
+  // SIGTERM, not after any other signal. A spare started on placeholders, so it does not;
+  // the worker does it for the client's descriptors (`kept`: [fd, found], closed here) on
+  // the same ends, before the exit status reaches the client, as a cold run does before
+  // its exit.
+  restoreFlags(kept, end) {
+    const resets = end && (end[0] === 'exited' || (end[0] === 'killed' && (end[1] === SIGNALS.SIGINT || end[1] === SIGNALS.SIGTERM)));
+    for (const [fd, found] of kept) {
+      if (resets) {
+        try {
+          if (this.native.isNonblocking(fd) !== found) this.native.setNonblocking(fd, found);
+        } catch {
+          // closed or gone: nothing to put back
+        }
+      }
+      this.native.close(fd);
+    }
+  }
+
   closeClient(client) {
     if (!client) return;
     for (const fd of client.fds) this.native.close(fd);
@@ -808,6 +837,7 @@ class Worker {
       if (status === null) {
         const change = this.native.wait(p, false);
         if (change) {
+          if (change[0] === 'exited' || change[0] === 'killed') io.end = change;
           if (change[0] === 'exited') status = `${change[1]}\n`;
           else if (change[0] === 'killed') {
             const name = SIGNAL_NAMES[change[1]] || `SIG${change[1]}`;

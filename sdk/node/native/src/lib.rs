@@ -195,6 +195,17 @@ fn nonblock(c: &Call) -> Result<Value> {
     Ok(c.undefined())
 }
 
+/// `isNonblocking(fd)`: whether `O_NONBLOCK` is set on `fd`'s open file description.
+fn is_nonblocking(c: &Call) -> Result<Value> {
+    Ok(c.bool_value(ng_sys::fd::is_nonblocking(c.int(0)?)?))
+}
+
+/// `setNonblocking(fd, on)`.
+fn set_nonblocking(c: &Call) -> Result<Value> {
+    ng_sys::fd::set_nonblocking_to(c.int(0)?, c.bool(1)?)?;
+    Ok(c.undefined())
+}
+
 /// `cloexec(fd, on)`.
 fn cloexec(c: &Call) -> Result<Value> {
     let fd = c.int(0)?;
@@ -404,6 +415,8 @@ sys::callbacks! {
     "socketpair" => socketpair,
     "ptyPair" => pty_pair,
     "nonblock" => nonblock,
+    "isNonblocking" => is_nonblocking,
+    "setNonblocking" => set_nonblocking,
     "cloexec" => cloexec,
     "putOn" => put_on,
     "kind" => kind,
