@@ -349,3 +349,87 @@ fn eslint_warm_through_the_shim_as_cold() {
     names.sort();
     assert_eq!(names, [".eslintrc.json", "file.js"]);
 }
+
+/// Eight eslint calls at once through the shim, the table's pool sized for them as a user
+/// sizes it (`min_workers` and `max_workers` in `conf.d/eslint.toml`, then `ngd reload`):
+/// eight workers, each with a spare in the key of its last session, so eight spares for
+/// one key. The first round may run cold (no spare in that key yet); in each later round
+/// every call shows what a cold run shows, and the pool counts eight more sessions and no
+/// `fallback` notice: each was served by a spare.
+#[test]
+fn eight_eslint_calls_at_once() {
+    let s = Setup::new();
+    let table = s.user.home().join(".config/ngd/conf.d/eslint.toml");
+    let mut text = std::fs::read_to_string(&table).unwrap();
+    text.push_str("min_workers = 8\nmax_workers = 8\n");
+    std::fs::write(&table, text).unwrap();
+    s.user.ngd().arg("reload").run().assert_success();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let report = s.user.ng().args(["ng-stats", "--json"]).run();
+        let doc: serde_json::Value = serde_json::from_str(&report.stdout_text()).unwrap();
+        let idle = doc["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "eslint")
+            .and_then(|p| p["idle"].as_u64());
+        if idle == Some(8) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "eight workers never ready: {}\n{}",
+            report.stdout_text(),
+            s.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let cold_path = s.path(&[&s.eslint9]);
+    let warm_path = s.path(&[&s.shims(), &s.eslint9]);
+    let line = "eslint file.js";
+    let cold = s.sh(&cold_path, &s.project, line);
+    assert_eq!(cold.code(), Some(1), "{cold:?}");
+    for round in 0..3 {
+        let before = s.counts().get("eslint").copied().unwrap_or((0, 0));
+        let running: Vec<_> = (0..8)
+            .map(|_| {
+                s.user
+                    .with_env(ClientCmd::new("sh", "/bin/sh"))
+                    .env("PATH", &warm_path)
+                    .env("LANG", "C.UTF-8")
+                    .cwd(&s.project)
+                    .args(["-c", line])
+                    .stdin_bytes(LINTED)
+                    .timeout(Duration::from_secs(120))
+                    .spawn()
+            })
+            .collect();
+        for run in running {
+            let warm = run.wait();
+            let context = format!("round {round}\ncold: {cold:?}\nwarm: {warm:?}");
+            assert_eq!(cold.code(), warm.code(), "{context}\n{}", s.logs());
+            assert!(cold.stdout == warm.stdout, "stdout differs\n{context}");
+            assert!(cold.stderr == warm.stderr, "stderr differs\n{context}");
+        }
+        let after = s.counts().get("eslint").copied().unwrap_or((0, 0));
+        assert_eq!(
+            after.0 - before.0,
+            8,
+            "round {round}: not eight sessions of the pool"
+        );
+        if round > 0 {
+            assert_eq!(
+                after.1 - before.1,
+                0,
+                "round {round}: some of the eight ran cold\n{}",
+                s.logs()
+            );
+        }
+        eprintln!(
+            "round {round}: eight identical to cold, {} of them cold",
+            after.1 - before.1
+        );
+    }
+}
