@@ -165,7 +165,7 @@ module Ngw
       if own.clean
         @log.call("rehearsed #{rehearsal.describe} (exit #{own.status}) in #{own.ms} ms " \
                   "(trial #{trial.ms} ms): put back #{own.restored} change(s), loaded #{own.features.size} " \
-                  "file(s), kept #{YamlMemo.size} YAML load(s)")
+                  "file(s), kept #{Memo.size} result(s) of YAML and ERB")
         @log.call("the rehearsal loaded #{own.features.join(' ')}") unless own.features.empty?
         return
       end

@@ -1,0 +1,283 @@
+# frozen_string_literal: true
+
+module Ngw
+  # Results of pure functions of a text that the rehearsal computed, kept in the zygote
+  # for its sessions: what `Psych.safe_load` and `Psych.parse` made of a YAML text, and
+  # what `ERB::Compiler#compile` made of a template (the Ruby source ERB evaluates). Each
+  # is a function of the text and the options only (the compiler's settings, for ERB), so
+  # a session that asks again with the same text and options gets what it would have
+  # computed: rubocop builds its default configuration twice a run (ERB 5 ms, the
+  # duplicate-key `parse` 15 ms and `safe_load` 25 ms, each time).
+  #
+  # How a session gets a result:
+  #
+  # * **Pristine copies.** After the rehearsal the zygote makes, for each YAML text, as
+  #   many fresh results as the rehearsal asked for (at most MAX_COPIES): a session's
+  #   first ask gets the first, its second the second, and so on. A session is a fork of
+  #   the zygote, so those objects are the session's own (copy-on-write): handing one out
+  #   costs nothing, and no session sees what another did to it.
+  # * **Past them**, a `safe_load` result is a fresh copy of its Marshal dump (plain data
+  #   only, below); a `parse` is parsed again (copying its node tree costs more than
+  #   parsing). A compiled template is strings: each ask gets fresh copies.
+  #
+  # What is kept: `safe_load` results of plain data (Hash, Array, String, Symbol, numbers,
+  # true, false, nil, Regexp), never with `freeze: true`; `parse` results of a String
+  # text; templates compiled by a plain `ERB::Compiler`. Never an error, never for an IO,
+  # at most MAX_BYTES of text in all. A result is served only while the methods of every
+  # module under `Psych` (for YAML) or `ERB` (for templates) are those the zygote had
+  # (their ancestors and method definitions, compared at each ask, ~0.2 ms): a program
+  # that redefines or prepends into them computes for itself.
+  module Memo
+    MAX_BYTES = 8 << 20
+    # Fresh results kept per YAML text and options.
+    MAX_COPIES = 4
+    PLAIN = [String, Symbol, Integer, Float, TrueClass, FalseClass, NilClass, Regexp].freeze
+
+    # One kept result: what was asked (`kind`, `text`, `options`), how many times the
+    # rehearsal asked, and the result (a Marshal dump for `safe_load`, frozen strings for
+    # a template, nothing for `parse`).
+    Entry = Struct.new(:kind, :text, :options, :asked, :result)
+
+    @entries = {}
+    @bytes = 0
+    @pristine = {}
+    @taken = Hash.new(0)
+    @hits = Hash.new(0)
+    @recording = false
+    @serving = false
+    @signatures = {}
+
+    class << self
+      attr_accessor :recording
+      attr_reader :serving
+
+      def size
+        @entries.size
+      end
+
+      # How many asks of each kind this process was served from the memo.
+      def hits
+        @hits.dup
+      end
+
+      # Makes Psych's `safe_load` and `parse`, and ERB's compiler if it is loaded, go
+      # through the memo (once).
+      def install
+        if defined?(::Psych) && ::Psych.respond_to?(:safe_load) && !(::Psych.singleton_class < YamlHook)
+          ::Psych.singleton_class.prepend(YamlHook)
+        end
+        return unless defined?(::ERB::Compiler) && ::ERB::Compiler.method_defined?(:compile)
+
+        ::ERB::Compiler.prepend(ErbHook) unless ::ERB::Compiler < ErbHook
+      end
+
+      # After the rehearsal: serves what was recorded if `clean`, having made the pristine
+      # copies and taken the modules' signatures.
+      def seal(clean)
+        @serving = clean && !@entries.empty?
+        return unless @serving
+
+        @signatures = { yaml: signature(namespace(::Psych)) } if defined?(::Psych)
+        @signatures[:erb] = signature(namespace(::ERB)) if defined?(::ERB)
+        @entries.each do |k, e|
+          next if e.kind == :erb
+
+          @pristine[k] = Array.new([e.asked, MAX_COPIES].min) { fresh(e) }.compact
+        end
+      end
+
+      def key(kind, text, options)
+        [kind, text.encoding, text, options]
+      end
+
+      # What asking `kind` of `text` with `options` makes, served; or nil.
+      def lookup(kind, text, options)
+        return nil unless @serving && !@recording
+
+        k = key(kind, text, options)
+        entry = @entries[k]
+        return nil unless entry && intact?(kind == :erb ? :erb : :yaml)
+
+        found = serve(k, entry)
+        @hits[kind] += 1 unless found.nil?
+        found
+      end
+
+      def record(kind, text, options, result)
+        return unless @recording
+
+        k = key(kind, text, options)
+        if (entry = @entries[k])
+          entry.asked += 1
+          return
+        end
+        return unless @bytes + text.bytesize <= MAX_BYTES
+
+        kept = keepable(kind, result)
+        return if kept.nil?
+
+        frozen = text.frozen? ? text : text.dup.freeze
+        # A deep copy: the caller may change what it passed.
+        options = Marshal.load(Marshal.dump(options)).freeze
+        @entries[key(kind, frozen, options)] = Entry.new(kind, frozen, options, 1, kept)
+        @bytes += text.bytesize
+      rescue TypeError, ArgumentError
+        nil
+      end
+
+      # Whether `obj` is plain data, all the way down (a String not frozen unless it is a
+      # hash key, no instance variables).
+      def plain?(obj, key, depth = 0)
+        return false if depth > 200
+
+        case obj
+        when Hash
+          obj.instance_of?(Hash) && obj.default_proc.nil? && obj.default.nil? && !obj.compare_by_identity? &&
+            obj.instance_variables.empty? &&
+            obj.all? { |k, v| plain?(k, true, depth + 1) && plain?(v, false, depth + 1) }
+        when Array
+          obj.instance_of?(Array) && !obj.frozen? && obj.instance_variables.empty? &&
+            obj.all? { |e| plain?(e, false, depth + 1) }
+        when String
+          obj.instance_of?(String) && obj.frozen? == key && obj.instance_variables.empty?
+        else
+          PLAIN.any? { |c| obj.instance_of?(c) } && (!obj.is_a?(Regexp) || obj.instance_variables.empty?)
+        end
+      end
+
+      # Calls the methods underneath the hooks (making the pristine copies).
+      def bypass
+        was = @bypass
+        @bypass = true
+        yield
+      ensure
+        @bypass = was
+      end
+
+      def bypassed?
+        @bypass
+      end
+
+      private
+
+      # What is kept of `result`, or nil if it is not kept.
+      def keepable(kind, result)
+        case kind
+        when :safe_load then plain?(result, false) ? Marshal.dump(result) : nil
+        when :parse then result.is_a?(::Psych::Nodes::Document) ? true : nil
+        when :erb
+          script, *magic = result[:out]
+          return nil unless script.instance_of?(String) && result[:content].instance_of?(String)
+
+          [script.dup.freeze, magic.freeze, result[:content].dup.freeze].freeze
+        end
+      end
+
+      # A new result for `entry`, made as the session would make it.
+      def fresh(entry)
+        case entry.kind
+        when :safe_load then Marshal.load(entry.result) # rubocop:disable Security/MarshalLoad
+        when :parse then bypass { ::Psych.parse(entry.text, **entry.options) }
+        end
+      rescue StandardError
+        nil
+      end
+
+      def serve(key, entry)
+        if entry.kind == :erb
+          script, magic, content = entry.result
+          return { out: [script.dup, *magic], content: content.dup }
+        end
+        copies = @pristine[key]
+        if copies && @taken[key] < copies.size
+          @taken[key] += 1
+          return copies[@taken[key] - 1]
+        end
+        entry.kind == :safe_load ? fresh(entry) : nil
+      end
+
+      # Whether the modules of `which` (:yaml, :erb) are as they were when sealed.
+      def intact?(which)
+        was = @signatures[which]
+        was && signature(was.keys) == was
+      end
+
+      # `mod` and the modules named under it.
+      def namespace(mod, into = {})
+        return into.keys if into.key?(mod)
+
+        into[mod] = true
+        mod.constants(false).each do |c|
+          next if mod.autoload?(c)
+
+          value = mod.const_get(c, false)
+          namespace(value, into) if value.is_a?(Module) && value.name.to_s.start_with?("#{mod.name}::")
+        rescue StandardError, LoadError
+          nil
+        end
+        into.keys
+      end
+
+      # `mods` without the worker's own (a session's child prepends its frame filters to
+      # Kernel and Exception).
+      def theirs(mods)
+        mods.reject { |m| m.name.to_s.start_with?('Ngw::') }
+      end
+
+      # The ancestors and method definitions of each module of `mods`.
+      def signature(mods)
+        mods.to_h do |m|
+          own = m.instance_methods(false) + m.private_instance_methods(false)
+          single = m.singleton_class
+          own_single = single.instance_methods(false) + single.private_instance_methods(false)
+          [m, [theirs(m.ancestors), theirs(single.ancestors), own.map { |n| m.instance_method(n) },
+               own_single.map { |n| single.instance_method(n) }]]
+        end
+      end
+    end
+
+    # Psych's entry points, through the memo.
+    module YamlHook
+      def safe_load(yaml, *args, **options)
+        return super if Memo.bypassed? || !args.empty? || !yaml.is_a?(String) || options[:freeze]
+
+        found = Memo.lookup(:safe_load, yaml, options)
+        return found unless found.nil?
+
+        # Its own `parse` is not an ask of the program's.
+        result = Memo.bypass { super }
+        Memo.record(:safe_load, yaml, options, result)
+        result
+      end
+
+      def parse(yaml, *args, **options)
+        return super if Memo.bypassed? || !args.empty? || !yaml.is_a?(String)
+
+        found = Memo.lookup(:parse, yaml, options)
+        return found unless found.nil?
+
+        result = super
+        Memo.record(:parse, yaml, options, result)
+        result
+      end
+    end
+
+    # ERB's compiler, through the memo: the compiled source, its magic comment's encoding
+    # and frozen-string flag, and the compiler's `content` left by the compilation.
+    module ErbHook
+      def compile(text)
+        return super unless text.is_a?(String) && instance_of?(::ERB::Compiler) && singleton_methods.empty?
+
+        settings = instance_variables.reject { |v| v == :@content }.to_h { |v| [v, instance_variable_get(v)] }
+        found = Memo.lookup(:erb, text, settings)
+        if found
+          self.content = found[:content]
+          return found[:out]
+        end
+        out = super
+        Memo.record(:erb, text, settings, { out: out, content: content })
+        out
+      end
+    end
+  end
+end
