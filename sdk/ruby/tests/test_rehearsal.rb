@@ -12,16 +12,6 @@ require 'minitest/autorun'
 require 'open3'
 require_relative 'driver'
 
-module NgwTest
-  # Waits for the worker's rehearsal, which runs after its hello: the worker answers a
-  # ping once it is done.
-  def self.rehearsed(worker)
-    worker.send_chunk('p', 'rehearsed?')
-    type, = worker.read_chunk(timeout: 180)
-    raise "no pong: #{type.inspect}" unless type == 'o'
-  end
-end
-
 class TestWorld < Minitest::Test
   def test_state_put_back_and_what_cannot_be_named
     out, err, st = Open3.capture3(RbConfig.ruby, File.expand_path('fixtures/world_probe.rb', __dir__))
@@ -206,5 +196,29 @@ class TestRubocopRehearsal < Minitest::Test
     same_as_cold(%w[--cache false --debug t.rb], plain, untime: true)
     # What the rehearsal's run read (XDG_CONFIG_HOME, HOME) is not the zygote's key.
     same_as_cold(%w[--cache false t.rb], plain, extra: { 'XDG_CONFIG_HOME' => File.join(@dir, 'xdg') })
+    erb_configuration(plain)
+  end
+
+  # A project configuration with ERB, changed between runs. Its ERB has what the worker's
+  # memos served written at exit (warm runs only): rubocop's default configuration (ERB,
+  # YAML) and the binstub's gem resolution, from the rehearsal's.
+  def erb_configuration(dir)
+    probe = File.join(@dir, 'probe')
+    config = File.join(dir, '.rubocop.yml')
+    write = lambda do |enabled|
+      File.write(config, "<% if defined?(Ngw::Memo) && ENV['MEMO_PROBE'] %>" \
+                         '<% hits = -> { [Ngw::Memo.hits.sort, Ngw::ResolveMemo.hits] } %>' \
+                         "<% at_exit { File.write(ENV['MEMO_PROBE'], hits.call.inspect) } %>" \
+                         "<% end %>\n" \
+                         "Layout/SpaceInsideParens:\n  Enabled: <%= #{enabled} ? 'true' : 'false' %>\n")
+    end
+    [false, true].each do |enabled|
+      write.call(enabled)
+      File.unlink(probe) if File.exist?(probe)
+      res = same_as_cold(%w[--cache false t.rb], dir, extra: { 'MEMO_PROBE' => probe })
+      assert_equal enabled, res.stdout.include?('SpaceInsideParens')
+      served = /\A\[\[\[:erb, [1-9]\], \[:parse, [1-9]\], \[:safe_load, [1-9]\]\], 1\]\z/
+      assert_match(served, File.read(probe))
+    end
   end
 end

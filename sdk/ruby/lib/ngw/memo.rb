@@ -202,6 +202,8 @@ module Ngw
         was && signature(was.keys) == was
       end
 
+      public
+
       # `mod` and the modules named under it.
       def namespace(mod, into = {})
         return into.keys if into.key?(mod)

@@ -3,6 +3,7 @@
 require_relative 'world'
 require_relative 'sys'
 require_relative 'memo'
+require_relative 'resolve_memo'
 
 module Ngw
   # The rehearsal: the zygote runs a program's main once, before its hello, on a scratch
@@ -14,7 +15,8 @@ module Ngw
   # the interpreter's inline and method caches, filled by the run, and the pages it
   # touched. Children forked afterwards skip that warm-up. What Psych made of the YAML
   # texts the run loaded and parsed, and what ERB compiled of its templates, is kept too
-  # (Memo): each is a function of the text and the options.
+  # (Memo): each is a function of the text and the options. So is where a binstub's
+  # `Gem.finish_resolve` did nothing (ResolveMemo).
   #
   # A rehearsal is first tried in a child of the zygote (the trial): it is kept out of the
   # zygote when it changes what cannot be put back: a method defined or a module included
@@ -96,18 +98,22 @@ module Ngw
       require 'tmpdir'
       require 'fileutils'
       Memo.install
+      ResolveMemo.install
       trial_in_child(library_dirs)
     end
 
     # In the zygote, after a clean trial: the rehearsal here; its Verdict.
     def perform(library_dirs)
       Memo.recording = true
+      ResolveMemo.recording = true
       begin
         own = rehearse(library_dirs)
       ensure
         Memo.recording = false
+        ResolveMemo.recording = false
       end
       Memo.seal(own.clean)
+      ResolveMemo.seal(own.clean)
       own
     end
 
