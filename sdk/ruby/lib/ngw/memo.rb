@@ -23,10 +23,11 @@ module Ngw
   # What is kept: `safe_load` results of plain data (Hash, Array, String, Symbol, numbers,
   # true, false, nil, Regexp), never with `freeze: true`; `parse` results of a String
   # text; templates compiled by a plain `ERB::Compiler`. Never an error, never for an IO,
-  # at most MAX_BYTES of text in all. A result is served only while the methods of every
-  # module under `Psych` (for YAML) or `ERB` (for templates) are those the zygote had
-  # (their ancestors and method definitions, compared at each ask, ~0.2 ms): a program
-  # that redefines or prepends into them computes for itself.
+  # at most MAX_BYTES of text in all. A result is served only while the modules under
+  # `Psych` (for YAML) and `ERB` (for templates), and those under RubyGems that
+  # ResolveMemo watches, are as the zygote had them: no method defined, removed or
+  # undefined in any of them (Watch hears of it) and the same ancestors (compared at each
+  # ask). A program that redefines or prepends into them computes for itself.
   module Memo
     MAX_BYTES = 8 << 20
     # Fresh results kept per YAML text and options.
@@ -45,7 +46,8 @@ module Ngw
     @hits = Hash.new(0)
     @recording = false
     @serving = false
-    @signatures = {}
+    @watched = {}
+    @changed = false
 
     class << self
       attr_accessor :recording
@@ -72,13 +74,14 @@ module Ngw
       end
 
       # After the rehearsal: serves what was recorded if `clean`, having made the pristine
-      # copies and taken the modules' signatures.
+      # copies and started watching the modules' methods.
       def seal(clean)
         @serving = clean && !@entries.empty?
         return unless @serving
 
-        @signatures = { yaml: signature(namespace(::Psych)) } if defined?(::Psych)
-        @signatures[:erb] = signature(namespace(::ERB)) if defined?(::ERB)
+        @watched = {}
+        @watched[:yaml] = watch(namespace(::Psych)) if defined?(::Psych)
+        @watched[:erb] = watch(namespace(::ERB)) if defined?(::ERB)
         @entries.each do |k, e|
           next if e.kind == :erb
 
@@ -198,8 +201,8 @@ module Ngw
 
       # Whether the modules of `which` (:yaml, :erb) are as they were when sealed.
       def intact?(which)
-        was = @signatures[which]
-        was && signature(was.keys) == was
+        was = @watched[which]
+        was && unchanged?(was)
       end
 
       public
@@ -226,15 +229,39 @@ module Ngw
         mods.reject { |m| m.name.to_s.start_with?('Ngw::') }
       end
 
-      # The ancestors and method definitions of each module of `mods`.
-      def signature(mods)
-        mods.to_h do |m|
-          own = m.instance_methods(false) + m.private_instance_methods(false)
-          single = m.singleton_class
-          own_single = single.instance_methods(false) + single.private_instance_methods(false)
-          [m, [theirs(m.ancestors), theirs(single.ancestors), own.map { |n| m.instance_method(n) },
-               own_single.map { |n| single.instance_method(n) }]]
+      # Watches `mods` from now on (Watch, prepended to each one's singleton class, hears
+      # of every method defined, removed or undefined in them or on them) and returns
+      # their ancestors now, for `unchanged?`.
+      def watch(mods)
+        mods.each { |m| m.singleton_class.prepend(Watch) unless m.singleton_class < Watch }
+        ancestry(mods)
+      end
+
+      # Whether no method of a watched module was defined, removed or undefined since it
+      # was watched, and the modules of `was` (from `watch`) have the ancestors they had.
+      def unchanged?(was)
+        !@changed && ancestry(was.keys) == was
+      end
+
+      def changed!
+        @changed = true
+      end
+
+      def ancestry(mods)
+        mods.to_h { |m| [m, [theirs(m.ancestors), theirs(m.singleton_class.ancestors)]] }
+      end
+    end
+
+    # Hears of a method defined, removed or undefined in a watched module or on it (Ruby
+    # calls these hooks for methods defined in Ruby and in C alike).
+    module Watch
+      %i[method_added method_removed method_undefined singleton_method_added singleton_method_removed
+         singleton_method_undefined].each do |hook|
+        define_method(hook) do |name|
+          Memo.changed!
+          super(name)
         end
+        private hook
       end
     end
 

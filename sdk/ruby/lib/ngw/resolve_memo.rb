@@ -17,7 +17,7 @@ module Ngw
   # nothing on the standard streams, the state is kept. A session's call is skipped when
   # it comes from `activate_bin_path` (its source checked once: the call's value is
   # thrown away), starts from a kept state, and RubyGems' resolver, request set,
-  # specification and dependency classes have the methods they had (Memo's signatures).
+  # specification and dependency classes are as they were (Memo.watch).
   # The installed gems are the zygote's: the worker watches the specification
   # directories, and a session after a gem was installed or removed runs the cold way
   # (stale code). What the skipped call would have left is RubyGems' lazy caches (full
@@ -52,7 +52,7 @@ module Ngw
       # After the rehearsal: serves what was recorded if `clean`.
       def seal(clean)
         @serving = clean && !@states.empty?
-        @signature = Memo.signature(modules) if @serving
+        @watched = Memo.watch(modules) if @serving
       end
 
       # The state `finish_resolve` starts from.
@@ -66,7 +66,7 @@ module Ngw
       # the file and line), starting from `now`, can be skipped.
       def skip?(site, now)
         @serving && !@recording && from_call_site?(site) && @states.key?(now) &&
-          Memo.signature(modules) == @signature
+          Memo.unchanged?(@watched)
       end
 
       def hit
