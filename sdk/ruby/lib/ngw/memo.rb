@@ -255,13 +255,16 @@ module Ngw
     # Hears of a method defined, removed or undefined in a watched module or on it (Ruby
     # calls these hooks for methods defined in Ruby and in C alike).
     module Watch
-      %i[method_added method_removed method_undefined singleton_method_added singleton_method_removed
-         singleton_method_undefined].each do |hook|
+      HOOKS = %i[method_added method_removed method_undefined singleton_method_added singleton_method_removed
+                 singleton_method_undefined].freeze
+
+      private
+
+      HOOKS.each do |hook|
         define_method(hook) do |name|
           Memo.changed!
           super(name)
         end
-        private hook
       end
     end
 
