@@ -199,9 +199,10 @@ class TestRubocopRehearsal < Minitest::Test
     erb_configuration(plain)
   end
 
-  # A project configuration with ERB, changed between runs. Its ERB has what the worker's
-  # memos served written at exit (warm runs only): rubocop's default configuration (ERB,
-  # YAML) and the binstub's gem resolution, from the rehearsal's.
+  # A project configuration with ERB, changed between runs (the second time with a
+  # duplicate key). Its ERB has what the worker's memos served written at exit (warm runs
+  # only): rubocop's default configuration (ERB, YAML, its duplicate-key check) and the
+  # binstub's gem resolution, from the rehearsal's.
   def erb_configuration(dir)
     probe = File.join(@dir, 'probe')
     config = File.join(dir, '.rubocop.yml')
@@ -210,14 +211,17 @@ class TestRubocopRehearsal < Minitest::Test
                          '<% hits = -> { [Ngw::Memo.hits.sort, Ngw::ResolveMemo.hits] } %>' \
                          "<% at_exit { File.write(ENV['MEMO_PROBE'], hits.call.inspect) } %>" \
                          "<% end %>\n" \
-                         "Layout/SpaceInsideParens:\n  Enabled: <%= #{enabled} ? 'true' : 'false' %>\n")
+                         "Layout/SpaceInsideParens:\n  Enabled: <%= #{enabled} ? 'true' : 'false' %>\n" \
+                         "#{"Style/Not:\n  Enabled: true\n" * (enabled ? 2 : 1)}")
     end
     [false, true].each do |enabled|
       write.call(enabled)
       File.unlink(probe) if File.exist?(probe)
       res = same_as_cold(%w[--cache false t.rb], dir, extra: { 'MEMO_PROBE' => probe })
       assert_equal enabled, res.stdout.include?('SpaceInsideParens')
-      served = /\A\[\[\[:erb, [1-9]\], \[:parse, [1-9]\], \[:safe_load, [1-9]\]\], 1\]\z/
+      # A duplicate key (the second time) is found, and warned of, as cold.
+      assert_equal enabled, res.stderr.include?('`Style/Not` is concealed by line')
+      served = /\A\[\[\[:duplicates, 1\], \[:erb, [1-9]\], \[:parse, [1-9]\], \[:safe_load, [1-9]\]\], 1\]\z/
       assert_match(served, File.read(probe))
     end
   end

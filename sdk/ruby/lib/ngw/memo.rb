@@ -71,6 +71,22 @@ module Ngw
         return unless defined?(::ERB::Compiler) && ::ERB::Compiler.method_defined?(:compile)
 
         ::ERB::Compiler.prepend(ErbHook) unless ::ERB::Compiler < ErbHook
+        install_duplicate_check
+      end
+
+      # rubocop's duplicate-key check, if its source is the one DuplicateCheckHook knows.
+      def install_duplicate_check
+        return unless defined?(::RuboCop::YAMLDuplicationChecker)
+
+        checker = ::RuboCop::YAMLDuplicationChecker
+        return if checker.singleton_class < DuplicateCheckHook
+
+        file, = checker.method(:check).source_location
+        return unless file && File.read(file).include?(DuplicateCheckHook::SOURCE)
+
+        checker.singleton_class.prepend(DuplicateCheckHook)
+      rescue SystemCallError, NameError
+        nil
       end
 
       # After the rehearsal: serves what was recorded if `clean`, having made the pristine
@@ -82,8 +98,11 @@ module Ngw
         @watched = {}
         @watched[:yaml] = watch(namespace(::Psych)) if defined?(::Psych)
         @watched[:erb] = watch(namespace(::ERB)) if defined?(::ERB)
+        if defined?(::RuboCop::YAMLDuplicationChecker)
+          @watched[:duplicates] = watch(namespace(::RuboCop::YAMLDuplicationChecker))
+        end
         @entries.each do |k, e|
-          next if e.kind == :erb
+          next if %i[erb duplicates].include?(e.kind)
 
           @pristine[k] = Array.new([e.asked, MAX_COPIES].min) { fresh(e) }.compact
         end
@@ -100,6 +119,7 @@ module Ngw
         k = key(kind, text, options)
         entry = @entries[k]
         return nil unless entry && intact?(kind == :erb ? :erb : :yaml)
+        return nil if kind == :duplicates && !intact?(:duplicates)
 
         found = serve(k, entry)
         @hits[kind] += 1 unless found.nil?
@@ -173,6 +193,7 @@ module Ngw
           return nil unless script.instance_of?(String) && result[:content].instance_of?(String)
 
           [script.dup.freeze, magic.freeze, result[:content].dup.freeze].freeze
+        when :duplicates then result == :none ? true : nil
         end
       end
 
@@ -187,6 +208,8 @@ module Ngw
       end
 
       def serve(key, entry)
+        return true if entry.kind == :duplicates
+
         if entry.kind == :erb
           script, magic, content = entry.result
           return { out: [script.dup, *magic], content: content.dup }
@@ -265,6 +288,69 @@ module Ngw
           Memo.changed!
           super(name)
         end
+      end
+    end
+
+    # rubocop's duplicate-key check of a configuration's YAML (~15 ms for its default
+    # configuration), through the memo: where the rehearsal's check of the same text and
+    # file name found no duplicate key, a session's parses the text (from the memo) and
+    # returns what the check returns without one: the document's children (the walk ends
+    # with `children.each`). The walk reads the tree and yields only on a duplicate, so
+    # that is what it would have done. Installed only where the checker's source is
+    # SOURCE (rubocop 1.39's); the checker's module is watched as Psych's are.
+    module DuplicateCheckHook
+      SOURCE = <<~'RUBY'.gsub(/^(?=.)/, '    ')
+        def self.check(yaml_string, filename, &on_duplicated)
+          # Ruby 2.6+
+          tree = if Gem::Version.new(Psych::VERSION) >= Gem::Version.new('3.1.0')
+                   # Specify filename to display helpful message when it raises
+                   # an error.
+                   YAML.parse(yaml_string, filename: filename)
+                 else
+                   YAML.parse(yaml_string, filename)
+                 end
+          return unless tree
+
+          traverse(tree, &on_duplicated)
+        end
+
+        def self.traverse(tree, &on_duplicated)
+          case tree
+          when Psych::Nodes::Mapping
+            tree.children.each_slice(2).with_object([]) do |(key, value), keys|
+              exist = keys.find { |key2| key2.value == key.value }
+              yield(exist, key) if exist
+              keys << key
+              traverse(value, &on_duplicated)
+            end
+          else
+            children = tree.children
+            return unless children
+
+            children.each { |c| traverse(c, &on_duplicated) }
+          end
+        end
+      RUBY
+
+      def check(yaml_string, filename, &on_duplicated)
+        options = { filename: filename }
+        unless yaml_string.is_a?(String) && Gem::Version.new(Psych::VERSION) >= Gem::Version.new('3.1.0')
+          return super
+        end
+
+        if Memo.lookup(:duplicates, yaml_string, options)
+          tree = YAML.parse(yaml_string, filename: filename)
+          return tree ? tree.children : nil
+        end
+        return super unless Memo.recording
+
+        found = false
+        result = super(yaml_string, filename) do |*keys|
+          found = true
+          on_duplicated&.call(*keys)
+        end
+        Memo.record(:duplicates, yaml_string, options, found ? :found : :none)
+        result
       end
     end
 
