@@ -2,8 +2,9 @@
 
 module Ngw
   # Results of pure functions of a text that the rehearsal computed, kept in the zygote
-  # for its sessions: what `Psych.safe_load` and `Psych.parse` made of a YAML text, and
-  # what `ERB::Compiler#compile` made of a template (the Ruby source ERB evaluates). Each
+  # for its sessions: what `Psych.safe_load` and `Psych.parse` made of a YAML text, what
+  # `ERB::Compiler#compile` made of a template (the Ruby source ERB evaluates), and
+  # whether rubocop's duplicate-key check found a duplicate (DuplicateCheckHook). Each
   # is a function of the text and the options only (the compiler's settings, for ERB), so
   # a session that asks again with the same text and options gets what it would have
   # computed: rubocop builds its default configuration twice a run (ERB 5 ms, the
@@ -62,16 +63,16 @@ module Ngw
         @hits.dup
       end
 
-      # Makes Psych's `safe_load` and `parse`, and ERB's compiler if it is loaded, go
-      # through the memo (once).
+      # Makes Psych's `safe_load` and `parse`, and ERB's compiler and rubocop's
+      # duplicate-key check if they are loaded, go through the memo (once).
       def install
         if defined?(::Psych) && ::Psych.respond_to?(:safe_load) && !(::Psych.singleton_class < YamlHook)
           ::Psych.singleton_class.prepend(YamlHook)
         end
+        install_duplicate_check
         return unless defined?(::ERB::Compiler) && ::ERB::Compiler.method_defined?(:compile)
 
         ::ERB::Compiler.prepend(ErbHook) unless ::ERB::Compiler < ErbHook
-        install_duplicate_check
       end
 
       # rubocop's duplicate-key check, if its source is the one DuplicateCheckHook knows.
