@@ -187,6 +187,14 @@ module NgwTest
   end
 
   # A cold run: `argv` with `env`, in `dir`, stdin from `stdin` (string) or a file.
+  # Waits for the worker's rehearsal, which runs after its hello: the worker answers a
+  # ping once it is done.
+  def self.rehearsed(worker)
+    worker.send_chunk('p', 'rehearsed?')
+    type, = worker.read_chunk(timeout: 180)
+    raise "no pong: #{type.inspect}" unless type == 'o'
+  end
+
   def self.cold(argv, env: ENV.to_h, dir: Dir.pwd, stdin: '')
     r_out, w_out = IO.pipe
     r_err, w_err = IO.pipe

@@ -119,6 +119,58 @@ class TestRake < Minitest::Test
   end
 end
 
+class TestGems < Minitest::Test
+  include ProgramHelpers
+
+  RAKEFILE = <<~'RUBY'
+    task :default do
+      puts "pwd #{Dir.pwd} ngwfake #{Gem::Specification.find_all_by_name('ngwfake').map(&:full_name)}"
+      File.write(ENV['MEMO_PROBE'], Ngw::ResolveMemo.hits.to_s) if defined?(Ngw::ResolveMemo) && ENV['MEMO_PROBE']
+    end
+  RUBY
+
+  # rake, rehearsed (`rake --version`): the binstub's gem resolution is skipped if the
+  # rehearsal showed it does nothing (the Rakefile writes what the worker's memo served,
+  # warm runs only), as cold. A gem installed in a gem directory of GEM_PATH then makes
+  # the next session stale: it runs the cold way and the worker retires.
+  def test_gem_resolution_skipped_until_a_gem_is_installed
+    File.write(File.join(@dir, 'Rakefile'), RAKEFILE)
+    specs = File.join(@dir, 'gems', 'specifications')
+    FileUtils.mkdir_p(specs)
+    genv = env('GEM_PATH' => [File.join(@dir, 'gems'), *Gem.path].join(':'))
+    @w = NgwTest::Driver.new('rake=/usr/bin/rake', state_dir: @state, env: genv)
+    assert_equal 'retire', @w.session('rake', [], env: genv, dir: @dir).notices.last&.fetch('kind')
+    @w.wait_exit
+    @w.close
+    @w = NgwTest::Driver.new('--no-learn', '--rehearse', 'rake=--version', 'rake=/usr/bin/rake',
+                             state_dir: @state, env: genv)
+    NgwTest.rehearsed(@w)
+    # Kept where the rehearsal's resolution activated nothing (Debian's rake 13 activates
+    # the default gem `set` there, and then it is not kept).
+    kept = @w.log[/rehearsed rake --version \(exit 0\).* (\d) gem resolution/, 1]
+    probe = File.join(@dir, 'probe')
+    res = assert_same_as_cold('rake', '/usr/bin/rake', [], env: genv.merge('MEMO_PROBE' => probe))
+    assert_empty res.notices
+    assert_includes res.stdout, 'ngwfake []'
+    assert_equal kept, File.read(probe)
+    File.unlink(probe)
+    File.write(File.join(specs, 'ngwfake-1.0.gemspec'), <<~RUBY)
+      Gem::Specification.new do |s|
+        s.name = 'ngwfake'
+        s.version = '1.0'
+        s.summary = 'A gem installed between two sessions.'
+        s.authors = ['ngw']
+        s.files = []
+      end
+    RUBY
+    res = assert_same_as_cold('rake', '/usr/bin/rake', [], env: genv.merge('MEMO_PROBE' => probe))
+    assert_includes res.stdout, 'ngwfake ["ngwfake-1.0"]'
+    assert_equal(%w[stale retire fallback], res.notices.map { |n| n['kind'] })
+    assert_match(/#{specs} changed/, res.notices[0]['message'])
+    refute File.exist?(probe)
+  end
+end
+
 class TestZygote < Minitest::Test
   include ProgramHelpers
 

@@ -12,16 +12,6 @@ require 'minitest/autorun'
 require 'open3'
 require_relative 'driver'
 
-module NgwTest
-  # Waits for the worker's rehearsal, which runs after its hello: the worker answers a
-  # ping once it is done.
-  def self.rehearsed(worker)
-    worker.send_chunk('p', 'rehearsed?')
-    type, = worker.read_chunk(timeout: 180)
-    raise "no pong: #{type.inspect}" unless type == 'o'
-  end
-end
-
 class TestWorld < Minitest::Test
   def test_state_put_back_and_what_cannot_be_named
     out, err, st = Open3.capture3(RbConfig.ruby, File.expand_path('fixtures/world_probe.rb', __dir__))
@@ -59,13 +49,13 @@ class TestRehearsal < Minitest::Test
     ENV.to_h.reject { |k, _| k.start_with?('NGW_') }.merge(extra)
   end
 
-  def worker(rehearse)
+  def worker(rehearse, env: {})
     @w = NgwTest::Driver.new('--no-learn', '--preload', LIB, '--rehearse', "prog=#{rehearse}",
-                             "prog=#{PROG}", state_dir: @state)
+                             "prog=#{PROG}", state_dir: @state, env: env)
     NgwTest.rehearsed(@w)
   end
 
-  def same_as_cold(args, dir, stdin: '')
+  def same_as_cold(args, dir, stdin: '', env: self.env)
     warm = @w.session('prog', args, env: env, dir: dir, stdin: stdin)
     cold = NgwTest.cold([RbConfig.ruby, PROG, *args], env: env, dir: dir, stdin: stdin)
     assert_equal [cold[:stdout], cold[:stderr], "#{cold[:status].exitstatus}\n"],
@@ -78,7 +68,7 @@ class TestRehearsal < Minitest::Test
     File.write(File.join(@dir, 'conf.yml'), "here: 1\n")
     File.write(File.join(@other, 'conf.yml'), "there: [2]\n")
     worker('first second')
-    assert_match(/rehearsed prog first second \(exit 0\).* kept 1 YAML load/, @w.log)
+    assert_match(/rehearsed prog first second \(exit 0\).* kept 4 result/, @w.log)
     res = same_as_cold(['one'], @dir, stdin: 'abc')
     assert_includes res.stdout, 'yaml {"a"=>1, "b"=>["x", "y", "z"], "c"=>{"d"=>"e"}, "f"=>{"d"=>"e"}} ' \
                                 "shared true keys frozen true\nconf {\"here\"=>1}\n"
@@ -90,6 +80,37 @@ class TestRehearsal < Minitest::Test
     assert_includes res.stdout, "root #{@other}\n"
     assert_includes res.stdout, "conf {\"there\"=>[2]}\n"
     same_as_cold(['exit3'], @other)
+  end
+
+  # What the rehearsal's YAML and ERB made is served for the same text and options only:
+  # a shared configuration (ERB, a duplicate key, loaded twice a run as rubocop loads its
+  # own) served from the memo, then changed (computed), then back (served again).
+  def test_the_memo_serves_the_same_text_only
+    conf = File.join(@dir, 'shared.yml')
+    first = "<% if true %>a: 1\n<% end %>b:\n- <%= 1 + 1 %>\n- :sym\n- !ruby/regexp /x/\na: 3\n"
+    File.write(conf, first)
+    worker('first', env: { 'REHEARSAL_CONF' => conf })
+    assert_match(/rehearsed prog first \(exit 0\).* kept 7 result/, @w.log)
+    probe = File.join(@dir, 'probe')
+    run = lambda do |dir|
+      File.unlink(probe) if File.exist?(probe)
+      res = same_as_cold(['one'], dir, env: env('REHEARSAL_CONF' => conf, 'MEMO_PROBE' => probe))
+      [res.stdout, File.read(probe)]
+    end
+    out, hits = run.call(@dir)
+    assert_includes out, %(dups ["a:5"] {"a"=>"changed", "b"=>[2, :sym, /x/]}\n)
+    assert_equal '[[:erb, 4], [:parse, 4], [:safe_load, 3]]', hits
+    File.write(conf, first.sub('a: 3', 'c: 3'))
+    out, hits = run.call(@other)
+    assert_includes out, %(dups [] {"a"=>"changed", "b"=>[2, :sym, /x/], "c"=>3}\n)
+    assert_equal '[[:erb, 2], [:parse, 2], [:safe_load, 1]]', hits
+    File.write(conf, first)
+    assert_equal '[[:erb, 4], [:parse, 4], [:safe_load, 3]]', run.call(@other)[1]
+    # A program that changes Psych or ERB before it loads computes for itself.
+    File.unlink(probe)
+    res = same_as_cold(['patch'], @dir, env: env('REHEARSAL_CONF' => conf, 'MEMO_PROBE' => probe))
+    assert_includes res.stdout, %(dups ["A:5"] {"A"=>"changed", "bee"=>[2, :sym, /x/]}\n)
+    assert_equal '[]', File.read(probe)
   end
 
   def test_an_exit_status_is_a_rehearsal_too
@@ -175,5 +196,33 @@ class TestRubocopRehearsal < Minitest::Test
     same_as_cold(%w[--cache false --debug t.rb], plain, untime: true)
     # What the rehearsal's run read (XDG_CONFIG_HOME, HOME) is not the zygote's key.
     same_as_cold(%w[--cache false t.rb], plain, extra: { 'XDG_CONFIG_HOME' => File.join(@dir, 'xdg') })
+    erb_configuration(plain)
+  end
+
+  # A project configuration with ERB, changed between runs (the second time with a
+  # duplicate key). Its ERB has what the worker's memos served written at exit (warm runs
+  # only): rubocop's default configuration (ERB, YAML, its duplicate-key check) and the
+  # binstub's gem resolution, from the rehearsal's.
+  def erb_configuration(dir)
+    probe = File.join(@dir, 'probe')
+    config = File.join(dir, '.rubocop.yml')
+    write = lambda do |enabled|
+      File.write(config, "<% if defined?(Ngw::Memo) && ENV['MEMO_PROBE'] %>" \
+                         '<% hits = -> { [Ngw::Memo.hits.sort, Ngw::ResolveMemo.hits] } %>' \
+                         "<% at_exit { File.write(ENV['MEMO_PROBE'], hits.call.inspect) } %>" \
+                         "<% end %>\n" \
+                         "Layout/SpaceInsideParens:\n  Enabled: <%= #{enabled} ? 'true' : 'false' %>\n" \
+                         "#{"Style/Not:\n  Enabled: true\n" * (enabled ? 2 : 1)}")
+    end
+    [false, true].each do |enabled|
+      write.call(enabled)
+      File.unlink(probe) if File.exist?(probe)
+      res = same_as_cold(%w[--cache false t.rb], dir, extra: { 'MEMO_PROBE' => probe })
+      assert_equal enabled, res.stdout.include?('SpaceInsideParens')
+      # A duplicate key (the second time) is found, and warned of, as cold.
+      assert_equal enabled, res.stderr.include?('`Style/Not` is concealed by line')
+      served = /\A\[\[\[:duplicates, 1\], \[:erb, [1-9]\], \[:parse, [1-9]\], \[:safe_load, [1-9]\]\], 1\]\z/
+      assert_match(served, File.read(probe))
+    end
   end
 end

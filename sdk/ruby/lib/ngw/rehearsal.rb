@@ -2,7 +2,8 @@
 
 require_relative 'world'
 require_relative 'sys'
-require_relative 'yaml_memo'
+require_relative 'memo'
+require_relative 'resolve_memo'
 
 module Ngw
   # The rehearsal: the zygote runs a program's main once, before its hello, on a scratch
@@ -13,7 +14,9 @@ module Ngw
   # ARGV, the umask, the standard descriptors. What stays is what no program can read:
   # the interpreter's inline and method caches, filled by the run, and the pages it
   # touched. Children forked afterwards skip that warm-up. What Psych made of the YAML
-  # texts the run parsed is kept too (YamlMemo): parsing is a function of the text.
+  # texts the run loaded and parsed, and what ERB compiled of its templates, is kept too
+  # (Memo): each is a function of the text and the options. So is where a binstub's
+  # `Gem.finish_resolve` did nothing (ResolveMemo).
   #
   # A rehearsal is first tried in a child of the zygote (the trial): it is kept out of the
   # zygote when it changes what cannot be put back: a method defined or a module included
@@ -94,19 +97,23 @@ module Ngw
       # What the rehearsal itself uses, loaded before the world is recorded.
       require 'tmpdir'
       require 'fileutils'
-      YamlMemo.install
+      Memo.install
+      ResolveMemo.install
       trial_in_child(library_dirs)
     end
 
     # In the zygote, after a clean trial: the rehearsal here; its Verdict.
     def perform(library_dirs)
-      YamlMemo.recording = true
+      Memo.recording = true
+      ResolveMemo.recording = true
       begin
         own = rehearse(library_dirs)
       ensure
-        YamlMemo.recording = false
+        Memo.recording = false
+        ResolveMemo.recording = false
       end
-      YamlMemo.serving = own.clean && YamlMemo.size.positive?
+      Memo.seal(own.clean)
+      ResolveMemo.seal(own.clean)
       own
     end
 

@@ -132,6 +132,7 @@ module Ngw
       @key_ttys = ttys
       (($LOADED_FEATURES.select { |f| f.start_with?('/') }) + opened.to_a).each { |f| watch(f) }
       @commands.each { |c| watch(c.program) if c.program }
+      gem_dirs.each { |d| watch_dir(d) }
       @delta = compute_delta
     end
 
@@ -165,7 +166,8 @@ module Ngw
       if own.clean
         @log.call("rehearsed #{rehearsal.describe} (exit #{own.status}) in #{own.ms} ms " \
                   "(trial #{trial.ms} ms): put back #{own.restored} change(s), loaded #{own.features.size} " \
-                  "file(s), kept #{YamlMemo.size} YAML load(s)")
+                  "file(s), kept #{Memo.size} result(s) of YAML and ERB and #{ResolveMemo.size} " \
+                  'gem resolution(s)')
         @log.call("the rehearsal loaded #{own.features.join(' ')}") unless own.features.empty?
         return
       end
@@ -271,9 +273,40 @@ module Ngw
       nil
     end
 
-    # The first watched file that changed since preloading (or is gone), or nil.
+    # Where RubyGems finds the installed gems' specifications: a gem installed or removed
+    # there adds or removes a file, which changes the directory's modification time.
+    def gem_dirs
+      return [] unless defined?(::Gem::Specification)
+
+      dirs = ::Gem::Specification.dirs
+      dirs += [::Gem.default_specifications_dir] if ::Gem.respond_to?(:default_specifications_dir)
+      dirs.uniq
+    rescue StandardError
+      []
+    end
+
+    # Watches the directory `path` (its entries, by its modification time and inode),
+    # and one that does not exist until it does.
+    def watch_dir(path)
+      @watch[path] ||= dir_signature(path)
+    end
+
+    def dir_signature(path)
+      st = File.stat(path)
+      st.directory? ? [:dir, st.mtime.to_r, st.ino] : [:other]
+    rescue SystemCallError
+      [:missing]
+    end
+
+    # The first watched file or directory that changed since preloading (or is gone), or
+    # nil.
     def changed_file
       @watch.each do |path, sig|
+        if sig[0].is_a?(Symbol)
+          return path if dir_signature(path) != sig
+
+          next
+        end
         st = File.stat(path)
         return path if sig != [st.mtime.to_r, st.size, st.ino]
       rescue SystemCallError
