@@ -49,8 +49,8 @@ public final class Session implements NailSession {
     private Properties env;
     private final String cwd;
     private final String command;
-    private final SessionOutput outStream = new SessionOutput(this, Chunk.STDOUT);
-    private final SessionOutput errStream = new SessionOutput(this, Chunk.STDERR);
+    private final SessionOutput outStream;
+    private final SessionOutput errStream;
     private final PrintStream out;
     private final PrintStream err;
     private final SessionInput in;
@@ -64,7 +64,7 @@ public final class Session implements NailSession {
     private final Probe probe;
 
     Session(SharedWorker worker, ChunkWriter writer, long id, List<String> args, List<byte[]> env, String cwd,
-            String command, Probe probe) {
+            String command, SessionStreams streams, Probe probe) {
         this.worker = worker;
         this.probe = probe;
         this.writer = writer;
@@ -73,9 +73,12 @@ public final class Session implements NailSession {
         this.rawEnv = env;
         this.cwd = cwd;
         this.command = command;
-        this.out = new PrintStream(outStream, true, Streams.outCharset());
-        this.err = new PrintStream(errStream, true, Streams.errCharset());
-        this.in = new SessionInput(() -> writer.session(id, Chunk.SEND_INPUT, new byte[0], 0, 0));
+        this.outStream = streams.outStream;
+        this.errStream = streams.errStream;
+        this.out = streams.out;
+        this.err = streams.err;
+        this.in = streams.in;
+        streams.bind(this, () -> writer.session(id, Chunk.SEND_INPUT, new byte[0], 0, 0));
     }
 
     /**

@@ -162,9 +162,10 @@ public final class SharedWorker implements NailSession.WorkerView {
                 idle.push(new SessionThread(this::idle));
             }
         }
+        SessionStreams streams = new SessionStreams();
         Runnable session;
         try {
-            session = readUntilSession(self);
+            session = readUntilSession(self, streams);
         } catch (IOException e) {
             Streams.workerErr().println("ngw-java: channel: " + e.getMessage());
             hangUpAll();
@@ -228,11 +229,11 @@ public final class SharedWorker implements NailSession.WorkerView {
     }
 
     /**
-     * Reads and acts on chunks until one starts a session, on {@code self}: returns that
-     * session's program, to run on this thread; null when the channel ends or ngd says quit
-     * with no session running.
+     * Reads and acts on chunks until one starts a session, on {@code self}, with {@code
+     * streams}: returns that session's program, to run on this thread; null when the channel
+     * ends or ngd says quit with no session running.
      */
-    private Runnable readUntilSession(SessionThread self) throws IOException {
+    private Runnable readUntilSession(SessionThread self, SessionStreams streams) throws IOException {
         for (Chunk c = reader.read(); c != null; c = reader.read()) {
             byte[] payload = c.payload();
             switch (c.type()) {
@@ -241,7 +242,7 @@ public final class SharedWorker implements NailSession.WorkerView {
                 case Chunk.ENV -> header().env.add(payload);
                 case Chunk.DIR -> header().cwd = text(c);
                 case Chunk.COMMAND -> {
-                    return start(selected, headers.remove(selected), text(c), self);
+                    return start(selected, headers.remove(selected), text(c), self, streams);
                 }
                 case Chunk.STDIN -> withSession(s -> s.stdin(payload));
                 case Chunk.STDIN_EOF -> withSession(Session::stdinEof);
@@ -304,8 +305,8 @@ public final class SharedWorker implements NailSession.WorkerView {
         }
     }
 
-    /** Makes session {@code id} and returns its program, to run on {@code thread}. */
-    private Runnable start(long id, Header h, String command, SessionThread thread) {
+    /** Makes session {@code id}, with {@code streams}, and returns its program, to run on {@code thread}. */
+    private Runnable start(long id, Header h, String command, SessionThread thread, SessionStreams streams) {
         if (h == null) {
             h = new Header();
         }
@@ -315,7 +316,7 @@ public final class SharedWorker implements NailSession.WorkerView {
         }
         List<String> args = new ArrayList<>(options.leadingArgs);
         args.addAll(h.args);
-        Session s = new Session(this, writer, id, args, h.env, h.cwd, command, probe);
+        Session s = new Session(this, writer, id, args, h.env, h.cwd, command, streams, probe);
         if (probe != null) {
             probe.mark(Probe.Mark.MADE);
         }
