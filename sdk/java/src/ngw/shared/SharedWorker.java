@@ -50,6 +50,8 @@ public final class SharedWorker implements NailSession.WorkerView {
      * client's environment) comes in one or two reads instead of two per chunk.
      */
     private static final int CHANNEL_BUFFER = 64 * 1024;
+    /** Sessions the JIT warm-up runs as the worker starts. */
+    private static final int WARM_SESSIONS = 1000;
     /** Session threads kept waiting for a session, beyond the one reading the channel. */
     private static final int MAX_IDLE = 4;
     /** Sessions at once on one worker, with {@code mux}. */
@@ -67,6 +69,8 @@ public final class SharedWorker implements NailSession.WorkerView {
     private final SortedMap<String, String> aliases = new TreeMap<>();
     private final Map<String, long[]> stats = new TreeMap<>();
     private final Fingerprint.Watch code;
+    /** This worker only warms the JIT up: see {@link #startWarmUp}. */
+    private final boolean warming;
     /** Session threads waiting for a session (the last one in first: its stack is warm). */
     private final ArrayDeque<SessionThread> idle = new ArrayDeque<>();
     private volatile boolean stale;
@@ -84,6 +88,12 @@ public final class SharedWorker implements NailSession.WorkerView {
 
     public SharedWorker(Options options, InputStream channelIn, java.io.OutputStream channelOut,
             List<String> hostFeatures) {
+        this(options, channelIn, channelOut, hostFeatures, false);
+    }
+
+    private SharedWorker(Options options, InputStream channelIn, java.io.OutputStream channelOut,
+            List<String> hostFeatures, boolean warming) {
+        this.warming = warming;
         this.options = options;
         this.reader = new ChunkReader(new BufferedInputStream(channelIn, CHANNEL_BUFFER), MAX_CHUNK);
         this.mux = hostFeatures.contains("mux");
@@ -145,6 +155,7 @@ public final class SharedWorker implements NailSession.WorkerView {
         hello(commands, null);
         startStalePoller();
         new SessionThread(this::idle).run(this::lead);
+        startWarmUp();
         while (true) {
             LockSupport.park(this);
         }
@@ -187,6 +198,53 @@ public final class SharedWorker implements NailSession.WorkerView {
         }
         next.run(this::lead);
         session.run();
+    }
+
+    /**
+     * Runs {@link #WARM_SESSIONS} sessions of {@link WarmNail} through the dispatch path (the
+     * header read and parsed, the session and its streams made, the jar check, the nail found
+     * and called, the {@code X} written), on a worker of their own whose channel is a byte
+     * array and a sink, on a session thread of their own: the JIT compiles that path now, as
+     * the worker starts, rather than while the first hundreds of real sessions wait. Nothing
+     * of it reaches ngd, the real worker's counters or its sessions.
+     */
+    private void startWarmUp() {
+        java.io.ByteArrayOutputStream bytes = new java.io.ByteArrayOutputStream();
+        ChunkWriter header = new ChunkWriter(bytes, false);
+        try {
+            for (int i = 0; i < WARM_SESSIONS; i++) {
+                header.control(Chunk.SELECT, Integer.toString(i).getBytes(StandardCharsets.US_ASCII));
+                header.control(Chunk.ARG, "warm".getBytes(StandardCharsets.US_ASCII));
+                for (int e = 0; e < 40; e++) {
+                    header.control(Chunk.ENV, ("NGW_WARM_" + e + "=/usr/local/bin:/usr/bin:/bin")
+                            .getBytes(StandardCharsets.US_ASCII));
+                }
+                header.control(Chunk.DIR, "/".getBytes(StandardCharsets.US_ASCII));
+                header.control(Chunk.COMMAND, WarmNail.class.getName().getBytes(StandardCharsets.US_ASCII));
+            }
+        } catch (IOException e) {
+            return;
+        }
+        SharedWorker warm = new SharedWorker(options, new java.io.ByteArrayInputStream(bytes.toByteArray()),
+                java.io.OutputStream.nullOutputStream(), List.of("mux"), true);
+        new SessionThread(null).run(self -> {
+            try {
+                for (Runnable s = warm.readUntilSession(self, new SessionStreams()); s != null;
+                        s = warm.readUntilSession(self, new SessionStreams())) {
+                    s.run();
+                }
+            } catch (IOException e) {
+                // A byte array does not fail.
+            }
+        });
+    }
+
+    /** The nail of the warm-up's sessions: it does nothing. */
+    public static final class WarmNail {
+        private WarmNail() {}
+
+        /** Returns at once. */
+        public static void nailMain(com.martiansoftware.nailgun.NGContext context) {}
     }
 
     /** Keeps a session thread whose session is over for a later one, up to {@link #MAX_IDLE}. */
@@ -310,7 +368,7 @@ public final class SharedWorker implements NailSession.WorkerView {
         if (h == null) {
             h = new Header();
         }
-        Probe probe = Probe.start(h.at);
+        Probe probe = warming ? null : Probe.start(h.at);
         if (probe != null) {
             probe.mark(Probe.Mark.COMMAND);
         }
@@ -320,7 +378,8 @@ public final class SharedWorker implements NailSession.WorkerView {
         if (probe != null) {
             probe.mark(Probe.Mark.MADE);
         }
-        String cls = options.mode == Options.Mode.SHARED ? options.mainClass : aliases.getOrDefault(command, command);
+        String cls = warming ? WarmNail.class.getName()
+                : options.mode == Options.Mode.SHARED ? options.mainClass : aliases.getOrDefault(command, command);
         ClassLoader loader = loaderForSession();
         if (probe != null) {
             probe.mark(Probe.Mark.CHECKED);
@@ -358,7 +417,7 @@ public final class SharedWorker implements NailSession.WorkerView {
      * #STALE_POLL_MS}).
      */
     private ClassLoader loaderForSession() {
-        if (!stale && code.jarsChanged()) {
+        if (!stale && code.jarsChanged() && !warming) {
             markStale();
         }
         if (!stale) {
