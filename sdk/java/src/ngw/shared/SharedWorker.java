@@ -51,7 +51,7 @@ public final class SharedWorker implements NailSession.WorkerView {
      */
     private static final int CHANNEL_BUFFER = 64 * 1024;
     /** Sessions the JIT warm-up runs as the worker starts. */
-    private static final int WARM_SESSIONS = 1000;
+    private static final int WARM_SESSIONS = 400;
     /** Session threads kept waiting for a session, beyond the one reading the channel. */
     private static final int MAX_IDLE = 4;
     /** Sessions at once on one worker, with {@code mux}. */
