@@ -247,3 +247,60 @@ mod cache;
 
 #[path = "jvm_ahead.rs"]
 mod ahead;
+
+/// `ngtest.FreshThread` five times through `server`, each run compared with cold `java` on
+/// `java_home`'s JDK: every run sees a new thread's state, though the worker ran some of them
+/// on a thread it used before (their ids, in the file, repeat).
+fn fresh_thread(client: Client, server: &PluginServer, java_home: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let cold_ids = dir.path().join("cold");
+    let warm_ids = dir.path().join("warm");
+    for run in 0..5 {
+        let started = Instant::now();
+        let out = std::process::Command::new(java_home.join("bin/java"))
+            .arg("-cp")
+            .arg(ng_tests::java::nails_dir())
+            .arg("ngtest.FreshThread")
+            .arg(&cold_ids)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run cold java");
+        let cold = Output {
+            what: "cold java ngtest.FreshThread".into(),
+            status: out.status,
+            stdout: out.stdout,
+            stderr: out.stderr,
+            elapsed: started.elapsed(),
+        };
+        let warm = server
+            .cmd(client)
+            .args(["ngtest.FreshThread", &warm_ids.to_string_lossy()])
+            .run();
+        same(&cold, &warm, &format!("run {run}"));
+    }
+    let ids = std::fs::read_to_string(&warm_ids).unwrap();
+    let mut seen: Vec<&str> = ids.lines().collect();
+    let runs = seen.len();
+    seen.sort_unstable();
+    seen.dedup();
+    assert!(
+        seen.len() < runs,
+        "no session ran on a thread used before, so nothing was checked: {ids}"
+    );
+}
+
+both_clients! {
+    /// A session's thread, new or used again, starts as a new `main` thread: JDK 17.
+    fn fresh_thread_jdk17(client) {
+        let server = nails_server(None);
+        fresh_thread(client, &server, &ng_tests::jvm::jdk17_home());
+    }
+}
+
+both_clients! {
+    /// The same on JDK 25.
+    fn fresh_thread_jdk25(client) {
+        let server = nails_server(Some(jdk25_home()));
+        fresh_thread(client, &server, jdk25_home());
+    }
+}

@@ -34,6 +34,7 @@ public final class Fingerprint {
      */
     public static final class Watch {
         private final List<String> classpath;
+        private final java.io.File[] entries;
         private final java.lang.instrument.Instrumentation inst;
         private final long jars;
         private final long all;
@@ -42,8 +43,9 @@ public final class Fingerprint {
 
         public Watch(List<String> classpath, java.lang.instrument.Instrumentation inst) {
             this.classpath = classpath;
+            this.entries = classpath.stream().map(java.io.File::new).toArray(java.io.File[]::new);
             this.inst = inst;
-            this.jars = jars(classpath);
+            this.jars = quickJars();
             this.all = inst == null ? of(classpath) : 0;
             for (String entry : classpath) {
                 Path p = Path.of(entry).toAbsolutePath().normalize();
@@ -53,9 +55,26 @@ public final class Fingerprint {
             }
         }
 
-        /** True when a jar changed (a {@code stat} each: cheap enough for every session). */
+        /** True when a jar changed (a few {@code stat}s each: cheap enough for every session). */
         public boolean jarsChanged() {
-            return jars(classpath) != jars;
+            return quickJars() != jars;
+        }
+
+        /**
+         * The jars' paths, sizes and times, hashed like {@link #jars} but through {@code
+         * java.io.File}, whose calls are each one system call with little code around it: this
+         * runs for every session, long before the JIT has compiled the JDK's file code.
+         */
+        private long quickJars() {
+            long h = 0xcbf29ce484222325L;
+            for (java.io.File f : entries) {
+                h = mix(h, f.getPath().hashCode());
+                if (f.isDirectory()) {
+                    continue;
+                }
+                h = mix(mix(h, f.length()), f.lastModified());
+            }
+            return h;
         }
 
         /** True when a jar or a watched class file changed. */
@@ -103,7 +122,9 @@ public final class Fingerprint {
         for (String entry : classpath) {
             Path p = Path.of(entry);
             h = mix(h, entry.hashCode());
-            if (Files.isDirectory(p)) {
+            // One stat per entry: whether it is a directory, and a jar's size and time.
+            BasicFileAttributes a = attributes(p);
+            if (a != null && a.isDirectory()) {
                 if (!walk) {
                     continue;
                 }
@@ -115,21 +136,31 @@ public final class Fingerprint {
                     h = mix(h, -1);
                 }
             } else {
-                h = file(h, p);
+                h = file(h, p, a);
             }
         }
         return h;
     }
 
-    private static long file(long h, Path f) {
+    private static BasicFileAttributes attributes(Path f) {
         try {
-            BasicFileAttributes a = Files.readAttributes(f, BasicFileAttributes.class);
-            h = mix(h, f.toString().hashCode());
-            h = mix(h, a.size());
-            return mix(h, a.lastModifiedTime().toMillis());
+            return Files.readAttributes(f, BasicFileAttributes.class);
         } catch (IOException e) {
+            return null;
+        }
+    }
+
+    private static long file(long h, Path f) {
+        return file(h, f, attributes(f));
+    }
+
+    private static long file(long h, Path f, BasicFileAttributes a) {
+        if (a == null) {
             return mix(h, 0);
         }
+        h = mix(h, f.toString().hashCode());
+        h = mix(h, a.size());
+        return mix(h, a.lastModifiedTime().toMillis());
     }
 
     private static long mix(long h, long v) {

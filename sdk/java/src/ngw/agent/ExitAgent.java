@@ -3,7 +3,8 @@
  * Runtime.halt} trappable on every JDK, with no SecurityManager (which JDK 24 removed).
  *
  * <p>Loaded with {@code -javaagent:ngw-java.jar}, it finds {@code ngw-boot.jar} on the boot
- * class path (or puts it there, from beside the agent's jar), lets {@code java.base} read that jar's module, and
+ * class path (or puts it there, from beside the agent's jar), lets {@code java.base} read that
+ * jar's module and opens {@code java.lang} to it (for {@link ngw.boot.ThreadState}), and
  * retransforms {@code java.lang.Runtime} so that {@code exit(int)} and {@code halt(int)} first
  * call {@link ngw.boot.ExitHook}. The hook does nothing until the worker installs its
  * handlers. If the patch cannot be applied, the agent leaves the class as it was and says why
@@ -55,8 +56,11 @@ public final class ExitAgent {
             inst.appendToBootstrapClassLoaderSearch(new JarFile(new File(self.getParentFile(), "ngw-boot.jar")));
             hook = Class.forName(HOOK.replace('/', '.'), true, null);
         }
+        // java.base reads the hook's module (the boot class path's classes, ours), and opens
+        // java.lang to it alone, for ThreadState.
         Module base = Runtime.class.getModule();
-        inst.redefineModule(base, Set.of(hook.getModule()), Map.of(), Map.of(), Set.of(), Map.of());
+        inst.redefineModule(base, Set.of(hook.getModule()), Map.of(), Map.of("java.lang", Set.of(hook.getModule())),
+                Set.of(), Map.of());
 
         Map<String, String> hooks = new LinkedHashMap<>();
         hooks.put("exit", "exit");

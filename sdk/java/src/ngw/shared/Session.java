@@ -45,47 +45,62 @@ public final class Session implements NailSession {
     private final ChunkWriter writer;
     private final long id;
     private final String[] args;
-    private final Properties env;
+    private final List<byte[]> rawEnv;
+    private Properties env;
     private final String cwd;
     private final String command;
-    private final SessionOutput outStream = new SessionOutput(this, Chunk.STDOUT);
-    private final SessionOutput errStream = new SessionOutput(this, Chunk.STDERR);
+    private final SessionOutput outStream;
+    private final SessionOutput errStream;
     private final PrintStream out;
     private final PrintStream err;
     private final SessionInput in;
-    private ThreadGroup group;
+    private SessionThread thread;
     private final Map<Object, Runnable> disconnects = new LinkedHashMap<>();
     private final Map<Object, Runnable> heartbeats = new LinkedHashMap<>();
     private volatile State state = State.RUNNING;
     private volatile boolean ended;
     private volatile boolean connected = true;
     private Thread heartbeat;
+    private final Probe probe;
 
-    Session(SharedWorker worker, ChunkWriter writer, long id, List<String> args, Properties env, String cwd,
-            String command) {
+    Session(SharedWorker worker, ChunkWriter writer, long id, List<String> args, List<byte[]> env, String cwd,
+            String command, SessionStreams streams, Probe probe) {
         this.worker = worker;
+        this.probe = probe;
         this.writer = writer;
         this.id = id;
         this.args = args.toArray(new String[0]);
-        this.env = env;
+        this.rawEnv = env;
         this.cwd = cwd;
         this.command = command;
-        this.out = new PrintStream(outStream, true, Streams.outCharset());
-        this.err = new PrintStream(errStream, true, Streams.errCharset());
-        this.in = new SessionInput(() -> writer.session(id, Chunk.SEND_INPUT, new byte[0], 0, 0));
+        this.outStream = streams.outStream;
+        this.errStream = streams.errStream;
+        this.out = streams.out;
+        this.err = streams.err;
+        this.in = streams.in;
+        streams.bind(this, () -> writer.session(id, Chunk.SEND_INPUT, new byte[0], 0, 0));
     }
 
-    /** Runs the program on {@code thread}, a thread of its own in a group of its own. */
-    void start(SessionThread thread, Runnable program) {
-        this.group = thread.group();
-        thread.run(this, () -> {
+    /**
+     * Binds this session to {@code thread}, a thread of its own in a group of its own, and
+     * returns {@code program} as that thread runs it (with this session as its own).
+     */
+    Runnable on(SessionThread thread, Runnable program) {
+        this.thread = thread;
+        thread.bind(this);
+        return () -> {
             CURRENT.set(this);
             program.run();
-        });
+        };
     }
 
     long id() {
         return id;
+    }
+
+    /** The session's timestamps, or null when probes are off. */
+    Probe probe() {
+        return probe;
     }
 
     SessionOutput outStream() {
@@ -128,6 +143,9 @@ public final class Session implements NailSession {
                 writer.session(id, Chunk.EXIT, x, 0, x.length);
             } catch (IOException e) {
                 worker.channelBroken(e);
+            }
+            if (probe != null) {
+                probe.mark(Probe.Mark.EXITED);
             }
         }
         in.end();
@@ -180,20 +198,11 @@ public final class Session implements NailSession {
                 }
             }
         };
-        Thread t;
-        try {
-            t = new Thread(group, notify, "ngw-hangup-" + id);
-        } catch (IllegalThreadStateException e) {
-            // The group is gone with its last thread (a daemon group, up to JDK 18).
-            t = new Thread(notify, "ngw-hangup-" + id);
-        }
-        t.setDaemon(true);
-        t.start();
-        group.interrupt();
+        thread.spawnFor(this, notify, "ngw-hangup-" + id, true);
         if (endCode >= 0) {
             exit(endCode);
         }
-        Thread grace = new Thread(() -> {
+        Thread grace = new Thread(SessionThread.workerGroup(), () -> {
             try {
                 Thread.sleep(graceMs);
             } catch (InterruptedException e) {
@@ -202,7 +211,7 @@ public final class Session implements NailSession {
             if (!ended()) {
                 exit(129);
             }
-            if (group.activeCount() > 0) {
+            if (thread.threadsLeft(this)) {
                 worker.retire("a session's threads went on " + graceMs + " ms after its client left");
             }
         }, "ngw-grace-" + id);
@@ -220,9 +229,31 @@ public final class Session implements NailSession {
         return command;
     }
 
+    /**
+     * The client's environment, from its {@code E} chunks, decoded at the first call (most
+     * programs never ask); the worker's own {@code NGW_*} variables left out.
+     */
     @Override
-    public Properties env() {
+    public synchronized Properties env() {
+        if (env == null) {
+            env = new Properties();
+            for (byte[] e : rawEnv) {
+                put(env, new String(e, StandardCharsets.UTF_8));
+            }
+        }
         return env;
+    }
+
+    private static void put(Properties env, String entry) {
+        int eq = entry.indexOf('=');
+        if (eq <= 0 || entry.indexOf('\0') >= 0) {
+            return;
+        }
+        String name = entry.substring(0, eq);
+        if (name.startsWith("NGW_")) {
+            return;
+        }
+        env.setProperty(name, entry.substring(eq + 1));
     }
 
     @Override
@@ -274,9 +305,7 @@ public final class Session implements NailSession {
     public synchronized void onHeartbeat(Object key, Runnable beat) {
         heartbeats.put(key, beat);
         if (heartbeat == null) {
-            heartbeat = new Thread(group, this::beat, "ngw-heartbeat-" + id);
-            heartbeat.setDaemon(true);
-            heartbeat.start();
+            heartbeat = thread.spawnFor(this, this::beat, "ngw-heartbeat-" + id, false);
         }
     }
 

@@ -17,13 +17,14 @@ final class SessionInput extends InputStream {
         void request() throws IOException;
     }
 
-    private final Credit credit;
+    private Credit credit;
     private final ArrayDeque<byte[]> chunks = new ArrayDeque<>();
     private int offset;
     private boolean requested;
     private boolean eof;
 
-    SessionInput(Credit credit) {
+    /** How this stream asks for input (set once, before anything can read from it). */
+    synchronized void bind(Credit credit) {
         this.credit = credit;
     }
 

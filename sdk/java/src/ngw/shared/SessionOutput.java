@@ -10,12 +10,16 @@ import java.io.OutputStream;
 
 /** See the file comment. */
 final class SessionOutput extends OutputStream {
-    private final Session session;
     private final byte type;
+    private volatile Session session;
 
-    SessionOutput(Session session, byte type) {
-        this.session = session;
+    SessionOutput(byte type) {
         this.type = type;
+    }
+
+    /** The session this stream writes for (set once, before anything can write to it). */
+    void bind(Session session) {
+        this.session = session;
     }
 
     @Override

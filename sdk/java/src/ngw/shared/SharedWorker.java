@@ -11,6 +11,7 @@
  */
 package ngw.shared;
 
+import java.io.BufferedInputStream;
 import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
@@ -19,16 +20,17 @@ import java.net.MalformedURLException;
 import java.net.URL;
 import java.net.URLClassLoader;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Properties;
 import java.util.SortedMap;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.locks.LockSupport;
 
 import ngw.Fingerprint;
 import ngw.NailSession;
@@ -43,6 +45,15 @@ import ngw.wire.Json;
 public final class SharedWorker implements NailSession.WorkerView {
     /** The largest chunk the worker accepts (its hello's {@code max_chunk}). */
     public static final int MAX_CHUNK = 16 * 1024 * 1024;
+    /**
+     * The channel's read buffer: a header (dozens of chunks, one per variable of the
+     * client's environment) comes in one or two reads instead of two per chunk.
+     */
+    private static final int CHANNEL_BUFFER = 64 * 1024;
+    /** Sessions the JIT warm-up runs as the worker starts. */
+    private static final int WARM_SESSIONS = 400;
+    /** Session threads kept waiting for a session, beyond the one reading the channel. */
+    private static final int MAX_IDLE = 4;
     /** Sessions at once on one worker, with {@code mux}. */
     public static final int MAX_SESSIONS = 64;
     /** How often the loaded classes' files are checked for changes. */
@@ -58,23 +69,33 @@ public final class SharedWorker implements NailSession.WorkerView {
     private final SortedMap<String, String> aliases = new TreeMap<>();
     private final Map<String, long[]> stats = new TreeMap<>();
     private final Fingerprint.Watch code;
+    /** This worker only warms the JIT up: see {@link #startWarmUp}. */
+    private final boolean warming;
+    /** Session threads waiting for a session (the last one in first: its stack is warm). */
+    private final ArrayDeque<SessionThread> idle = new ArrayDeque<>();
     private volatile boolean stale;
     private volatile boolean retiring;
     private volatile boolean quitting;
     private long selected;
-    /** The next session's thread, started ahead. */
-    private SessionThread nextThread = new SessionThread();
 
     private static final class Header {
         final List<String> args = new ArrayList<>();
-        final Properties env = new Properties();
+        /** The {@code E} chunks' payloads, decoded only if the program asks (see {@link Session#env}). */
+        final List<byte[]> env = new ArrayList<>();
+        final long at = Probe.ON ? System.nanoTime() : 0;
         String cwd;
     }
 
     public SharedWorker(Options options, InputStream channelIn, java.io.OutputStream channelOut,
             List<String> hostFeatures) {
+        this(options, channelIn, channelOut, hostFeatures, false);
+    }
+
+    private SharedWorker(Options options, InputStream channelIn, java.io.OutputStream channelOut,
+            List<String> hostFeatures, boolean warming) {
+        this.warming = warming;
         this.options = options;
-        this.reader = new ChunkReader(channelIn, MAX_CHUNK);
+        this.reader = new ChunkReader(new BufferedInputStream(channelIn, CHANNEL_BUFFER), MAX_CHUNK);
         this.mux = hostFeatures.contains("mux");
         this.notices = hostFeatures.contains("notices");
         this.writer = new ChunkWriter(channelOut, mux);
@@ -133,15 +154,108 @@ public final class SharedWorker implements NailSession.WorkerView {
         }
         hello(commands, null);
         startStalePoller();
+        new SessionThread(this::idle).run(this::lead);
+        startWarmUp();
+        while (true) {
+            LockSupport.park(this);
+        }
+    }
+
+    /**
+     * The work of every session thread: it reads the channel until a session's {@code C}, then
+     * hands the reading to a waiting thread and runs that session itself, so that nothing
+     * stands between the {@code C} and the program. A thread is made to wait, when none does,
+     * as this one takes over the reading, not once the {@code C} has come.
+     */
+    private void lead(SessionThread self) {
+        synchronized (idle) {
+            if (idle.isEmpty()) {
+                idle.push(new SessionThread(this::idle));
+            }
+        }
+        SessionStreams streams = new SessionStreams();
+        Runnable session;
         try {
-            loop();
+            session = readUntilSession(self, streams);
         } catch (IOException e) {
             Streams.workerErr().println("ngw-java: channel: " + e.getMessage());
             hangUpAll();
             exitWorker(2);
+            return;
         }
-        hangUpAll();
-        exitWorker(0);
+        if (session == null) {
+            hangUpAll();
+            exitWorker(0);
+            return;
+        }
+        SessionThread next;
+        synchronized (idle) {
+            next = idle.poll();
+        }
+        if (next == null) {
+            // Every waiting thread has taken a session since this one took over.
+            next = new SessionThread(this::idle);
+        }
+        next.run(this::lead);
+        session.run();
+    }
+
+    /**
+     * Runs {@link #WARM_SESSIONS} sessions of {@link WarmNail} through the dispatch path (the
+     * header read and parsed, the session and its streams made, the jar check, the nail found
+     * and called, the {@code X} written), on a worker of their own whose channel is a byte
+     * array and a sink, on a session thread of their own: the JIT compiles that path now, as
+     * the worker starts, rather than while the first hundreds of real sessions wait. Nothing
+     * of it reaches ngd, the real worker's counters or its sessions.
+     */
+    private void startWarmUp() {
+        java.io.ByteArrayOutputStream bytes = new java.io.ByteArrayOutputStream();
+        ChunkWriter header = new ChunkWriter(bytes, false);
+        try {
+            for (int i = 0; i < WARM_SESSIONS; i++) {
+                header.control(Chunk.SELECT, Integer.toString(i).getBytes(StandardCharsets.US_ASCII));
+                header.control(Chunk.ARG, "warm".getBytes(StandardCharsets.US_ASCII));
+                for (int e = 0; e < 40; e++) {
+                    header.control(Chunk.ENV, ("NGW_WARM_" + e + "=/usr/local/bin:/usr/bin:/bin")
+                            .getBytes(StandardCharsets.US_ASCII));
+                }
+                header.control(Chunk.DIR, "/".getBytes(StandardCharsets.US_ASCII));
+                header.control(Chunk.COMMAND, WarmNail.class.getName().getBytes(StandardCharsets.US_ASCII));
+            }
+        } catch (IOException e) {
+            return;
+        }
+        SharedWorker warm = new SharedWorker(options, new java.io.ByteArrayInputStream(bytes.toByteArray()),
+                java.io.OutputStream.nullOutputStream(), List.of("mux"), true);
+        new SessionThread(null).run(self -> {
+            try {
+                for (Runnable s = warm.readUntilSession(self, new SessionStreams()); s != null;
+                        s = warm.readUntilSession(self, new SessionStreams())) {
+                    s.run();
+                }
+            } catch (IOException e) {
+                // A byte array does not fail.
+            }
+        });
+    }
+
+    /** The nail of the warm-up's sessions: it does nothing. */
+    public static final class WarmNail {
+        private WarmNail() {}
+
+        /** Returns at once. */
+        public static void nailMain(com.martiansoftware.nailgun.NGContext context) {}
+    }
+
+    /** Keeps a session thread whose session is over for a later one, up to {@link #MAX_IDLE}. */
+    private boolean idle(SessionThread t) {
+        synchronized (idle) {
+            if (idle.size() >= MAX_IDLE) {
+                return false;
+            }
+            idle.push(t);
+            return true;
+        }
     }
 
     private static void trap(int status) {
@@ -172,15 +286,22 @@ public final class SharedWorker implements NailSession.WorkerView {
         }
     }
 
-    private void loop() throws IOException {
+    /**
+     * Reads and acts on chunks until one starts a session, on {@code self}, with {@code
+     * streams}: returns that session's program, to run on this thread; null when the channel
+     * ends or ngd says quit with no session running.
+     */
+    private Runnable readUntilSession(SessionThread self, SessionStreams streams) throws IOException {
         for (Chunk c = reader.read(); c != null; c = reader.read()) {
             byte[] payload = c.payload();
             switch (c.type()) {
                 case Chunk.SELECT -> selected = parseId(c);
                 case Chunk.ARG -> header().args.add(text(c));
-                case Chunk.ENV -> env(header().env, text(c));
+                case Chunk.ENV -> header().env.add(payload);
                 case Chunk.DIR -> header().cwd = text(c);
-                case Chunk.COMMAND -> start(selected, headers.remove(selected), text(c));
+                case Chunk.COMMAND -> {
+                    return start(selected, headers.remove(selected), text(c), self, streams);
+                }
                 case Chunk.STDIN -> withSession(s -> s.stdin(payload));
                 case Chunk.STDIN_EOF -> withSession(Session::stdinEof);
                 case Chunk.INTERRUPT -> {
@@ -193,12 +314,13 @@ public final class SharedWorker implements NailSession.WorkerView {
                 case Chunk.QUIT -> {
                     quitting = true;
                     if (sessions.isEmpty()) {
-                        return;
+                        return null;
                     }
                 }
                 default -> { }
             }
         }
+        return null;
     }
 
     private static final int NO_END = -2;
@@ -230,18 +352,6 @@ public final class SharedWorker implements NailSession.WorkerView {
         return new String(c.payload(), StandardCharsets.UTF_8);
     }
 
-    private static void env(Properties env, String entry) {
-        int eq = entry.indexOf('=');
-        if (eq <= 0 || entry.indexOf('\0') >= 0) {
-            return;
-        }
-        String name = entry.substring(0, eq);
-        if (name.startsWith("NGW_")) {
-            return;
-        }
-        env.setProperty(name, entry.substring(eq + 1));
-    }
-
     private Header header() {
         return headers.computeIfAbsent(selected, k -> new Header());
     }
@@ -253,19 +363,32 @@ public final class SharedWorker implements NailSession.WorkerView {
         }
     }
 
-    private void start(long id, Header h, String command) {
+    /** Makes session {@code id}, with {@code streams}, and returns its program, to run on {@code thread}. */
+    private Runnable start(long id, Header h, String command, SessionThread thread, SessionStreams streams) {
         if (h == null) {
             h = new Header();
         }
+        Probe probe = warming ? null : Probe.start(h.at);
+        if (probe != null) {
+            probe.mark(Probe.Mark.COMMAND);
+        }
         List<String> args = new ArrayList<>(options.leadingArgs);
         args.addAll(h.args);
-        Session s = new Session(this, writer, id, args, h.env, h.cwd, command);
-        sessions.put(id, s);
-        String cls = options.mode == Options.Mode.SHARED ? options.mainClass : aliases.getOrDefault(command, command);
+        Session s = new Session(this, writer, id, args, h.env, h.cwd, command, streams, probe);
+        if (probe != null) {
+            probe.mark(Probe.Mark.MADE);
+        }
+        String cls = warming ? WarmNail.class.getName()
+                : options.mode == Options.Mode.SHARED ? options.mainClass : aliases.getOrDefault(command, command);
         ClassLoader loader = loaderForSession();
+        if (probe != null) {
+            probe.mark(Probe.Mark.CHECKED);
+        }
         count(cls, 1, 1);
-        SessionThread thread = nextThread;
-        s.start(thread, () -> {
+        Runnable program = s.on(thread, () -> {
+            if (probe != null) {
+                probe.mark(Probe.Mark.RUN);
+            }
             int code;
             try {
                 code = Nails.run(s, cls, loader);
@@ -273,9 +396,13 @@ public final class SharedWorker implements NailSession.WorkerView {
                 s.err().println("ngw-java: " + e.getMessage());
                 code = 127;
             }
+            if (probe != null) {
+                probe.mark(Probe.Mark.RETURNED);
+            }
             s.exit(code);
         });
-        nextThread = new SessionThread();
+        sessions.put(id, s);
+        return program;
     }
 
     private synchronized void count(String cls, long runs, long running) {
@@ -290,7 +417,7 @@ public final class SharedWorker implements NailSession.WorkerView {
      * #STALE_POLL_MS}).
      */
     private ClassLoader loaderForSession() {
-        if (!stale && code.jarsChanged()) {
+        if (!stale && code.jarsChanged() && !warming) {
             markStale();
         }
         if (!stale) {
@@ -403,6 +530,9 @@ public final class SharedWorker implements NailSession.WorkerView {
     void sessionEnded(Session s) {
         sessions.remove(s.id());
         count(s.command(), 0, -1);
+        if (s.probe() != null) {
+            Streams.workerErr().println(s.probe().line(s.id()));
+        }
         if (quitting && sessions.isEmpty()) {
             exitWorker(0);
         }

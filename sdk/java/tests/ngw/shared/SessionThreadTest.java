@@ -14,7 +14,7 @@ public class SessionThreadTest {
         int n = 500;
         java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(n);
         for (int i = 0; i < n; i++) {
-            new SessionThread().run(null, done::countDown);
+            new SessionThread(null).run(t -> done.countDown());
         }
         done.await();
         long deadline = System.nanoTime() + 10_000_000_000L;
