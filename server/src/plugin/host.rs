@@ -943,13 +943,13 @@ impl PluginHost {
     /// SIGCHLD: workers that exited without closing their channel, dying workers, and
     /// adopted orphans.
     pub fn reap(&mut self, clients: &mut dyn Clients, now: Instant) {
-        let exited: Vec<usize> = self
+        let exited: Vec<(usize, u32)> = self
             .workers
             .iter()
-            .filter_map(|(k, w)| worker::has_exited(w.pid()).then_some(k))
+            .filter_map(|(k, w)| worker::has_exited(w.pid()).then_some((k, w.pid())))
             .collect();
-        for slot in exited {
-            self.end_worker(slot, WorkerEnd::Exited, clients, now);
+        for (slot, pid) in exited {
+            self.end_exited(slot, pid, clients, now);
         }
         self.reap_dying(clients, now);
         if self.reaper.adopts() {
@@ -968,9 +968,20 @@ impl PluginHost {
                 continue;
             }
             match slot {
-                Some(slot) => self.end_worker(slot, WorkerEnd::Exited, clients, now),
+                Some(slot) => self.end_exited(slot, pid, clients, now),
                 None => self.reap_dying(clients, now),
             }
+        }
+    }
+
+    /// The worker `pid` in `slot` has exited. What it wrote before it went (the `X` of the
+    /// session it finished, a notice) is still in its channel, and SIGCHLD can come before
+    /// the channel reads as ready: that is read first, so a session it ended is not
+    /// reported as lost; then the worker ends, unless its channel's end already ended it.
+    fn end_exited(&mut self, slot: usize, pid: u32, clients: &mut dyn Clients, now: Instant) {
+        self.on_ready(slot, true, false, clients, now);
+        if self.workers.get(slot).is_some_and(|w| w.pid() == pid) {
+            self.end_worker(slot, WorkerEnd::Exited, clients, now);
         }
     }
 
