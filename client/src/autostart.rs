@@ -12,8 +12,10 @@
 //! 2. `autostart.lock` in it is locked (`flock`), so that of many clients starting at once
 //!    exactly one starts a server; the others wait for the lock, then find the server.
 //!    Having the lock, the client tries the socket again before starting anything.
-//! 3. `ngd` is the one next to `ng` (the directory of `/proc/self/exe`), else the first on
-//!    `PATH`. It runs as `ngd serve --autostarted --listen local:<default socket>
+//! 3. `ngd` is the newest known: the one next to `ng` (the directory of `/proc/self/exe`),
+//!    else the first on `PATH`, unless the runtime directory's record of a newer `ngd`
+//!    ([`ng_proto::handover`], written by a server that a newer client connected to) names
+//!    a version newer than this `ng`'s and its file is still the one recorded. It runs as `ngd serve --autostarted --listen local:<default socket>
 //!    --log-file <log>`: the default configuration file, the Unix socket only, an idle
 //!    exit after 15 minutes unless the configuration says otherwise. It is detached:
 //!    `setsid` (its own session and process group, no controlling terminal), stdin from
@@ -83,7 +85,7 @@ pub fn start(socket: &Path) -> Result<(), ClientError> {
         // Another client started it while we waited for the lock.
         return Ok(());
     }
-    let ngd = find_ngd().ok_or_else(|| {
+    let ngd = recorded_ngd(runtime).or_else(find_ngd).ok_or_else(|| {
         unavailable(
             "no server is running, and ngd was not found next to ng or on PATH to start \
              one (or run `ngd serve` yourself)"
@@ -241,6 +243,22 @@ fn find_ngd() -> Option<PathBuf> {
             .map(|d| d.join("ngd"))
             .find(|p| is_executable(p))
     })
+}
+
+/// The `ngd` the runtime directory's record names, when it is newer than this `ng`, its
+/// file is still the one recorded, and it can be executed.
+fn recorded_ngd(runtime: &Path) -> Option<PathBuf> {
+    use ng_proto::handover::{NewestNgd, Stamp, MAX_RECORD_LEN, RECORD_NAME};
+    let file = File::open(runtime.join(RECORD_NAME)).ok()?;
+    let mut bytes = Vec::new();
+    file.take(MAX_RECORD_LEN as u64 + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    let record = NewestNgd::parse(&bytes)?;
+    let newer = record.version.is_newer_than(&ng_proto::version::current());
+    let unchanged =
+        fs::metadata(&record.path).is_ok_and(|m| Stamp::of_metadata(&m) == record.stamp);
+    (newer && unchanged && is_executable(&record.path)).then_some(record.path)
 }
 
 fn is_executable(path: &Path) -> bool {

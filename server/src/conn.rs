@@ -152,6 +152,8 @@ pub struct Conn {
     /// Descriptors the client passed with its header (Unix sockets), until the command
     /// is launched.
     pub client_fds: Vec<std::os::fd::OwnedFd>,
+    /// The version the client announced, until the loop looks at it ([`crate::upgrade`]).
+    pub client_version: Option<Box<ng_proto::version::Version>>,
 }
 
 impl Conn {
@@ -177,6 +179,16 @@ impl Conn {
             timer_at: None,
             last_write: now,
             client_fds: Vec::new(),
+            client_version: None,
+        }
+    }
+
+    /// The client's pid, on a Unix socket (its credentials at `connect` time).
+    pub fn peer_pid(&self) -> Option<u32> {
+        use std::os::fd::AsRawFd as _;
+        match &self.stream {
+            Stream::Unix(s) => crate::sys::peer_pid(s.as_raw_fd()).ok(),
+            Stream::Tcp(_) => None,
         }
     }
 
@@ -607,6 +619,7 @@ impl Conn {
         let core = env.core;
         let handle = &core.handle;
         let umask = take_client_umask(&mut request);
+        self.client_version = request.client.version.take();
         let fds = std::mem::take(&mut self.client_fds);
         let passed = request
             .client
