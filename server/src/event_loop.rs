@@ -487,17 +487,14 @@ impl EventLoop {
         if conn.service(&mut env) == ReadBudget::Spent && !self.revisit.contains(&slot) {
             self.revisit.push(slot);
         }
-        let client = conn.client_version.take().map(|v| {
-            let pid = self.upgrade.is_some().then(|| conn.peer_pid()).flatten();
-            (v, pid)
-        });
+        let newer = conn.newer_client.take();
         if conn.is_closed() {
             self.close(slot);
         } else {
             self.schedule(slot);
         }
-        if let Some((version, pid)) = client {
-            self.client_version(&version, pid, now);
+        if let Some(client) = newer {
+            self.newer_client(client, now);
         }
     }
 

@@ -204,26 +204,22 @@ impl EventLoop {
             .hurry();
     }
 
-    /// A client of `version` (process `pid`, on a Unix socket) was served. When it is newer
-    /// than this server, its own `ngd` (next to its executable) is the newest known: it is
-    /// recorded in the runtime directory for `ng`'s auto-start, and this server is outdated
-    /// and hands over as on an upgrade. A client without an executable `ngd` beside it
-    /// changes nothing; nor does one when the record cannot be written, since the next `ng`
-    /// of this server's install would then start this version again.
-    pub(super) fn client_version(
-        &mut self,
-        version: &ng_proto::version::Version,
-        pid: Option<u32>,
-        now: Instant,
-    ) {
+    /// A client newer than this server was served: its own `ngd` (next to its executable)
+    /// is the newest known. It is recorded in the runtime directory for `ng`'s auto-start,
+    /// and this server is outdated and hands over as on an upgrade. A client without an
+    /// executable `ngd` beside it changes nothing; nor does one when the record cannot be
+    /// written, since the next `ng` of this server's install would then start this version
+    /// again.
+    pub(super) fn newer_client(&mut self, client: crate::conn::NewerClient, now: Instant) {
         let Some(watch) = self.upgrade.as_mut() else {
             return;
         };
-        if !watch.wants(version, crate::upgrade::ours()) {
+        let version = *client.version;
+        if !watch.wants(&version, crate::upgrade::ours()) {
             return;
         }
-        let Some(exe) = pid.and_then(crate::sys::procfs::exe_of) else {
-            tracing::debug!(%version, "a newer client, whose executable cannot be found");
+        let Some(exe) = client.exe else {
+            tracing::debug!(%version, "a newer client, whose executable cannot be read");
             return;
         };
         let Some((path, stamp)) = crate::upgrade::sibling_ngd(&exe) else {
