@@ -70,6 +70,8 @@ pub struct Watch {
     stamp: Stamp,
     next: Instant,
     state: Binary,
+    /// Recording a newer `ngd` failed once already (said once, tried again each time).
+    unrecorded: bool,
 }
 
 impl Watch {
@@ -80,6 +82,7 @@ impl Watch {
             stamp,
             next: now + CHECK_INTERVAL,
             state: Binary::Current,
+            unrecorded: false,
         }
     }
 
@@ -127,6 +130,11 @@ impl Watch {
     /// looking for its own `ngd`: only while the server is current.
     pub fn wants(&self, version: &Version, ours: &Version) -> bool {
         self.state == Binary::Current && version.is_newer_than(ours)
+    }
+
+    /// Recording a newer `ngd` failed: true the first time, so it is said once.
+    pub fn unrecorded(&mut self) -> bool {
+        !std::mem::replace(&mut self.unrecorded, true)
     }
 
     /// A newer client's own `ngd` was found: the server is outdated for good.

@@ -233,6 +233,9 @@ impl EventLoop {
         };
         let runtime = crate::security::RuntimeDir::default_path();
         if let Err(e) = crate::upgrade::write_record(&runtime, &found) {
+            if !watch.unrecorded() {
+                return;
+            }
             tracing::warn!(
                 "ngd {version} ({}) is newer than this server, but recording it in {} failed: {e}; \
                  not handing over",
