@@ -633,7 +633,7 @@ impl Conn {
             .client
             .version
             .take()
-            .filter(|v| v.is_newer_than(crate::upgrade::ours()))
+            .filter(|v| v.is_newer_than(crate::upgrade::ours()) && !handle.outdated())
             .map(|version| NewerClient {
                 version,
                 exe: self.peer_pid().and_then(crate::sys::procfs::exe_of),
