@@ -344,6 +344,37 @@ mod tests {
     use std::os::unix::ffi::OsStrExt as _;
 
     #[test]
+    fn a_recorded_ngd_is_started_only_when_newer_and_unchanged() {
+        use ng_proto::handover::{NewestNgd, Stamp, RECORD_NAME};
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = dir.path();
+        let ngd = runtime.join("ngd");
+        std::fs::write(&ngd, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&ngd, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let record = |version: &str| {
+            let r = NewestNgd {
+                version: ng_proto::version::Version::parse(version.as_bytes()).unwrap(),
+                path: ngd.clone(),
+                stamp: Stamp::of_metadata(&fs::metadata(&ngd).unwrap()),
+            };
+            fs::write(runtime.join(RECORD_NAME), r.to_bytes().unwrap()).unwrap();
+        };
+        assert_eq!(recorded_ngd(runtime), None, "no record");
+        record("999.0.0");
+        assert_eq!(recorded_ngd(runtime), Some(ngd.clone()));
+        record(env!("CARGO_PKG_VERSION"));
+        assert_eq!(recorded_ngd(runtime), None, "not newer than this ng");
+        record("0.0.1-alpha");
+        assert_eq!(recorded_ngd(runtime), None, "older");
+        record("999.0.0");
+        std::fs::write(&ngd, "#!/bin/sh\n# reinstalled\n").unwrap();
+        assert_eq!(recorded_ngd(runtime), None, "its file changed");
+        fs::write(runtime.join(RECORD_NAME), b"ngd-newest 1\ngarbage\n").unwrap();
+        assert_eq!(recorded_ngd(runtime), None, "malformed");
+    }
+
+    #[test]
     fn opt_out_values() {
         assert!(!opted_out(None));
         assert!(!opted_out(Some(OsStr::new(""))));
