@@ -267,9 +267,9 @@ function take(native, s, dir, config) {
 // listeners have run) rather than adding a listener the program could count.
 //
 // When the session compiled modules its code cache lacks (`cache`), and the exit status is
-// certain (codecache.exitStatus), the report carries it (`exiting`), the client's
-// descriptors are put down, and the process writes the cache and exits with that status:
-// the worker has sent the status to the client meanwhile.
+// certain (codecache.exitStatus), the process lets the client's descriptors go, the report
+// carries the status (`exiting`), and the process writes the cache and exits with it: the
+// worker has sent the status to the client meanwhile.
 function learnAtExit(native, cache) {
   const emit = process.emit;
   const wrapped = {
@@ -283,8 +283,9 @@ function learnAtExit(native, cache) {
       } finally {
         if (event === 'exit' && this === process) {
           const status = !threw && cache && cache.stale() ? codecache.exitStatus(args[0], before, wrapped) : null;
+          if (status !== null) letGo(native);
           report(native, cache, status);
-          if (status !== null) writeCache(native, cache, status);
+          if (status !== null) writeCache(cache, status);
         }
       }
       return result;
@@ -311,13 +312,20 @@ function report(native, cache, status) {
   native.close(SOCK);
 }
 
-// Puts the null device on fds 0-2 (the client's descriptors are let go), writes the code
-// cache, and exits with `status`, the one reported.
-function writeCache(native, cache, status) {
+// Puts the null device on fds 0-2: the client's descriptors are let go.
+function letGo(native) {
   try {
     const devnull = fs.openSync('/dev/null', 'r+');
     for (let fd = 0; fd <= 2; fd++) native.putOn(devnull, fd);
     native.close(devnull);
+  } catch {
+    // nothing more to let go
+  }
+}
+
+// Writes the code cache and exits with `status`, the one reported.
+function writeCache(cache, status) {
+  try {
     cache.write();
   } catch {
     // the cache is an optimisation
