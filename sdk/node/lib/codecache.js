@@ -36,7 +36,15 @@ const Module = require('module');
 const MAGIC = 'ngw-node-code-cache 1\n';
 const LIMIT = 128 << 20;
 const WRAP = '(function (exports, require, module, __filename, __dirname) {\n';
-const DYNAMIC_IMPORT = vm.constants && vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER;
+// What may be a dynamic `import(`: the word `import` not after a quote, a dot or a name's
+// character, then `(`. A module with one in its code is compiled by Node: a `vm.Script`
+// cannot import as a module does (with a cache, Node 20 loses the script's import
+// callback; Node 22 warns that the callback is experimental). Whether one is code or in a
+// comment, string or regular expression, V8 says: `import.(` is a syntax error in code
+// only. A module that also calls `eval` or `Function` (which could import from a string)
+// is compiled by Node.
+const DYNAMIC_IMPORT = /(?:^|[^\w$'"`.])import(?=\s*\()/gm;
+const EVAL = /\b(?:eval|Function)\s*\(/;
 
 // Node's own `_compile`, and the frame it runs a module's function from, as seen by this
 // very module while it loads (compiled by Node).
@@ -148,8 +156,8 @@ class CodeCache {
       const head = JSON.parse(buf.subarray(MAGIC.length, nl).toString('utf8'));
       if (head.runtime !== this.runtime) return;
       let off = nl + 1;
-      for (const [file, sig, length] of head.entries) {
-        this.entries.set(file, { sig, data: buf.subarray(off, off + length) });
+      for (const [file, sig, length, checked] of head.entries) {
+        this.entries.set(file, { sig, data: buf.subarray(off, off + length), checked: checked === 1 });
         off += length;
       }
     } catch {
@@ -207,7 +215,7 @@ class CodeCache {
     }
     const entry = this.entries.get(file);
     const cached = entry && entry.sig === sig ? entry.data : undefined;
-    const script = this.scriptOf(file, source, cached);
+    const script = this.scriptOf(file, source, cached, !!(cached && entry.checked));
     if (!script) return null;
     if (cached) {
       if (script.cachedDataRejected) this.counts.rejected += 1;
@@ -218,12 +226,20 @@ class CodeCache {
     return c;
   }
 
-  scriptOf(file, source, cachedData) {
-    if (!DYNAMIC_IMPORT && /\bimport\s*\(/.test(source)) return null;
+  // `checked`: the source is known to have no dynamic import in its code.
+  scriptOf(file, source, cachedData, checked) {
     // A `#!` line is a comment for V8 only at the start of a script: the same length of comment.
     const body = source.startsWith('#!') ? `//${source.slice(2)}` : source;
+    DYNAMIC_IMPORT.lastIndex = 0;
+    if (!checked && DYNAMIC_IMPORT.test(body)) {
+      if (EVAL.test(body)) return null;
+      try {
+        new vm.Script(`${WRAP}${body.replace(DYNAMIC_IMPORT, (m) => `${m}.`)}\n})`, { filename: file });
+      } catch {
+        return null; // an import in code: Node compiles the module
+      }
+    }
     const options = { filename: file, lineOffset: -1 };
-    if (DYNAMIC_IMPORT) options.importModuleDynamically = DYNAMIC_IMPORT;
     if (cachedData) options.cachedData = cachedData;
     try {
       return new vm.Script(`${WRAP}${body}\n})`, options);
@@ -280,12 +296,12 @@ class CodeCache {
       } catch {
         continue;
       }
-      entries.push([file, c.sig, data.length]);
+      entries.push([file, c.sig, data.length, 1]);
       datas.push(data);
     }
     for (const [file, e] of this.entries) {
       if (this.compiled.has(file) || signature(file) !== e.sig) continue;
-      entries.push([file, e.sig, e.data.length]);
+      entries.push([file, e.sig, e.data.length, e.checked ? 1 : 0]);
       datas.push(e.data);
     }
     fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });

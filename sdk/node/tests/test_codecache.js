@@ -32,6 +32,8 @@ function writeProject(version) {
     "if (what === 'call') {",
     '  try { lib.boom(); } catch (e) { console.log(e.stack); }',
     '  console.log(lib.add(2, 3), require.main === module, module.filename, __dirname, __filename);',
+    "} else if (what === 'import') {",
+    "  require('./dyn.js').load().then((m) => console.log('imported', m.default, lib.words));",
     "} else if (what === 'uncaught') {",
     '  lib.boom();',
     '}',
@@ -40,6 +42,7 @@ function writeProject(version) {
   fs.writeFileSync(path.join(project, 'lib.js'), [
     "'use strict';",
     'exports.add = (a, b) => a + b;',
+    `exports.words = "typeof import('x') in a string; import(y) in a comment: "; // import('z')`,
     "exports.boom = function boom() { return [1].map(() => { throw new Error('boom from lib'); }); };",
     '',
   ].join('\n'));
@@ -50,6 +53,9 @@ function writeProject(version) {
     'module.exports = 1;',
     '',
   ].join('\n'));
+  // A dynamic import in code: the module is compiled by Node.
+  fs.writeFileSync(path.join(project, 'dyn.js'), "'use strict';\nexports.load = () => import('./m.mjs');\n");
+  fs.writeFileSync(path.join(project, 'm.mjs'), 'export default 42;\n');
   writeProg(version);
 }
 
@@ -119,8 +125,9 @@ test('sessions served from the code cache are byte for byte as cold, errors and 
   // Module._compile and require), and one thrown later from a cached function.
   const loading = warmWithHit(d, ['load-throw'], ids);
   assert.match(loading.stderr, /RangeError: thrown while loading\n {4}at Object.<anonymous> \(.*thrower\.js:3:\d+\)\n {4}at Module\._compile \(node:/);
+  assert.match(warmWithHit(d, ['import'], ids).stdout, /imported 42 typeof import/);
   const later = warmWithHit(d, ['uncaught'], ids);
-  assert.match(later.stderr, /Error: boom from lib\n {4}at .*lib\.js:3:/);
+  assert.match(later.stderr, /Error: boom from lib\n {4}at .*lib\.js:4:/);
   d.quit();
 });
 
