@@ -132,7 +132,11 @@ class CodeCache {
       configurable: true,
       enumerable: true,
       get() {
-        return cache.choose(this);
+        try {
+          return cache.choose(this);
+        } catch {
+          return original;
+        }
       },
       set(value) {
         // A require hook of the program's own (pirates, ts-node): Node's behaviour from now on.
@@ -254,7 +258,7 @@ class CodeCache {
     if (this.off) return;
     for (const file of files) {
       if (this.compiled.has(file) || this.ahead.has(file)) continue;
-      if (!(file.endsWith('.js') || file.endsWith('.cjs'))) continue;
+      if (typeof file !== 'string' || !(file.endsWith('.js') || file.endsWith('.cjs'))) continue;
       const c = this.compile(file, signature(file));
       if (c) {
         this.ahead.set(file, c);
@@ -395,9 +399,13 @@ function exitStatus(code, before, emitter) {
 // (and `why`) when it cannot be used in this process.
 function start(config) {
   if (!config.codeCache) return { cache: null, why: 'off' };
-  const cache = new CodeCache(config.codeCache.dir, config.script);
-  if (!cache.install()) return { cache: null, why: cache.off };
-  return { cache, why: null };
+  try {
+    const cache = new CodeCache(config.codeCache.dir, config.script);
+    if (!cache.install()) return { cache: null, why: cache.off };
+    return { cache, why: null };
+  } catch (e) {
+    return { cache: null, why: String(e && e.message) };
+  }
 }
 
 module.exports = { CodeCache, signature, runtimeKey, exitStatus, start };
