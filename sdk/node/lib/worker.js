@@ -45,7 +45,7 @@ function log(msg) {
 
 function usage(msg) {
   log(msg);
-  fs.writeSync(2, 'usage: ngw-node [--no-spare] [--no-learn] [--state-dir DIR] NAME=SCRIPT...\n');
+  fs.writeSync(2, 'usage: ngw-node [--no-spare] [--no-learn] [--no-code-cache] [--state-dir DIR] NAME=SCRIPT...\n');
   process.exit(2);
 }
 
