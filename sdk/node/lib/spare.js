@@ -63,7 +63,7 @@ function main() {
   if (!session) process.reallyExit(0);
   take(native, session, dir, config);
   say({ taken: true });
-  learnAtExit(native, session.pty ? null : cache);
+  learnAtExit(native, cache, !!session.pty);
 }
 
 // Requires config.modules in order with the traps in place; what was read and where it
@@ -269,8 +269,9 @@ function take(native, s, dir, config) {
 // When the session compiled modules its code cache lacks (`cache`), and the exit status is
 // certain (codecache.exitStatus), the process lets the client's descriptors go, the report
 // carries the status (`exiting`), and the process writes the cache and exits with it: the
-// worker has sent the status to the client meanwhile.
-function learnAtExit(native, cache) {
+// worker has sent the status to the client meanwhile. A session on a terminal (`onTty`: it
+// leads the terminal's session) writes none.
+function learnAtExit(native, cache, onTty) {
   const emit = process.emit;
   const wrapped = {
     emit(event, ...args) {
@@ -282,7 +283,7 @@ function learnAtExit(native, cache) {
         threw = false;
       } finally {
         if (event === 'exit' && this === process) {
-          const status = !threw && cache && cache.stale() ? codecache.exitStatus(args[0], before, wrapped) : null;
+          const status = !threw && !onTty && cache && cache.stale() ? codecache.exitStatus(args[0], before, wrapped) : null;
           if (status !== null) letGo(native);
           report(native, cache, status);
           if (status !== null) writeCache(cache, status);
