@@ -30,6 +30,7 @@
 
 const fs = require('fs');
 const path = require('path');
+const codecache = require('./codecache');
 
 const SOCK = 3;
 
@@ -51,15 +52,18 @@ function main() {
     }
   };
 
+  // V8's code cache for what the spare and its session compile (lib/codecache.js).
+  const { cache, why } = codecache.start(config);
   const outcome = preload(config);
-  say({ ready: true, ...outcome });
+  if (cache && outcome.unsafe === undefined) cache.compileAhead(config.codeCache.ahead || []);
+  say({ ready: true, ...outcome, codeCache: cache ? cache.counts : { off: why } });
   if (outcome.unsafe !== undefined) process.reallyExit(0);
 
   const session = receive(native);
   if (!session) process.reallyExit(0);
   take(native, session, dir, config);
   say({ taken: true });
-  learnAtExit(native);
+  learnAtExit(native, cache, !!session.pty);
 }
 
 // Requires config.modules in order with the traps in place; what was read and where it
@@ -252,6 +256,7 @@ function take(native, s, dir, config) {
   // What the script's `#!` line gives node, as cold; not the spare's `-r`.
   process.execArgv.splice(0, process.execArgv.length, ...(config.execArgv || []));
   delete require.cache[__filename];
+  delete require.cache[require.resolve('./codecache')];
   taken = true;
   fs.symlinkSync(s.target, path.join(dir, 'main'));
 }
@@ -260,15 +265,29 @@ function take(native, s, dir, config) {
 // order), without blocking. Node emits 'exit' through process.emit, on a natural end as
 // after process.exit: the spare wraps it (an own property of process, after the program's
 // listeners have run) rather than adding a listener the program could count.
-function learnAtExit(native) {
+//
+// When the session compiled modules its code cache lacks (`cache`), and the exit status is
+// certain (codecache.exitStatus), the process lets the client's descriptors go, the report
+// carries the status (`exiting`), and the process writes the cache and exits with it: the
+// worker has sent the status to the client meanwhile. A session on a terminal (`onTty`: it
+// leads the terminal's session) writes none.
+function learnAtExit(native, cache, onTty) {
   const emit = process.emit;
   const wrapped = {
     emit(event, ...args) {
+      const before = process.exitCode;
       let result;
+      let threw = true;
       try {
         result = emit.call(this, event, ...args);
+        threw = false;
       } finally {
-        if (event === 'exit' && this === process) report(native);
+        if (event === 'exit' && this === process) {
+          const status = !threw && !onTty && cache && cache.stale() ? codecache.exitStatus(args[0], before, wrapped) : null;
+          if (status !== null) letGo(native);
+          report(native, cache, status);
+          if (status !== null) writeCache(cache, status);
+        }
       }
       return result;
     },
@@ -278,10 +297,13 @@ function learnAtExit(native) {
 
 let reported = false;
 
-function report(native) {
+function report(native, cache, status) {
   if (reported) return;
   reported = true;
-  const line = Buffer.from(`${JSON.stringify({ modules: Object.keys(require.cache) })}\n`);
+  const msg = { modules: Object.keys(require.cache) };
+  if (cache) msg.codeCache = cache.counts;
+  if (status !== null) msg.exiting = status;
+  const line = Buffer.from(`${JSON.stringify(msg)}\n`);
   try {
     native.nonblock(SOCK);
     native.write(SOCK, line);
@@ -289,6 +311,27 @@ function report(native) {
     // the worker is gone
   }
   native.close(SOCK);
+}
+
+// Puts the null device on fds 0-2: the client's descriptors are let go.
+function letGo(native) {
+  try {
+    const devnull = fs.openSync('/dev/null', 'r+');
+    for (let fd = 0; fd <= 2; fd++) native.putOn(devnull, fd);
+    native.close(devnull);
+  } catch {
+    // nothing more to let go
+  }
+}
+
+// Writes the code cache and exits with `status`, the one reported.
+function writeCache(cache, status) {
+  try {
+    cache.write();
+  } catch {
+    // the cache is an optimisation
+  }
+  process.reallyExit(status);
 }
 
 main();
