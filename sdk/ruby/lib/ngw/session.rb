@@ -95,6 +95,7 @@ module Ngw
 
     def child_main
       base = $LOADED_FEATURES.size
+      Profile.start
       begin
         Child.reset_signals
         Sys.parent_death_signal('KILL')
@@ -133,6 +134,7 @@ module Ngw
         exit!(126)
       end
       report(base) if @report_w
+      Profile.main
       begin
         Child.run_main(script)
       rescue SyntaxError

@@ -6,6 +6,7 @@ require_relative 'sys'
 require_relative 'zygote'
 require_relative 'child'
 require_relative 'spare'
+require_relative 'profile'
 
 module Ngw
   SDK_VERSION = 'ngw-ruby/0.1.0'
@@ -107,6 +108,7 @@ module Ngw
       @host = ENV.fetch('NGW_HOST_FEATURES', '').split(',')
       @anchor = ENV.delete('NGW_ANCHOR')
       @anchor = nil unless @anchor && File.executable?(@anchor)
+      Profile.file = ENV.delete('NGW_RUBY_PROFILE')
       preloads, commands, state = parse_args
       Sys.prepare
       @zygote = Zygote.new(commands, state_dir: state, preloads: preloads,

@@ -1,0 +1,83 @@
+# frozen_string_literal: true
+
+module Ngw
+  # Where a session's child spends its time, behind a debug switch: with
+  # `NGW_RUBY_PROFILE=FILE` in the worker's environment, each session's child appends one
+  # line to FILE when it exits (after the program's own `at_exit` hooks): the wall time of
+  # its phases (from the start of the session in the child to the program's `<main>`, and
+  # the program to its exit), its CPU time, its minor and major page faults
+  # (`/proc/self/stat`), the collections it ran (minor and major) and the objects it
+  # allocated, and what code under test added with `Profile.add`. Off, it costs one
+  # `nil` check per session.
+  module Profile
+    @file = nil
+    @extra = {}
+
+    class << self
+      attr_accessor :file
+
+      def on?
+        !@file.nil?
+      end
+
+      # In the child: the session starts; the report is written at exit.
+      def start
+        return unless @file
+
+        @extra = {}
+        @t0 = now
+        @cpu0 = cpu
+        @faults0 = faults
+        @gc0 = gc
+        me = Process.pid
+        at_exit { finish if Process.pid == me }
+      end
+
+      # In the child: the program's `<main>` starts.
+      def main
+        @t_main = now if @file
+      end
+
+      # Adds `ms` to the phase `name` of this session's report.
+      def add(name, ms)
+        @extra[name] = (@extra[name] || 0) + ms if @file
+      end
+
+      def now
+        Process.clock_gettime(Process::CLOCK_MONOTONIC) * 1000
+      end
+
+      def cpu
+        Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) * 1000
+      end
+
+      # Minor and major page faults of this process so far.
+      def faults
+        fields = File.read('/proc/self/stat').split(') ', 2)[1].split
+        [fields[7].to_i, fields[9].to_i]
+      rescue SystemCallError, NoMethodError
+        [0, 0]
+      end
+
+      def gc
+        s = GC.stat
+        [s[:minor_gc_count], s[:major_gc_count], s[:total_allocated_objects]]
+      end
+
+      private
+
+      def finish
+        t = now
+        f = faults
+        g = gc
+        phases = { setup: (@t_main || t) - @t0, program: t - (@t_main || t), cpu: cpu - @cpu0 }
+        words = phases.merge(@extra).map { |k, v| format('%<k>s=%<v>.1f', k: k, v: v) }
+        words << "minflt=#{f[0] - @faults0[0]}" << "majflt=#{f[1] - @faults0[1]}"
+        words << "gc=#{g[0] - @gc0[0]}/#{g[1] - @gc0[1]}" << "allocated=#{g[2] - @gc0[2]}"
+        File.open(@file, 'a') { |io| io.write("#{Process.pid} #{words.join(' ')}\n") }
+      rescue StandardError, SystemCallError
+        nil
+      end
+    end
+  end
+end
