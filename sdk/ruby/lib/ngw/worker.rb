@@ -121,6 +121,8 @@ module Ngw
         log(e.full_message(highlight: false))
         error = "preload failed: #{e.class}: #{e.message}"
       end
+      Child.install_filters
+      Session::RequireHook.install if @learn
       if Thread.list.size > 1
         log("preloading started #{Thread.list.size - 1} thread(s); sessions are forked anyway")
       end
