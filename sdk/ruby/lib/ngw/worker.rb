@@ -271,7 +271,7 @@ module Ngw
     def prepare_spare
       return if @spare || !@spares || @retiring || @quit || @chan.eof?
 
-      @spare = Spare.fork_for(self)
+      @spare = Spare.fork_for(self, @ahead)
     end
 
     # The spare, for a session to take (nil if there is none).
@@ -378,7 +378,19 @@ module Ngw
         return
       end
       cold = cold_reason(session, command, session_ttys(ios, pty))
+      @ahead = ahead_for(session, command, cold)
       Ngw::Session.run(self, session, command, ios, cold, pty)
+    end
+
+    # What the next spare builds ahead for (Ahead): the directory and environment of a
+    # warm session of a program, as its child sets them; nil when there is nothing to
+    # build.
+    def ahead_for(session, command, cold)
+      return nil if cold || command.interpreter? || session.dir.nil? || !Ahead.ready?
+
+      env = session.env.dup
+      @zygote.delta.each { |k, v| v.nil? ? env.delete(k) : env[k] = v }
+      [session.dir, env]
     end
 
     # Which of the child's fds 0-2 will be terminals ({fd => true/false, nil when closed}):
