@@ -6,9 +6,10 @@ module Ngw
   # line to FILE when it exits (after the program's own `at_exit` hooks): the wall time of
   # its phases (from the start of the session in the child to the program's `<main>`, and
   # the program to its exit), its CPU time, its minor and major page faults
-  # (`/proc/self/stat`), the collections it ran (minor and major) and the objects it
-  # allocated, and what code under test added with `Profile.add` and `Profile.note`. Off, it costs one
-  # `nil` check per session.
+  # (`/proc/self/stat`), the collections it ran (minor/major, and why the last one ran),
+  # the objects it allocated, the free heap slots and the malloc growth it started with,
+  # and what code under test added with `Profile.add` and `Profile.note`. Off, it costs
+  # one `nil` check per session.
   module Profile
     @file = nil
     @extra = {}
@@ -68,7 +69,8 @@ module Ngw
 
       def gc
         s = GC.stat
-        [s[:minor_gc_count], s[:major_gc_count], s[:total_allocated_objects]]
+        [s[:minor_gc_count], s[:major_gc_count], s[:total_allocated_objects], s[:heap_free_slots],
+         s[:malloc_increase_bytes]]
       end
 
       private
@@ -82,6 +84,8 @@ module Ngw
         words += @notes.map { |k, v| "#{k}=#{v}" }
         words << "minflt=#{f[0] - @faults0[0]}" << "majflt=#{f[1] - @faults0[1]}"
         words << "gc=#{g[0] - @gc0[0]}/#{g[1] - @gc0[1]}" << "allocated=#{g[2] - @gc0[2]}"
+        words << "free_slots=#{@gc0[3]}" << "malloc_increase=#{@gc0[4]}"
+        words << "gc_by=#{GC.latest_gc_info(:gc_by)}" if g[0] + g[1] > @gc0[0] + @gc0[1]
         File.open(@file, 'a') { |io| io.write("#{Process.pid} #{words.join(' ')}\n") }
       rescue StandardError
         nil

@@ -383,10 +383,10 @@ module Ngw
     end
 
     # What the next spare builds ahead for (Ahead): the directory and environment of a
-    # warm session of a program, as its child sets them; nil when there is nothing to
-    # build.
+    # warm session of rubocop, as its child sets them; nil when there is nothing to build.
     def ahead_for(session, command, cold)
       return nil if cold || command.interpreter? || session.dir.nil? || !Ahead.ready?
+      return nil unless File.basename(command.program) == 'rubocop'
 
       env = session.env.dup
       @zygote.delta.each { |k, v| v.nil? ? env.delete(k) : env[k] = v }
