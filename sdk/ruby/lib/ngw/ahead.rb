@@ -173,9 +173,11 @@ module Ngw
         return nil unless prepared
 
         @prepared = nil
+        t0 = Profile.now
         why = mismatch(prepared)
         @outcome = why || :served
         Profile.note(:config_ahead, @outcome)
+        Profile.add(:config_check, Profile.now - t0)
         why ? nil : prepared[:config]
       end
 
