@@ -18,7 +18,8 @@ module Ngw
   # A spare forked after a rubocop session builds it for that session's directory and
   # environment (`prepare`), and puts back what the build left elsewhere (the loader's
   # memo and resolver, the cop registry's memo of unqualified names), keeping the result
-  # aside. The session's first call of `default_configuration` (Hook) takes it only if,
+  # aside. The memos serve the build without their pristine copies, left for the session
+  # (Memo.aside). The session's first call of `default_configuration` (Hook) takes it only if,
   # at that moment, everything it depends on is as it was when it was built: the
   # directory, the whole environment, the loader's options and FileFinder's root level,
   # the files loaded and the cops registered (a plugin a `.rubocop.yml` requires adds
@@ -149,7 +150,7 @@ module Ngw
           mark = Zygote::Recorder.checkpoint
           Zygote::Recorder.rollback([{}, {}, {}])
           Zygote::Recorder.start
-          built = loader.default_configuration
+          built = Memo.aside { loader.default_configuration }
         ensure
           _, opened, = Zygote::Recorder.stop
           Zygote::Recorder.rollback(mark) if mark
