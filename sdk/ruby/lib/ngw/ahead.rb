@@ -8,25 +8,27 @@ module Ngw
   #
   # rubocop 1.39 builds its default configuration (`RuboCop::ConfigLoader
   # .default_configuration`, memoised in the loader) from `config/default.yml` and the
-  # current directory: its `Exclude` paths are made absolute from `Dir.pwd`. It reads no
-  # other file, no variable and nothing else of the directory, and it is the same for a
-  # project with its own `.rubocop.yml` (merged into it later, in every session). What a
-  # build depends on is then the code that builds it, the cops registered, the loader's
-  # options (`--debug` prints while it builds), the directory, the environment and
-  # `default.yml`.
+  # current directory (its `Exclude` paths are made absolute from `Dir.pwd`), and
+  # validates it against the obsoletion rules (`config/obsoletion.yml`). It reads no other
+  # file, no variable and nothing else of the directory, and it is the same for a project
+  # with its own `.rubocop.yml` (merged into it later, in every session). What a build
+  # depends on is then the code that builds it, the cops registered, the loader's options
+  # (`--debug` prints while it builds), the directory, the environment and those files.
   #
   # A spare forked after a rubocop session builds it for that session's directory and
-  # environment (`prepare`), and puts back what the build left elsewhere (the loader's
-  # memo and resolver, the cop registry's memo of unqualified names), keeping the result
-  # aside. The memos serve the build without their pristine copies, left for the session
-  # (Memo.aside). The session's first call of `default_configuration` (Hook) takes it only if,
-  # at that moment, everything it depends on is as it was when it was built: the
+  # environment (`prepare`) and puts back what the build left elsewhere (the loader's memo
+  # and resolver, the cop registry's memo of unqualified names). It keeps the result
+  # aside if the build printed nothing, loaded nothing and read no file but those two.
+  # The memos serve the build without their pristine copies, which stay for the session
+  # (Memo.aside). The session's first call of `default_configuration` (Hook) takes it only
+  # if, at that moment, everything it depends on is as it was when it was built: the
   # directory, the whole environment, the loader's options and FileFinder's root level,
   # the files loaded and the cops registered (a plugin a `.rubocop.yml` requires adds
-  # both), `default.yml` (size, times, inode), the methods and ancestors of rubocop's
+  # both), which files the rules are read from and their signatures (size, times, inode,
+  # taken before the build read them), and the methods and ancestors of rubocop's
   # configuration classes and of Psych and ERB (watched as Memo watches, from the end of
-  # the rehearsal), and the build printed nothing. Otherwise the session builds it as a
-  # cold run does, and the spare's build left nothing behind.
+  # the rehearsal). Otherwise the session builds it as a cold run does, and the spare's
+  # build left nothing behind.
   module Ahead
     # The version whose loader is known, and its method's source, word for word.
     VERSION = '1.39.0'
@@ -141,6 +143,9 @@ module Ngw
         err = $stderr
         sink = Sink.new
         features = $LOADED_FEATURES.size
+        # The files the build reads, signed before it reads them: a write during the build
+        # makes the build stale.
+        signed = inputs.to_h { |f| [f, signature(f)] }
         built = nil
         begin
           Dir.chdir(dir)
@@ -161,8 +166,10 @@ module Ngw
           saved.each { |obj, vars| put_back(obj, vars) }
         end
         return unless sink.bytes.zero? && $LOADED_FEATURES.size == features && built
+        # Any other file read is an input the check would not know.
+        return unless opened.all? { |f| signed.key?(f) }
 
-        @prepared = { config: built, state: state, files: opened.to_h { |f| [f, signature(f)] } }
+        @prepared = { config: built, state: state, files: signed }
       rescue StandardError, ScriptError
         @prepared = nil
       end
@@ -182,12 +189,19 @@ module Ngw
         why ? nil : prepared[:config]
       end
 
+      # The files the build reads: `default.yml` and the obsoletion rules (a plugin adds its
+      # own to ConfigObsoletion.files).
+      def inputs
+        files = [::RuboCop::ConfigLoader::DEFAULT_FILE, *::RuboCop::ConfigObsoletion.files]
+        files.map { |f| File.expand_path(f) }
+      end
+
       # What the build depends on, now.
       def state
         loader = ::RuboCop::ConfigLoader
         registry = ::RuboCop::Cop::Registry.global
         { dir: Dir.pwd, env: ENV.to_h, flags: FLAGS.map { |f| loader.public_send(f) },
-          root_level: ::RuboCop::FileFinder.instance_variable_get(:@root_level),
+          root_level: ::RuboCop::FileFinder.instance_variable_get(:@root_level), inputs: inputs,
           features: [$LOADED_FEATURES.size, $LOADED_FEATURES.last],
           cops: %i[@registry @enrollment_queue].sum { |v| registry.instance_variable_get(v)&.size.to_i } }
       end
