@@ -63,6 +63,18 @@ module Ngw
         @hits.dup
       end
 
+      # Runs the block with the pristine copies left for the session, and its asks not
+      # counted in `hits` (Ahead's build in a spare: the session that builds its own
+      # configuration after all gets the copies).
+      def aside
+        hits = @hits.dup
+        @aside = true
+        yield
+      ensure
+        @aside = false
+        @hits = hits
+      end
+
       # Makes Psych's `safe_load` and `parse`, and ERB's compiler and rubocop's
       # duplicate-key check if they are loaded, go through the memo (once).
       def install
@@ -216,7 +228,7 @@ module Ngw
           return { out: [script.dup, *magic], content: content.dup }
         end
         copies = @pristine[key]
-        if copies && @taken[key] < copies.size
+        if copies && @taken[key] < copies.size && !@aside
           @taken[key] += 1
           return copies[@taken[key] - 1]
         end

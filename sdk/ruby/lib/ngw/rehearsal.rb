@@ -4,6 +4,7 @@ require_relative 'world'
 require_relative 'sys'
 require_relative 'memo'
 require_relative 'resolve_memo'
+require_relative 'ahead'
 
 module Ngw
   # The rehearsal: the zygote runs a program's main once, before its hello, on a scratch
@@ -99,6 +100,7 @@ module Ngw
       require 'fileutils'
       Memo.install
       ResolveMemo.install
+      Ahead.install
       trial_in_child(library_dirs)
     end
 
@@ -114,6 +116,7 @@ module Ngw
       end
       Memo.seal(own.clean)
       ResolveMemo.seal(own.clean)
+      Ahead.seal(own.clean)
       own
     end
 

@@ -95,6 +95,7 @@ module Ngw
 
     def child_main
       base = $LOADED_FEATURES.size
+      Profile.start
       begin
         Child.reset_signals
         Sys.parent_death_signal('KILL')
@@ -133,6 +134,7 @@ module Ngw
         exit!(126)
       end
       report(base) if @report_w
+      Profile.main
       begin
         Child.run_main(script)
       rescue SyntaxError
@@ -157,7 +159,7 @@ module Ngw
         RequireHook.differs = true if RequireHook.depth.positive? && zygote_ttys[fd] != answer
       end
       IO.prepend(Zygote::Recorder::TtyHook) unless IO < Zygote::Recorder::TtyHook
-      Kernel.prepend(RequireHook)
+      RequireHook.on = true
       at_exit do
         if Process.pid == me
           begin
@@ -171,8 +173,12 @@ module Ngw
       end
     end
 
-    # Kernel#require, noting which file each outermost require loaded.
+    # Kernel#require, noting which file each outermost require loaded, once `on` (in a
+    # session's child). Prepended to Kernel once, in the zygote, before its rehearsal
+    # (`install`): a prepend to Kernel in each child would throw away the interpreter's
+    # method caches.
     module RequireHook
+      @on = false
       @depth = 0
       @roots = []
 
@@ -180,12 +186,18 @@ module Ngw
       @left_out = false
 
       class << self
-        attr_accessor :depth, :differs, :left_out
+        attr_accessor :on, :depth, :differs, :left_out
         attr_reader :roots
+
+        def install
+          Kernel.prepend(self) unless Kernel < self
+        end
       end
 
+      private
+
       def require(path)
-        return super unless RequireHook.depth.zero?
+        return super unless RequireHook.on && RequireHook.depth.zero?
 
         before = $LOADED_FEATURES.size
         RequireHook.depth = 1

@@ -14,7 +14,9 @@ module Ngw
     attr_reader :pid
 
     # Forks a spare of the zygote `worker`.
-    def self.fork_for(worker)
+    # With `ahead` ([directory, environment], the last session's), it builds rubocop's
+    # default configuration for them first (Ahead).
+    def self.fork_for(worker, ahead = nil)
       ours, theirs = UNIXSocket.pair
       worker_pid = Process.pid
       pid = fork do
@@ -22,6 +24,7 @@ module Ngw
         Sys.parent_death_signal('KILL')
         exit!(0) if Process.ppid != worker_pid
         [worker.chan.io, worker.chld_r, worker.chld_w, ours].each { |io| io.close unless io.closed? }
+        Ahead.prepare(*ahead) if ahead
         Spare.wait_for_session(worker, theirs)
       end
       theirs.close

@@ -6,6 +6,7 @@ require_relative 'sys'
 require_relative 'zygote'
 require_relative 'child'
 require_relative 'spare'
+require_relative 'profile'
 
 module Ngw
   SDK_VERSION = 'ngw-ruby/0.1.0'
@@ -107,6 +108,7 @@ module Ngw
       @host = ENV.fetch('NGW_HOST_FEATURES', '').split(',')
       @anchor = ENV.delete('NGW_ANCHOR')
       @anchor = nil unless @anchor && File.executable?(@anchor)
+      Profile.file = ENV.delete('NGW_RUBY_PROFILE')
       preloads, commands, state = parse_args
       Sys.prepare
       @zygote = Zygote.new(commands, state_dir: state, preloads: preloads,
@@ -119,6 +121,8 @@ module Ngw
         log(e.full_message(highlight: false))
         error = "preload failed: #{e.class}: #{e.message}"
       end
+      Child.install_filters
+      Session::RequireHook.install if @learn
       if Thread.list.size > 1
         log("preloading started #{Thread.list.size - 1} thread(s); sessions are forked anyway")
       end
@@ -267,7 +271,7 @@ module Ngw
     def prepare_spare
       return if @spare || !@spares || @retiring || @quit || @chan.eof?
 
-      @spare = Spare.fork_for(self)
+      @spare = Spare.fork_for(self, @ahead)
     end
 
     # The spare, for a session to take (nil if there is none).
@@ -374,7 +378,19 @@ module Ngw
         return
       end
       cold = cold_reason(session, command, session_ttys(ios, pty))
+      @ahead = ahead_for(session, command, cold)
       Ngw::Session.run(self, session, command, ios, cold, pty)
+    end
+
+    # What the next spare builds ahead for (Ahead): the directory and environment of a
+    # warm session of rubocop, as its child sets them; nil when there is nothing to build.
+    def ahead_for(session, command, cold)
+      return nil if cold || command.interpreter? || session.dir.nil? || !Ahead.ready?
+      return nil unless File.basename(command.program) == 'rubocop'
+
+      env = session.env.dup
+      @zygote.delta.each { |k, v| v.nil? ? env.delete(k) : env[k] = v }
+      [session.dir, env]
     end
 
     # Which of the child's fds 0-2 will be terminals ({fd => true/false, nil when closed}):
