@@ -30,6 +30,11 @@
 
 const fs = require('fs');
 const path = require('path');
+const esm = require('./esm');
+
+// The spare's own files: not the program's modules.
+const OWN = [__filename, require.resolve('./esm')];
+delete require.cache[OWN[1]];
 
 const SOCK = 3;
 
@@ -52,7 +57,9 @@ function main() {
   };
 
   const outcome = preload(config);
-  say({ ready: true, ...outcome });
+  esm.forgetWrappers(config);
+  spareConfig = config;
+  say({ ready: true, ...outcome, esm: Math.max(0, outcome.preloaded - (config.modules || []).length) });
   if (outcome.unsafe !== undefined) process.reallyExit(0);
 
   const session = receive(native);
@@ -122,7 +129,7 @@ function preload(config) {
   let unsafe;
   let reason;
   const before = process.getActiveResourcesInfo().length;
-  const modules = config.modules || [];
+  const modules = esm.preloadList(config);
   let i = 0;
   for (; i < modules.length; i++) {
     try {
@@ -172,11 +179,23 @@ function stdioStub(name, fd, touched, asked) {
   const tty = require('tty');
   const real = () => process[name];
   const forward = (op) => (t, ...rest) => Reflect[op](real(), ...rest);
-  return new Proxy(Object.create(null), {
+  // The stream's methods, called on the stub, run on the stream itself (`for await` over
+  // a kept `stdin`, `setEncoding`): each method as a proxy of itself, one per method.
+  const methods = new WeakMap();
+  const method = (f) => {
+    let m = methods.get(f);
+    if (!m) {
+      m = new Proxy(f, { apply: (g, self, args) => Reflect.apply(g, self === stub ? real() : self, args) });
+      methods.set(f, m);
+    }
+    return m;
+  };
+  const stub = new Proxy(Object.create(null), {
     get(t, k) {
       if (taken) {
         const s = real();
-        return Reflect.get(s, k, s);
+        const v = Reflect.get(s, k, s);
+        return typeof v === 'function' ? method(v) : v;
       }
       if (k === 'fd') return fd;
       if (k === 'isTTY') {
@@ -201,6 +220,7 @@ function stdioStub(name, fd, touched, asked) {
     deleteProperty: forward('deleteProperty'),
     getPrototypeOf: (t) => (taken ? Reflect.getPrototypeOf(real()) : null),
   });
+  return stub;
 }
 
 // Blocks until the worker sends the session: a JSON line with the client's descriptors.
@@ -277,11 +297,13 @@ function learnAtExit(native) {
 }
 
 let reported = false;
+let spareConfig = {};
 
 function report(native) {
   if (reported) return;
   reported = true;
-  const line = Buffer.from(`${JSON.stringify({ modules: Object.keys(require.cache) })}\n`);
+  const modules = Object.keys(require.cache);
+  const line = Buffer.from(`${JSON.stringify({ modules, ...esm.learnAtExit(spareConfig, modules, OWN) })}\n`);
   try {
     native.nonblock(SOCK);
     native.write(SOCK, line);

@@ -15,6 +15,7 @@ const os = require('os');
 const path = require('path');
 const { Channel } = require('./channel');
 const state = require('./state');
+const esm = require('./esm');
 const wire = require('./wire');
 
 const SDK = 'ngw-node/0.1.0';
@@ -446,9 +447,11 @@ class Worker {
         log(`spare ${spare.pid}: ${spare.why}; the next spares stop before it`);
         this.learned.stopBefore(spare.cmd.script, msg.module);
       } else this.spareFailures = 0;
+      if (msg.esm) log(`spare ${spare.pid}: preloaded ${msg.preloaded} module(s), ${msg.esm} of them ES modules`);
     } else if (msg.taken) spare.taken = true;
     else if (msg.modules && this.learn) {
       spare.modules = msg.modules;
+      spare.esm = msg.esm;
     }
   }
 
@@ -509,7 +512,7 @@ class Worker {
   startSpare(cmd, s, node, key, placeholders) {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ngw-node-'));
     const modules = this.learned.modulesFor(cmd.script);
-    const config = { native: this.native.path, script: cmd.script, modules, execArgv: cmd.options };
+    const config = { native: this.native.path, script: cmd.script, modules, execArgv: cmd.options, ...esm.forSpare(this.learned, cmd.script, this.learn) };
     fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
     const [ours, theirs] = this.native.socketpair();
     const fds = [theirs, 3];
@@ -536,7 +539,7 @@ class Worker {
       dead: false,
       taken: false,
       ours: placeholders.map((p) => p.ours).filter((fd) => fd !== null),
-      files: state.fingerprint(this.native, [...modules, cmd.script, ...state.projectFiles(s.cwd, cmd.script)]),
+      files: state.fingerprint(this.native, [...modules, ...config.esm, cmd.script, ...state.projectFiles(s.cwd, cmd.script)]),
       started: Date.now(),
     };
   }
@@ -874,6 +877,8 @@ class Worker {
       const before = this.learned.modulesFor(cmd.script).length;
       this.learned.record(cmd.script, modules);
       if (modules.length !== before) log(`${cmd.name}: learned ${modules.length} module(s) to preload`);
+      const n = esm.record(this.learned, cmd.script, spare.esm, [real, spare.dir + '/main']);
+      if (n !== null) log(`${cmd.name}: learned ${n} ES module(s) to preload`);
     }
     spare.reaped = true;
     this.forgetSpare(spare);
