@@ -150,4 +150,9 @@ function record(learned, script, reported, exclude) {
   return n;
 }
 
-module.exports = { RELEARN, supported, preloadList, forgetWrappers, learnAtExit, isModuleFile, forSpare, record };
+// In the worker: what the log says of a spare that took a session.
+function preloadedNote(spare) {
+  return spare && spare.esmPreloaded ? `, ${spare.esmPreloaded} ES module(s) preloaded` : '';
+}
+
+module.exports = { preloadedNote,  RELEARN, supported, preloadList, forgetWrappers, learnAtExit, isModuleFile, forSpare, record };

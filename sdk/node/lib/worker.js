@@ -345,7 +345,7 @@ class Worker {
         client.fds = [];
       }
       if (pid === null) why = 'the spare ended before it took the session';
-      else log(`session ${s.id}: warm, handed over in ${Number(process.hrtime.bigint() - t0) / 1e6} ms`);
+      else log(`session ${s.id}: warm, handed over in ${Number(process.hrtime.bigint() - t0) / 1e6} ms${esm.preloadedNote(pid.spare)}`);
       this.spare = null;
     } else this.discardSpare(why);
     if (pid === null) {
@@ -447,7 +447,7 @@ class Worker {
         log(`spare ${spare.pid}: ${spare.why}; the next spares stop before it`);
         this.learned.stopBefore(spare.cmd.script, msg.module);
       } else this.spareFailures = 0;
-      if (msg.esm) log(`spare ${spare.pid}: preloaded ${msg.preloaded} module(s), ${msg.esm} of them ES modules`);
+      spare.esmPreloaded = Number(msg.esm) || 0;
     } else if (msg.taken) spare.taken = true;
     else if (msg.modules && this.learn) {
       spare.modules = msg.modules;
