@@ -135,3 +135,37 @@ test('an ES module with a top-level await is not preloaded; output as cold', { s
   d.quit();
   fs.rmSync(p.dir, { recursive: true, force: true });
 });
+
+test('what a spare is told: the ES modules cut before the stop, a learning run while none were learned and every RELEARN-th run', () => {
+  const saved = [];
+  const learned = { scripts: {}, save: () => saved.push(1) };
+  assert.deepStrictEqual(esm.forSpare(learned, '/s', true), { esm: [], learnEsm: true });
+  assert.deepStrictEqual(esm.forSpare(learned, '/s', false), { esm: [], learnEsm: false });
+  learned.scripts['/s'] = { modules: ['/c.js'] };
+  assert.strictEqual(esm.record(learned, '/s', ['/a.mjs', '/s', '/b.mjs', '/c.mjs'], ['/s']), 3);
+  assert.deepStrictEqual(esm.forSpare(learned, '/s', true), { esm: ['/a.mjs', '/b.mjs', '/c.mjs'], learnEsm: false });
+  learned.scripts['/s'].stop = '/b.mjs';
+  assert.deepStrictEqual(esm.forSpare(learned, '/s', true).esm, ['/a.mjs']);
+  // A CommonJS module that is the program comes before every ES module.
+  learned.scripts['/s'].stop = '/c.js';
+  assert.deepStrictEqual(esm.forSpare(learned, '/s', true).esm, []);
+  for (let i = 0; i < esm.RELEARN; i++) {
+    assert.strictEqual(esm.forSpare(learned, '/s', true).learnEsm, false);
+    assert.strictEqual(esm.record(learned, '/s', undefined, []), null);
+  }
+  assert.strictEqual(esm.forSpare(learned, '/s', true).learnEsm, true);
+  assert.strictEqual(saved.length, esm.RELEARN + 1);
+});
+
+test('an ES module file by its name: .mjs, or .js in a package of "type": "module"', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ngw-node-type-'));
+  fs.mkdirSync(path.join(dir, 'm', 'lib'), { recursive: true });
+  fs.mkdirSync(path.join(dir, 'c'));
+  fs.writeFileSync(path.join(dir, 'm', 'package.json'), '{"type":"module"}');
+  fs.writeFileSync(path.join(dir, 'c', 'package.json'), '{"type":"commonjs"}');
+  assert.strictEqual(esm.isModuleFile(path.join(dir, 'c', 'x.mjs')), true);
+  assert.strictEqual(esm.isModuleFile(path.join(dir, 'm', 'lib', 'x.js')), true);
+  assert.strictEqual(esm.isModuleFile(path.join(dir, 'c', 'x.js')), false);
+  assert.strictEqual(esm.isModuleFile(path.join(dir, 'm', 'x.cjs')), false);
+  fs.rmSync(dir, { recursive: true, force: true });
+});
