@@ -28,6 +28,8 @@ const { fileURLToPath } = require('url');
 
 // A learned list is learned again after this many warm runs.
 const RELEARN = 10;
+// Whether spares compile the preloaded modules' functions ahead (compileEagerly).
+const EAGER = process.env.NGW_NODE_LAZY !== '1';
 
 // Whether this Node can preload ES modules (require(esm)).
 function supported() {
@@ -39,6 +41,22 @@ function supported() {
 function preloadList(config) {
   const cjs = config.modules || [];
   return supported() && config.esm ? cjs.concat(config.esm) : cjs;
+}
+
+// In the spare: while the preloaded modules load, V8 compiles every function of theirs as
+// it compiles their scripts (`--no-lazy`), not at its first call, so that the session does
+// not; `end()` puts V8's default back before the program runs. Not where the program's
+// node options name V8's laziness (they are then the program's, not the default).
+function compileEagerly(config) {
+  const options = [...process.execArgv, ...String(process.env.NODE_OPTIONS || '').split(/\s+/)];
+  if (!config.eager || options.some((o) => /lazy/.test(o))) return { end() {} };
+  const v8 = require('v8');
+  v8.setFlagsFromString('--no-lazy');
+  return {
+    end() {
+      v8.setFlagsFromString('--lazy');
+    },
+  };
 }
 
 // In the spare, after preloading: the ES modules' entries in require.cache (require(esm)
@@ -131,7 +149,7 @@ function forSpare(learned, script, learn) {
   if (stop >= 0) esm = esm.slice(0, stop);
   if (s.stop && Array.isArray(s.modules) && s.modules.includes(s.stop)) esm = [];
   const learnEsm = learn && (!Array.isArray(s.esm) || !(s.esmRuns < RELEARN));
-  return { esm, learnEsm };
+  return { esm, learnEsm, eager: EAGER };
 }
 
 // In the worker, after a warm run: counts it, and records the ES modules it reported
@@ -155,4 +173,4 @@ function preloadedNote(spare) {
   return spare && spare.esmPreloaded ? `, ${spare.esmPreloaded} ES module(s) preloaded` : '';
 }
 
-module.exports = { preloadedNote,  RELEARN, supported, preloadList, forgetWrappers, learnAtExit, isModuleFile, forSpare, record };
+module.exports = { preloadedNote, RELEARN, supported, preloadList, compileEagerly, forgetWrappers, learnAtExit, isModuleFile, forSpare, record };

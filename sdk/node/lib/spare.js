@@ -130,6 +130,7 @@ function preload(config) {
   let reason;
   const before = process.getActiveResourcesInfo().length;
   const modules = esm.preloadList(config);
+  const eager = esm.compileEagerly(config);
   let i = 0;
   for (; i < modules.length; i++) {
     try {
@@ -150,6 +151,7 @@ function preload(config) {
       break;
     }
   }
+  eager.end();
   process.exit = exit;
   tty.isatty = isatty;
   fs.fstatSync = fstatSync;

@@ -139,11 +139,11 @@ test('an ES module with a top-level await is not preloaded; output as cold', { s
 test('what a spare is told: the ES modules cut before the stop, a learning run while none were learned and every RELEARN-th run', () => {
   const saved = [];
   const learned = { scripts: {}, save: () => saved.push(1) };
-  assert.deepStrictEqual(esm.forSpare(learned, '/s', true), { esm: [], learnEsm: true });
-  assert.deepStrictEqual(esm.forSpare(learned, '/s', false), { esm: [], learnEsm: false });
+  assert.deepStrictEqual(esm.forSpare(learned, '/s', true), { esm: [], learnEsm: true, eager: true });
+  assert.deepStrictEqual(esm.forSpare(learned, '/s', false), { esm: [], learnEsm: false, eager: true });
   learned.scripts['/s'] = { modules: ['/c.js'] };
   assert.strictEqual(esm.record(learned, '/s', ['/a.mjs', '/s', '/b.mjs', '/c.mjs'], ['/s']), 3);
-  assert.deepStrictEqual(esm.forSpare(learned, '/s', true), { esm: ['/a.mjs', '/b.mjs', '/c.mjs'], learnEsm: false });
+  assert.deepStrictEqual(esm.forSpare(learned, '/s', true), { esm: ['/a.mjs', '/b.mjs', '/c.mjs'], learnEsm: false, eager: true });
   learned.scripts['/s'].stop = '/b.mjs';
   assert.deepStrictEqual(esm.forSpare(learned, '/s', true).esm, ['/a.mjs']);
   // A CommonJS module that is the program comes before every ES module.
