@@ -388,7 +388,9 @@ fn prettier_with_es_modules_preloaded_as_cold() {
         "no spare preloaded ES modules\n{}",
         s.server.plugin_log("node")
     );
-    let cases: [(&[&str], &[u8], &[&str], &dyn Fn()); 3] = [
+    /// A prettier run: its arguments, its stdin, the files it writes and what resets them.
+    type Case<'a> = (&'a [&'a str], &'a [u8], &'a [&'a str], &'a dyn Fn());
+    let cases: [Case<'_>; 3] = [
         (
             &["--stdin-filepath", "x.js"],
             unformatted.as_bytes(),
