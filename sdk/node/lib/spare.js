@@ -197,7 +197,7 @@ function stdioStub(name, fd, touched, asked) {
       if (taken) {
         const s = real();
         const v = Reflect.get(s, k, s);
-        return typeof v === 'function' ? method(v) : v;
+        return typeof v === 'function' && k !== 'constructor' ? method(v) : v;
       }
       if (k === 'fd') return fd;
       if (k === 'isTTY') {
