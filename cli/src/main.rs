@@ -43,7 +43,7 @@ use std::process::ExitCode;
 #[derive(Parser, Debug)]
 #[command(
     name = "ngd",
-    version,
+    version = ng_proto::version::current_text(),
     about = "A persistent command server speaking Nailgun"
 )]
 struct Cli {
@@ -324,7 +324,10 @@ fn serve(options: ServeOptions) -> ExitCode {
     let ready_notifier = notifier.clone();
     let ready = move |addrs: Vec<String>| {
         let addrs = addrs.join(", ");
-        println!("ngd {} listening on {addrs}", env!("CARGO_PKG_VERSION"));
+        println!(
+            "ngd {} listening on {addrs}",
+            ng_proto::version::current_text()
+        );
         let _ = std::io::stdout().flush();
         ready_notifier.notify(&format!(
             "READY=1\nMAINPID={}\nSTATUS=listening on {addrs}",

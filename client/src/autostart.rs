@@ -12,8 +12,10 @@
 //! 2. `autostart.lock` in it is locked (`flock`), so that of many clients starting at once
 //!    exactly one starts a server; the others wait for the lock, then find the server.
 //!    Having the lock, the client tries the socket again before starting anything.
-//! 3. `ngd` is the one next to `ng` (the directory of `/proc/self/exe`), else the first on
-//!    `PATH`. It runs as `ngd serve --autostarted --listen local:<default socket>
+//! 3. `ngd` is the newest known: the one next to `ng` (the directory of `/proc/self/exe`),
+//!    else the first on `PATH`, unless the runtime directory's record of a newer `ngd`
+//!    ([`ng_proto::handover`], written by a server that a newer client connected to) names
+//!    a version newer than this `ng`'s and its file is still the one recorded. It runs as `ngd serve --autostarted --listen local:<default socket>
 //!    --log-file <log>`: the default configuration file, the Unix socket only, an idle
 //!    exit after 15 minutes unless the configuration says otherwise. It is detached:
 //!    `setsid` (its own session and process group, no controlling terminal), stdin from
@@ -83,7 +85,7 @@ pub fn start(socket: &Path) -> Result<(), ClientError> {
         // Another client started it while we waited for the lock.
         return Ok(());
     }
-    let ngd = find_ngd().ok_or_else(|| {
+    let ngd = recorded_ngd(runtime).or_else(find_ngd).ok_or_else(|| {
         unavailable(
             "no server is running, and ngd was not found next to ng or on PATH to start \
              one (or run `ngd serve` yourself)"
@@ -243,6 +245,22 @@ fn find_ngd() -> Option<PathBuf> {
     })
 }
 
+/// The `ngd` the runtime directory's record names, when it is newer than this `ng`, its
+/// file is still the one recorded, and it can be executed.
+fn recorded_ngd(runtime: &Path) -> Option<PathBuf> {
+    use ng_proto::handover::{NewestNgd, Stamp, MAX_RECORD_LEN, RECORD_NAME};
+    let file = File::open(runtime.join(RECORD_NAME)).ok()?;
+    let mut bytes = Vec::new();
+    file.take(MAX_RECORD_LEN as u64 + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    let record = NewestNgd::parse(&bytes)?;
+    let newer = record.version.is_newer_than(&ng_proto::version::current());
+    let unchanged =
+        fs::metadata(&record.path).is_ok_and(|m| Stamp::of_metadata(&m) == record.stamp);
+    (newer && unchanged && is_executable(&record.path)).then_some(record.path)
+}
+
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt as _;
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -324,6 +342,37 @@ fn wait_ready(socket: &UnixDatagram, timeout: Duration) -> bool {
 mod tests {
     use super::*;
     use std::os::unix::ffi::OsStrExt as _;
+
+    #[test]
+    fn a_recorded_ngd_is_started_only_when_newer_and_unchanged() {
+        use ng_proto::handover::{NewestNgd, Stamp, RECORD_NAME};
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = dir.path();
+        let ngd = runtime.join("ngd");
+        std::fs::write(&ngd, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&ngd, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let record = |version: &str| {
+            let r = NewestNgd {
+                version: ng_proto::version::Version::parse(version.as_bytes()).unwrap(),
+                path: ngd.clone(),
+                stamp: Stamp::of_metadata(&fs::metadata(&ngd).unwrap()),
+            };
+            fs::write(runtime.join(RECORD_NAME), r.to_bytes().unwrap()).unwrap();
+        };
+        assert_eq!(recorded_ngd(runtime), None, "no record");
+        record("999.0.0");
+        assert_eq!(recorded_ngd(runtime), Some(ngd.clone()));
+        record(env!("CARGO_PKG_VERSION"));
+        assert_eq!(recorded_ngd(runtime), None, "not newer than this ng");
+        record("0.0.1-alpha");
+        assert_eq!(recorded_ngd(runtime), None, "older");
+        record("999.0.0");
+        std::fs::write(&ngd, "#!/bin/sh\n# reinstalled\n").unwrap();
+        assert_eq!(recorded_ngd(runtime), None, "its file changed");
+        fs::write(runtime.join(RECORD_NAME), b"ngd-newest 1\ngarbage\n").unwrap();
+        assert_eq!(recorded_ngd(runtime), None, "malformed");
+    }
 
     #[test]
     fn opt_out_values() {

@@ -16,7 +16,8 @@
 //! 7. the extension entries ([`Extensions`]; docs/protocol.md, "Negotiated extensions"):
 //!    `NGD_CLIENT_SIGIGN` (signals the parent left ignored, if any), `NGD_CLIENT_WINSIZE`
 //!    (if a stdio fd is a terminal), `NGD_CLIENT_FDS` (on a Unix socket: which of fds 0, 1,
-//!    2 ride with the header; a closed one is left out) and, last of all `E`s,
+//!    2 ride with the header; a closed one is left out), `NGD_CLIENT_VERSION` (this
+//!    binary's version, [`ng_proto::version`]) and, last of all `E`s,
 //!    `NGD_CLIENT_FEATURES`. A stock server passes them on as variables; ngd strips them;
 //! 8. `D <cwd>` (empty if the working directory is gone) and `C <command>`.
 //!
@@ -141,6 +142,7 @@ pub fn header(
             e.extend_from_slice(program);
             env.push(e);
         }
+        env.push(format!("NGD_CLIENT_VERSION={}", ng_proto::version::current_text()).into_bytes());
         env.push(format!("NGD_CLIENT_FEATURES={}", extensions.features.to_list()).into_bytes());
     }
     Header {
@@ -259,6 +261,7 @@ mod tests {
             context(&[(b"A", b"1")]),
             &extensions,
         );
+        let version = format!("NGD_CLIENT_VERSION={}", env!("CARGO_PKG_VERSION"));
         assert_eq!(
             strings(&h.env[5..]),
             vec![
@@ -268,6 +271,7 @@ mod tests {
                 b"NGD_CLIENT_WINSIZE=120 40 0 0",
                 b"NGD_CLIENT_FDS=1,2",
                 b"NGD_CLIENT_PTY=1",
+                version.as_bytes(),
                 b"NGD_CLIENT_FEATURES=fds,ctty,signals,winsize,stdin-window",
             ]
         );

@@ -20,6 +20,8 @@
 //! * `E NGD_CLIENT_PROGRAM=/abs/path`: with `exec`, the program a shell would have run for
 //!   the command's name, found by a client run under that name (a shim); the server serves
 //!   it, or answers `F exec` and the client runs it itself.
+//! * `E NGD_CLIENT_VERSION=0.4.0`: the client's version ([`crate::version`]); a server
+//!   older than its client hands over to the client's own `ngd`.
 //! * `P` (server to client, before `F`): send the offered pseudo-terminal; `P` (client to
 //!   server): its slave rides with it.
 //! * `F <features>` (server to client, first chunk but `P`): what the server does for this
@@ -53,11 +55,15 @@ pub const SIGIGN_VAR: &[u8] = b"NGD_CLIENT_SIGIGN";
 /// The environment entry naming the program a shell would run for the command's name.
 pub const PROGRAM_VAR: &[u8] = b"NGD_CLIENT_PROGRAM";
 
+/// The environment entry with the client's version.
+pub const VERSION_VAR: &[u8] = b"NGD_CLIENT_VERSION";
+
 /// True for the names of the extension entries a server strips from the environment
 /// (`NGD_CLIENT_FEATURES`, `NGD_CLIENT_FDS`, `NGD_CLIENT_PTY`, `NGD_CLIENT_WINSIZE`,
-/// `NGD_CLIENT_SIGIGN`, `NGD_CLIENT_PROGRAM`).
+/// `NGD_CLIENT_SIGIGN`, `NGD_CLIENT_PROGRAM`, `NGD_CLIENT_VERSION`).
 pub fn is_extension_var(name: &[u8]) -> bool {
     name == FEATURES_VAR
+        || name == VERSION_VAR
         || name == FDS_VAR
         || name == PTY_VAR
         || name == WINSIZE_VAR

@@ -20,6 +20,8 @@
 //! * [`server_session`]: [`ServerSession`], the server's side of one session.
 //! * [`error`]: [`DecodeError`] and [`ProtocolError`].
 //! * [`paths`]: the default socket path and TCP address, shared by `ngd` and `ng`.
+//! * [`version`]: the version marker in each binary, and semver precedence.
+//! * [`handover`]: the record of the newest `ngd` known, which auto-start prefers.
 //!
 //! # Wire format
 //!
@@ -50,9 +52,11 @@ pub mod codec;
 pub mod error;
 pub mod exit;
 pub mod ext;
+pub mod handover;
 pub mod paths;
 pub mod server_session;
 pub mod signal;
+pub mod version;
 
 /// The buffer crate this API is written in ([`bytes::BytesMut`] read buffers, [`bytes::Bytes`]
 /// payloads), re-exported so callers can name those types without a dependency of their own.

@@ -130,6 +130,8 @@ pub struct ClientExtensions {
     /// With `exec`: the program a shell would have run for the command's name
     /// (`NGD_CLIENT_PROGRAM`, an absolute path), as the client found it.
     pub program: Option<Bytes>,
+    /// The client's version (`NGD_CLIENT_VERSION`), when well-formed.
+    pub version: Option<Box<crate::version::Version>>,
 }
 
 impl Request {
@@ -781,6 +783,8 @@ impl HeaderState {
             self.request.client.winsize = WinSize::parse(value);
         } else if name == ext::SIGIGN_VAR {
             self.request.client.ignored_signals = ext::parse_signal_list(value);
+        } else if name == ext::VERSION_VAR {
+            self.request.client.version = crate::version::Version::parse(value).map(Box::new);
         } else if name == ext::PROGRAM_VAR {
             self.request.client.program = value
                 .starts_with(b"/")
@@ -828,6 +832,7 @@ impl HeaderState {
                 .program
                 .clone()
                 .filter(|_| features.contains(Features::EXEC)),
+            version: self.request.client.version.clone(),
         }
     }
 }

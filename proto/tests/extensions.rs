@@ -33,6 +33,7 @@ fn announcing_header() -> BytesMut {
         (b'E', b"NGD_CLIENT_SIGIGN=SIGHUP,bogus"),
         (b'E', b"NGD_CLIENT_WINSIZE=120 40 0 0"),
         (b'E', b"NGD_CLIENT_FDS=0,1,2"),
+        (b'E', b"NGD_CLIENT_VERSION=0.4.0-rc.1"),
         (
             b'E',
             b"NGD_CLIENT_FEATURES=fds,signals,winsize,stdin-window",
@@ -74,6 +75,10 @@ fn server_reads_the_announcement_and_strips_it() {
         })
     );
     assert_eq!(r.client.ignored_signals, vec![sig("SIGHUP")]);
+    assert_eq!(
+        r.client.version.as_ref().map(|v| v.as_str()),
+        Some("0.4.0-rc.1")
+    );
     assert!(
         s.take_transmit().is_empty(),
         "nothing before accept_extensions"

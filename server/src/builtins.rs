@@ -22,7 +22,8 @@ use std::sync::Arc;
 /// Exit code for a command used wrongly (`EX_USAGE` from sysexits.h).
 pub const EX_USAGE: i32 = 64;
 
-/// The server's version string.
+/// The version this crate was built as. What the server reports is the version in the
+/// binary's marker ([`ng_proto::version::current_text`]), the same unless rewritten.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// How a built-in runs.
@@ -114,7 +115,8 @@ fn true_(_: &mut Context) -> i32 {
 }
 
 fn version(ctx: &mut Context) -> i32 {
-    let _ = writeln!(ctx.stdout(), "NailGun server version {VERSION} (ngd)");
+    let version = ng_proto::version::current_text();
+    let _ = writeln!(ctx.stdout(), "NailGun server version {version} (ngd)");
     0
 }
 
@@ -134,16 +136,26 @@ fn stats(ctx: &mut Context) -> i32 {
     let counters = server.stats().counters();
     let plugins = server.plugins();
     let mut out = Vec::new();
+    let version = ng_proto::version::current_text();
+    let outdated = server.outdated_by();
+    let newer = match &outdated {
+        Some(crate::upgrade::Outdated::Newer(found)) => Some(found),
+        _ => None,
+    };
     if json {
         let doc = serde_json::json!({
-            "version": VERSION,
+            "version": version,
             "pid": std::process::id(),
             "uptime_s": server.uptime().as_secs_f64(),
             "nail_threads": server.nail_threads(),
             "connections": counters,
             "commands": commands,
             "plugins": plugins,
-            "outdated": server.outdated(),
+            "outdated": outdated.is_some(),
+            "newer_ngd": newer.map(|n| serde_json::json!({
+                "version": n.version.as_str(),
+                "path": n.path.to_string_lossy(),
+            })),
             "memory": {
                 "rss_bytes": crate::sys::rss_bytes(std::process::id()),
                 "heap": crate::sys::heap_info(),
@@ -153,7 +165,7 @@ fn stats(ctx: &mut Context) -> i32 {
     } else {
         let _ = writeln!(
             out,
-            "ngd {VERSION}, pid {}, up {:.0}s; connections: {} accepted, {} refused; \
+            "ngd {version}, pid {}, up {:.0}s; connections: {} accepted, {} refused; \
              {} protocol errors, {} unknown commands",
             std::process::id(),
             server.uptime().as_secs_f64(),
@@ -172,12 +184,25 @@ fn stats(ctx: &mut Context) -> i32 {
                 heap.free >> 10,
             );
         }
-        if server.outdated() {
-            let _ = writeln!(
-                out,
-                "outdated: ngd's binary changed on disk since this server started; restart \
-                 it (ngd stop, then ngd serve, or the next ng starts the new one)"
-            );
+        match &outdated {
+            None => {}
+            Some(crate::upgrade::Outdated::Changed) => {
+                let _ = writeln!(
+                    out,
+                    "outdated: ngd's binary changed on disk since this server started; restart \
+                     it (ngd stop, then ngd serve, or the next ng starts the new one)"
+                );
+            }
+            Some(crate::upgrade::Outdated::Newer(found)) => {
+                let _ = writeln!(
+                    out,
+                    "outdated: a newer ngd ({}, {}) is installed beside a client of this \
+                     server; restart it (ngd stop, then ngd serve, or the next ng starts the \
+                     newer one)",
+                    found.version,
+                    found.path.display()
+                );
+            }
         }
         let width = commands
             .iter()

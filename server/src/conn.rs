@@ -82,6 +82,15 @@ pub(crate) enum ReadBudget {
     Spent,
 }
 
+/// A client that announced a version newer than this server's.
+#[derive(Debug)]
+pub struct NewerClient {
+    /// Its version.
+    pub version: Box<ng_proto::version::Version>,
+    /// Its executable (on a Unix socket, from its pid), if it could be read.
+    pub exe: Option<std::path::PathBuf>,
+}
+
 /// The lifecycle of a connection. See the module docs.
 #[derive(Debug)]
 pub enum ConnState {
@@ -152,6 +161,8 @@ pub struct Conn {
     /// Descriptors the client passed with its header (Unix sockets), until the command
     /// is launched.
     pub client_fds: Vec<std::os::fd::OwnedFd>,
+    /// A client newer than this server, until the loop looks at it ([`crate::upgrade`]).
+    pub newer_client: Option<NewerClient>,
 }
 
 impl Conn {
@@ -177,6 +188,16 @@ impl Conn {
             timer_at: None,
             last_write: now,
             client_fds: Vec::new(),
+            newer_client: None,
+        }
+    }
+
+    /// The client's pid, on a Unix socket (its credentials at `connect` time).
+    fn peer_pid(&self) -> Option<u32> {
+        use std::os::fd::AsRawFd as _;
+        match &self.stream {
+            Stream::Unix(s) => crate::sys::peer_pid(s.as_raw_fd()).ok(),
+            Stream::Tcp(_) => None,
         }
     }
 
@@ -607,6 +628,16 @@ impl Conn {
         let core = env.core;
         let handle = &core.handle;
         let umask = take_client_umask(&mut request);
+        // Before the command runs, while the client surely waits: its executable.
+        self.newer_client = request
+            .client
+            .version
+            .take()
+            .filter(|v| v.is_newer_than(crate::upgrade::ours()) && !handle.outdated())
+            .map(|version| NewerClient {
+                version,
+                exe: self.peer_pid().and_then(crate::sys::procfs::exe_of),
+            });
         let fds = std::mem::take(&mut self.client_fds);
         let passed = request
             .client

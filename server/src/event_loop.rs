@@ -487,10 +487,14 @@ impl EventLoop {
         if conn.service(&mut env) == ReadBudget::Spent && !self.revisit.contains(&slot) {
             self.revisit.push(slot);
         }
+        let newer = conn.newer_client.take();
         if conn.is_closed() {
             self.close(slot);
         } else {
             self.schedule(slot);
+        }
+        if let Some(client) = newer {
+            self.newer_client(client, now);
         }
     }
 

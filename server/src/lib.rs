@@ -161,7 +161,7 @@ struct HandleInner {
     waker: Arc<Waker>,
     started: Instant,
     pool_threads: AtomicUsize,
-    outdated: AtomicBool,
+    outdated: std::sync::Mutex<Option<upgrade::Outdated>>,
 }
 
 /// A cheap, cloneable handle on a server: statistics, aliases, stop. Commands get one
@@ -222,13 +222,27 @@ impl ServerHandle {
         self.inner.started.elapsed()
     }
 
-    /// Whether the server's binary changed on disk since it started ([`upgrade`]).
+    /// Whether the server runs old code: its binary changed on disk since it started, or a
+    /// newer client's own `ngd` is installed ([`upgrade`]).
     pub fn outdated(&self) -> bool {
-        self.inner.outdated.load(Ordering::Relaxed)
+        self.outdated_by().is_some()
     }
 
-    fn set_outdated(&self) {
-        self.inner.outdated.store(true, Ordering::Relaxed);
+    /// Why the server is outdated, if it is ([`upgrade`]).
+    pub fn outdated_by(&self) -> Option<upgrade::Outdated> {
+        self.inner
+            .outdated
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set_outdated(&self, why: upgrade::Outdated) {
+        *self
+            .inner
+            .outdated
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 
     /// Command threads alive now.
@@ -474,7 +488,7 @@ impl ServerBuilder {
                 waker: waker.clone(),
                 started: Instant::now(),
                 pool_threads: AtomicUsize::new(0),
-                outdated: AtomicBool::new(false),
+                outdated: std::sync::Mutex::new(None),
             }),
         };
         let notifier = LoopNotifier {

@@ -51,6 +51,8 @@ mod plugins_stdin;
 mod jvm;
 // Zero-setup operation: auto-start, idle exit, socket activation, ngd bench/check, completions.
 mod ops;
+// Two installs of different versions: the older server hands over to the newer ngd, once.
+mod handover;
 // Our ng's negotiated extensions against the Java server: announced harmlessly, classic.
 mod extensions;
 // Terminal scenarios in a pseudo-terminal: cold runs, and ng in a terminal against ngd.

@@ -431,6 +431,42 @@ fn prettier_with_es_modules_preloaded_as_cold() {
 }
 
 both_clients! {
+    /// tsc 5 from V8's code cache: `lib/_tsc.js` runs the compiler as it loads, so a spare
+    /// compiles it ahead, from the cache an earlier session made after running it. Each run
+    /// byte for byte as cold; sessions served with cache hits (`code-cache-hit`, in
+    /// `ngd status`'s counters), none rejected.
+    fn tsc_from_the_code_cache(client) {
+        let s = setup();
+        let (_d, dir) = scratch("tsc-cache-");
+        std::fs::write(dir.join("bad.ts"), "let x: number = \"s\";\n").unwrap();
+        let tsc = bin("typescript", "tsc");
+        let nothing = || {};
+        let hits = || {
+            s.server
+                .plugin_report("node")
+                .and_then(|r| r.pointer("/counters/code-cache-hit").and_then(|v| v.as_u64()))
+                .unwrap_or(0)
+        };
+        // The first warm session learns the modules; the next spare compiles them ahead
+        // without a cache, and its session writes one; the spares after use it.
+        let mut used = 0;
+        for _ in 0..6 {
+            let before = hits();
+            s.same(client, "tsc", &tsc, &["--noEmit", "--pretty", "false", "bad.ts"], &dir, b"", &[], &nothing).assert_code(2);
+            s.same(client, "tsc", &tsc, &["--version"], &dir, b"", &[], &nothing);
+            if hits() > before {
+                used += 1;
+            }
+        }
+        let log = s.server.plugin_log("node");
+        assert!(used >= 3, "sessions were served from the code cache {used} time(s)\n{log}");
+        let rejected = s.server.plugin_report("node").and_then(|r| r.pointer("/counters/code-cache-rejected").and_then(|v| v.as_u64()));
+        assert_eq!(rejected, None, "{log}");
+        assert!(log.contains("code cache: 2 hit, 0 rejected, 0 missed, 2 compiled ahead"), "{log}");
+    }
+}
+
+both_clients! {
     /// Our own script: what it sees, a timer that keeps it alive, an unhandled rejection,
     /// an uncaught error, `process.exit` in a callback, `process.exitCode`, children, a
     /// large stdin read whole, a flood of stdout, death by SIGKILL and SIGTERM; with our

@@ -66,6 +66,7 @@ fn header_bytes_are_exact() {
     want.extend(frame(b'L', &contents[4096..]));
     want.extend(frame(b'L', b""));
     want.extend(frame(b'A', b"a2"));
+    let version = format!("NGD_CLIENT_VERSION={}", env!("CARGO_PKG_VERSION"));
     for e in [
         &b"NAILGUN_FILESEPARATOR=/"[..],
         b"NAILGUN_PATHSEPARATOR=:",
@@ -76,6 +77,7 @@ fn header_bytes_are_exact() {
         b"RAW=\xff\xfe",
         b"Z_FIRST=override",
         b"NGD_CLIENT_UMASK=0027",
+        version.as_bytes(),
         // Over TCP no descriptors can pass, so `fds` is not announced.
         b"NGD_CLIENT_FEATURES=signals,winsize,stdin-window",
     ] {

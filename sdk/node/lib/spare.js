@@ -30,10 +30,11 @@
 
 const fs = require('fs');
 const path = require('path');
+const codecache = require('./codecache');
 const esm = require('./esm');
 
 // The spare's own files: not the program's modules.
-const OWN = [__filename, require.resolve('./esm')];
+const OWN = [__filename, require.resolve('./esm'), require.resolve('./codecache')];
 delete require.cache[OWN[1]];
 
 const SOCK = 3;
@@ -56,17 +57,21 @@ function main() {
     }
   };
 
+  // V8's code cache for what the spare and its session compile (lib/codecache.js).
+  const { cache, why } = codecache.start(config);
   const outcome = preload(config);
   esm.forgetWrappers(config);
   spareConfig = config;
-  say({ ready: true, ...outcome, esm: Math.max(0, outcome.preloaded - (config.modules || []).length) });
+  if (cache && outcome.unsafe === undefined) cache.compileAhead(config.codeCache.ahead || []);
+  const esmCount = Math.max(0, outcome.preloaded - (config.modules || []).length);
+  say({ ready: true, ...outcome, esm: esmCount, codeCache: cache ? cache.counts : { off: why } });
   if (outcome.unsafe !== undefined) process.reallyExit(0);
 
   const session = receive(native);
   if (!session) process.reallyExit(0);
   take(native, session, dir, config);
   say({ taken: true });
-  learnAtExit(native);
+  learnAtExit(native, cache, !!session.pty);
 }
 
 // Requires config.modules in order with the traps in place; what was read and where it
@@ -274,6 +279,7 @@ function take(native, s, dir, config) {
   // What the script's `#!` line gives node, as cold; not the spare's `-r`.
   process.execArgv.splice(0, process.execArgv.length, ...(config.execArgv || []));
   delete require.cache[__filename];
+  delete require.cache[require.resolve('./codecache')];
   taken = true;
   fs.symlinkSync(s.target, path.join(dir, 'main'));
 }
@@ -282,15 +288,29 @@ function take(native, s, dir, config) {
 // order), without blocking. Node emits 'exit' through process.emit, on a natural end as
 // after process.exit: the spare wraps it (an own property of process, after the program's
 // listeners have run) rather than adding a listener the program could count.
-function learnAtExit(native) {
+//
+// When the session compiled modules its code cache lacks (`cache`), and the exit status is
+// certain (codecache.exitStatus), the process lets the client's descriptors go, the report
+// carries the status (`exiting`), and the process writes the cache and exits with it: the
+// worker has sent the status to the client meanwhile. A session on a terminal (`onTty`: it
+// leads the terminal's session) writes none.
+function learnAtExit(native, cache, onTty) {
   const emit = process.emit;
   const wrapped = {
     emit(event, ...args) {
+      const before = process.exitCode;
       let result;
+      let threw = true;
       try {
         result = emit.call(this, event, ...args);
+        threw = false;
       } finally {
-        if (event === 'exit' && this === process) report(native);
+        if (event === 'exit' && this === process) {
+          const status = !threw && !onTty && cache && cache.stale() ? codecache.exitStatus(args[0], before, wrapped) : null;
+          if (status !== null) letGo(native);
+          report(native, cache, status);
+          if (status !== null) writeCache(cache, status);
+        }
       }
       return result;
     },
@@ -301,11 +321,14 @@ function learnAtExit(native) {
 let reported = false;
 let spareConfig = {};
 
-function report(native) {
+function report(native, cache, status) {
   if (reported) return;
   reported = true;
   const modules = Object.keys(require.cache);
-  const line = Buffer.from(`${JSON.stringify({ modules, ...esm.learnAtExit(spareConfig, modules, OWN) })}\n`);
+  const msg = { modules, ...esm.learnAtExit(spareConfig, modules, OWN) };
+  if (cache) msg.codeCache = cache.counts;
+  if (status !== null) msg.exiting = status;
+  const line = Buffer.from(`${JSON.stringify(msg)}\n`);
   try {
     native.nonblock(SOCK);
     native.write(SOCK, line);
@@ -313,6 +336,27 @@ function report(native) {
     // the worker is gone
   }
   native.close(SOCK);
+}
+
+// Puts the null device on fds 0-2: the client's descriptors are let go.
+function letGo(native) {
+  try {
+    const devnull = fs.openSync('/dev/null', 'r+');
+    for (let fd = 0; fd <= 2; fd++) native.putOn(devnull, fd);
+    native.close(devnull);
+  } catch {
+    // nothing more to let go
+  }
+}
+
+// Writes the code cache and exits with `status`, the one reported.
+function writeCache(cache, status) {
+  try {
+    cache.write();
+  } catch {
+    // the cache is an optimisation
+  }
+  process.reallyExit(status);
 }
 
 main();

@@ -149,6 +149,18 @@ class Learned {
     return (stop >= 0 ? s.modules.slice(0, stop) : s.modules).filter((m) => typeof m === 'string');
   }
 
+  // Every module the script's last warm run loaded, those past the stop too (the spare
+  // compiles them ahead from the code cache, without running them).
+  allModulesFor(script) {
+    const s = this.scripts[script];
+    return s && Array.isArray(s.modules) ? s.modules.filter((m) => typeof m === 'string') : [];
+  }
+
+  // Where the code caches of this plugin's programs are kept (lib/codecache.js).
+  codeCacheDir() {
+    return this.file.replace(/\.json$/, '.code-cache');
+  }
+
   record(script, modules) {
     const s = this.scripts[script] || {};
     s.modules = modules;

@@ -25,6 +25,8 @@ const KILL_GRACE_MS = 2000;
 const WINDOW = 256 * 1024;
 const OUT_HIGH = 1 << 20;
 const DRAIN_MS = 100;
+// How long a session's process may write its code cache after its exit status was sent.
+const LINGER_MS = 30000;
 const POLLIN = 1;
 const POLLOUT = 4;
 const SPARE_JS = path.join(__dirname, 'spare.js');
@@ -44,7 +46,7 @@ function log(msg) {
 
 function usage(msg) {
   log(msg);
-  fs.writeSync(2, 'usage: ngw-node [--no-spare] [--no-learn] [--state-dir DIR] NAME=SCRIPT...\n');
+  fs.writeSync(2, 'usage: ngw-node [--no-spare] [--no-learn] [--no-code-cache] [--state-dir DIR] NAME=SCRIPT...\n');
   process.exit(2);
 }
 
@@ -140,6 +142,7 @@ class Worker {
   parseArgs() {
     this.useSpares = true;
     this.learn = true;
+    this.codeCache = true;
     // ngd names a state directory for its workers (NGW_STATE_DIR); run alone, the user's.
     this.stateDir = process.env.NGW_STATE_DIR
       ? path.join(process.env.NGW_STATE_DIR, 'ngw-node')
@@ -150,6 +153,7 @@ class Worker {
       const a = args.shift();
       if (a === '--no-spare') this.useSpares = false;
       else if (a === '--no-learn') this.learn = false;
+      else if (a === '--no-code-cache') this.codeCache = false;
       else if (a === '--state-dir') this.stateDir = args.shift() || usage('--state-dir needs a directory');
       else if (a.startsWith('-')) usage(`unknown option ${a}`);
       else {
@@ -307,6 +311,7 @@ class Worker {
 
   // One session, from its header to its `X`.
   runSession(header) {
+    this.reapLingering();
     const s = decode(header);
     const cmd = this.commands.get(s.command);
     const client = this.clientFds(s);
@@ -441,6 +446,10 @@ class Worker {
       spare.reads = msg.reads || [];
       spare.enumerated = !!msg.enumerated;
       spare.stdio = Array.isArray(msg.stdio) ? msg.stdio : [];
+      if (msg.codeCache && typeof msg.codeCache.off === 'string' && msg.codeCache.off !== 'off' && !this.cacheOffLogged) {
+        this.cacheOffLogged = true;
+        log(`the code cache is off in spares: ${msg.codeCache.off}`);
+      }
       if (msg.unsafe !== undefined) {
         spare.dead = true;
         spare.why = `preloading ${msg.module} ${msg.reason}`;
@@ -449,10 +458,40 @@ class Worker {
       } else this.spareFailures = 0;
       spare.esmPreloaded = Number(msg.esm) || 0;
     } else if (msg.taken) spare.taken = true;
-    else if (msg.modules && this.learn) {
-      spare.modules = msg.modules;
-      spare.esm = msg.esm;
+    else if (msg.modules) {
+      if (this.learn) {
+        spare.modules = msg.modules;
+        spare.esm = msg.esm;
+      }
+      if (msg.codeCache) this.cacheCounts(spare, msg.codeCache);
+      if (Number.isInteger(msg.exiting)) spare.exiting = msg.exiting;
     }
+  }
+
+  // A warm session's code cache use (lib/codecache.js): `count` notices (`code-cache-hit`
+  // when a module was compiled from the cache, `code-cache-rejected` when V8 rejected one)
+  // and a line in the log.
+  cacheCounts(spare, counts) {
+    const n = (k) => (Number.isInteger(counts[k]) ? counts[k] : 0);
+    log(`spare ${spare.pid}: code cache: ${n('hit')} hit, ${n('rejected')} rejected, ${n('missed')} missed, ${n('ahead')} compiled ahead`);
+    if (n('hit')) this.notice('count', 'code-cache-hit');
+    if (n('rejected')) this.notice('count', 'code-cache-rejected');
+  }
+
+  // Session processes still writing their code cache after their exit status was sent
+  // (lib/spare.js): reaped here, killed if they take too long.
+  reapLingering() {
+    this.lingering = (this.lingering || []).filter(({ pid, since }) => {
+      let change = null;
+      try {
+        change = this.native.wait(pid, false);
+      } catch {
+        return false;
+      }
+      if (change && (change[0] === 'exited' || change[0] === 'killed')) return false;
+      if (Date.now() - since > LINGER_MS) this.native.kill(pid, SIGNALS.SIGKILL);
+      return true;
+    });
   }
 
   // Starts the spare for the next session, in the key of the one before, unless there is
@@ -513,6 +552,10 @@ class Worker {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ngw-node-'));
     const modules = this.learned.modulesFor(cmd.script);
     const config = { native: this.native.path, script: cmd.script, modules, execArgv: cmd.options, ...esm.forSpare(this.learned, cmd.script, this.learn) };
+    if (this.codeCache) {
+      const preloaded = new Set(modules);
+      config.codeCache = { dir: this.learned.codeCacheDir(), ahead: this.learned.allModulesFor(cmd.script).filter((m) => !preloaded.has(m)) };
+    }
     fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
     const [ours, theirs] = this.native.socketpair();
     const fds = [theirs, 3];
@@ -737,6 +780,10 @@ class Worker {
         fds.push(pidfd);
         ev.push(POLLIN);
       }
+      // A spare's report may carry the exit status before the process ends (lib/spare.js).
+      const spare = pid.spare && status === null && !pid.spare.dead ? pid.spare : null;
+      const spareAt = spare ? fds.push(spare.sock) - 1 : -1;
+      if (spare) ev.push(POLLIN);
       const below = this.chan.outBytes < OUT_HIGH;
       if (r) {
         if (r.out !== null && below) fds.push(r.out), ev.push(POLLIN);
@@ -748,6 +795,17 @@ class Worker {
       if (killAt !== null) timeout = Math.max(0, Math.min(timeout < 0 ? 1e9 : timeout, killAt - Date.now()));
       if (status !== null) timeout = DRAIN_MS;
       const rev = this.native.poll(fds, ev, timeout);
+      if (spare && rev[spareAt]) {
+        this.readSpare(spare);
+        if (spare.exiting !== undefined && status === null) {
+          io.end = ['exited', spare.exiting];
+          status = `${spare.exiting}\n`;
+          endedAt = Date.now();
+          lastOut = endedAt;
+          this.lingering = this.lingering || [];
+          this.lingering.push({ pid: p, since: endedAt });
+        }
+      }
       if (rev[0] & POLLOUT) this.chan.flush();
       if (rev[0] & ~POLLOUT) {
         this.chan.readSome();

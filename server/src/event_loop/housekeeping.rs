@@ -1,6 +1,7 @@
 //! The loop's housekeeping, done once per turn after the events: freed memory handed back
 //! when the server is quiet, accepting again after running out of descriptors, the
-//! binary's upgrade watch, the idle exit, reloads, and the stop.
+//! binary's upgrade watch (and the newer clients it hands over to), the idle exit,
+//! reloads, and the stop.
 //!
 //! The state these keep is in [`Housekeeping`] (two deadlines) and [`Stopping`] (the
 //! phases of a stop); the methods on [`EventLoop`] act on them.
@@ -175,11 +176,13 @@ impl EventLoop {
         let Some(watch) = self.upgrade.as_mut().filter(|w| w.due(now)) else {
             return;
         };
-        let seen = crate::upgrade::Stamp::of(watch.path());
+        let seen = crate::upgrade::stamp_of(watch.path());
         if !watch.observe(seen, now) {
             return;
         }
-        self.core.handle.set_outdated();
+        self.core
+            .handle
+            .set_outdated(crate::upgrade::Outdated::Changed);
         if !self.core.settings.hand_over_on_upgrade {
             tracing::warn!(
                 "{} changed on disk: this server runs the old version until restarted",
@@ -191,9 +194,74 @@ impl EventLoop {
             "{} changed on disk: handing over to it once no client is connected",
             watch.path().display()
         );
+        self.hand_over(now);
+    }
+
+    /// Goes through the idle exit at once, as soon as no client is connected.
+    fn hand_over(&mut self, now: Instant) {
         self.idle
             .get_or_insert_with(|| crate::idle::IdleExit::new(Duration::ZERO, now))
             .hurry();
+    }
+
+    /// A client newer than this server was served: its own `ngd` (next to its executable)
+    /// is the newest known. It is recorded in the runtime directory for `ng`'s auto-start,
+    /// and this server is outdated and hands over as on an upgrade. A client without an
+    /// executable `ngd` beside it changes nothing; nor does one when the record cannot be
+    /// written, since the next `ng` of this server's install would then start this version
+    /// again.
+    pub(super) fn newer_client(&mut self, client: crate::conn::NewerClient, now: Instant) {
+        let Some(watch) = self.upgrade.as_mut() else {
+            return;
+        };
+        let version = *client.version;
+        if !watch.wants(&version, crate::upgrade::ours()) {
+            return;
+        }
+        let Some(exe) = client.exe else {
+            tracing::debug!(%version, "a newer client, whose executable cannot be read");
+            return;
+        };
+        let Some((path, stamp)) = crate::upgrade::sibling_ngd(&exe) else {
+            tracing::debug!(%version, client = %exe.display(), "a newer client, with no ngd beside it");
+            return;
+        };
+        let found = ng_proto::handover::NewestNgd {
+            version: version.clone(),
+            path,
+            stamp,
+        };
+        let runtime = crate::security::RuntimeDir::default_path();
+        if let Err(e) = crate::upgrade::write_record(&runtime, &found) {
+            if !watch.unrecorded() {
+                return;
+            }
+            tracing::warn!(
+                "ngd {version} ({}) is newer than this server, but recording it in {} failed: {e}; \
+                 not handing over",
+                found.path.display(),
+                runtime.display()
+            );
+            return;
+        }
+        watch.newer(found.clone());
+        let handing_over = self.core.settings.hand_over_on_upgrade;
+        tracing::info!(
+            "a client of ngd {version} connected, whose ngd ({}) is newer than this server ({}): {}",
+            found.path.display(),
+            crate::upgrade::ours(),
+            if handing_over {
+                "handing over to it once no client is connected"
+            } else {
+                "this server runs the old version until restarted"
+            }
+        );
+        self.core
+            .handle
+            .set_outdated(crate::upgrade::Outdated::Newer(found));
+        if handing_over {
+            self.hand_over(now);
+        }
     }
 
     /// Advances the idle exit: removes the socket files, then stops, once nobody has been

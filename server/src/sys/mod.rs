@@ -76,6 +76,31 @@ pub fn heap_info() -> Option<HeapInfo> {
 /// `Unsupported` elsewhere.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub fn peer_uid(fd: RawFd) -> io::Result<u32> {
+    peer_cred(fd).map(|c| c.uid)
+}
+
+/// The pid of the process at the other end of a connected Unix socket, as it was at
+/// `connect` time (Linux `SO_PEERCRED`); `Unsupported` elsewhere.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn peer_pid(fd: RawFd) -> io::Result<u32> {
+    let pid = peer_cred(fd)?.pid;
+    u32::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "the peer has no pid here"))
+}
+
+/// The pid of a Unix socket's peer: not offered on this system.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub fn peer_pid(_fd: RawFd) -> io::Result<u32> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this system offers no way to read a Unix socket peer's pid",
+    ))
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn peer_cred(fd: RawFd) -> io::Result<libc::ucred> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -101,7 +126,7 @@ pub fn peer_uid(fd: RawFd) -> io::Result<u32> {
             "SO_PEERCRED returned a short credentials structure",
         ));
     }
-    Ok(cred.uid)
+    Ok(cred)
 }
 
 #[cfg(any(

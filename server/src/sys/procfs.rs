@@ -3,6 +3,14 @@
 //! is in one place. Reading `smaps_rollup` walks the process's page tables (milliseconds
 //! for a large interpreter), so callers do it off the event loop ([`crate::plugin::footprint`]).
 
+/// The executable a process runs (`/proc/PID/exe`); `None` if it is gone, not ours to
+/// read, or its file was deleted or replaced since it started.
+pub fn exe_of(pid: u32) -> Option<std::path::PathBuf> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let deleted = exe.as_os_str().as_encoded_bytes().ends_with(b" (deleted)");
+    (exe.is_absolute() && !deleted).then_some(exe)
+}
+
 /// The most processes [`descendants`] returns: a fork bomb under a worker does not make the
 /// walk unbounded.
 pub const MAX_DESCENDANTS: usize = 4096;
