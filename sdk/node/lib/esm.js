@@ -45,25 +45,36 @@ function preloadList(config) {
 
 // In the spare: while the preloaded modules load, V8 compiles every function of theirs as
 // it compiles their scripts (`--no-lazy`), not at its first call, so that the session does
-// not; `end()` puts V8's default back before the program runs, then collects the garbage
-// of the whole heap, so that the objects the modules made are old by the session and its
-// first young-generation collections do not copy them. Neither where the program's node
-// options name V8's laziness or `gc` (they are then the program's, not the defaults).
+// not; `end()` puts V8's default back before the program runs. Not where the program's
+// node options name V8's laziness (they are then the program's, not the default).
 function compileEagerly(config) {
-  const options = [...process.execArgv, ...String(process.env.NODE_OPTIONS || '').split(/\s+/)];
-  if (!config.eager || options.some((o) => /lazy|gc/.test(o))) return { end() {} };
+  if (!config.eager || programsOwn(/lazy/)) return { end() {} };
   const v8 = require('v8');
   v8.setFlagsFromString('--no-lazy');
   return {
     end() {
       v8.setFlagsFromString('--lazy');
-      // `gc` exists only in a context made while the flag is on: one of the spare's own.
-      v8.setFlagsFromString('--expose-gc');
-      const gc = require('vm').runInNewContext('gc');
-      v8.setFlagsFromString('--no-expose-gc');
-      gc();
     },
   };
+}
+
+// In the spare, once it has loaded and compiled all it will before its session: collects
+// the garbage of the whole heap, so that the objects the modules made are old by the
+// session and its first young-generation collections do not copy them. Not where the
+// program's node options name `gc`.
+function collectGarbage(config) {
+  if (!config.eager || programsOwn(/gc/)) return;
+  const v8 = require('v8');
+  // `gc` exists only in a context made while the flag is on: one of the spare's own.
+  v8.setFlagsFromString('--expose-gc');
+  const gc = require('vm').runInNewContext('gc');
+  v8.setFlagsFromString('--no-expose-gc');
+  gc();
+}
+
+// Whether the program's node options (the `#!` line's, NODE_OPTIONS) match `re`.
+function programsOwn(re) {
+  return [...process.execArgv, ...String(process.env.NODE_OPTIONS || '').split(/\s+/)].some((o) => re.test(o));
 }
 
 // In the spare, after preloading: the ES modules' entries in require.cache (require(esm)
@@ -180,4 +191,4 @@ function preloadedNote(spare) {
   return spare && spare.esmPreloaded ? `, ${spare.esmPreloaded} ES module(s) preloaded` : '';
 }
 
-module.exports = { preloadedNote, RELEARN, supported, preloadList, compileEagerly, forgetWrappers, learnAtExit, isModuleFile, forSpare, record };
+module.exports = { preloadedNote, RELEARN, supported, preloadList, compileEagerly, collectGarbage, forgetWrappers, learnAtExit, isModuleFile, forSpare, record };

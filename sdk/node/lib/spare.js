@@ -64,6 +64,7 @@ function main() {
   spareConfig = config;
   if (cache && outcome.unsafe === undefined) cache.compileAhead(config.codeCache.ahead || []);
   const esmCount = Math.max(0, outcome.preloaded - (config.modules || []).length);
+  if (outcome.unsafe === undefined) esm.collectGarbage(config);
   say({ ready: true, ...outcome, esm: esmCount, codeCache: cache ? cache.counts : { off: why } });
   if (outcome.unsafe !== undefined) process.reallyExit(0);
 
