@@ -331,6 +331,105 @@ both_clients! {
     }
 }
 
+impl Setup {
+    /// How many warm sessions the plugin's log shows served by a spare that had preloaded
+    /// ES modules, once the log holds at least `at_least` (waiting up to 5 s for it).
+    fn served_with_es_modules(&self, at_least: usize) -> usize {
+        let count = || {
+            self.server
+                .plugin_log("node")
+                .lines()
+                .filter(|l| {
+                    l.contains(": warm, handed over") && l.contains("ES module(s) preloaded")
+                })
+                .count()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while count() < at_least && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        count()
+    }
+}
+
+/// prettier 3 is ES modules (its bin imports `internal/legacy-cli.mjs`, which imports the
+/// rest; the parser plugins are imported as it formats): once a warm run has learned
+/// them, the spares preload them. `--stdin-filepath`, `--check` and `--write` (the file it
+/// writes), cold and warm byte for byte, each warm run served by a spare that had
+/// preloaded prettier's ES modules.
+#[test]
+fn prettier_with_es_modules_preloaded_as_cold() {
+    let s = setup();
+    let (_d, dir) = scratch("prettier-esm-");
+    let unformatted = "const a = {b:1,\n  c:2}\n";
+    let restore = || std::fs::write(dir.join("f.js"), unformatted).unwrap();
+    let nothing = || {};
+    let prettier = bin("prettier", "prettier");
+    restore();
+    // The first warm run learns the ES modules; the spare started after it preloads them.
+    let mut primed = false;
+    for _ in 0..8 {
+        let before = s.served_with_es_modules(0);
+        s.warm(
+            Client::Ours,
+            "prettier",
+            &["--stdin-filepath", "x.js"],
+            &dir,
+            unformatted.as_bytes(),
+        );
+        if s.served_with_es_modules(before + 1) > before {
+            primed = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert!(
+        primed,
+        "no spare preloaded ES modules\n{}",
+        s.server.plugin_log("node")
+    );
+    /// A prettier run: its arguments, its stdin, the files it writes and what resets them.
+    type Case<'a> = (&'a [&'a str], &'a [u8], &'a [&'a str], &'a dyn Fn());
+    let cases: [Case<'_>; 3] = [
+        (
+            &["--stdin-filepath", "x.js"],
+            unformatted.as_bytes(),
+            &[],
+            &nothing,
+        ),
+        (&["--check", "f.js"], b"", &[], &nothing),
+        (
+            &["--write", "--log-level", "warn", "f.js"],
+            b"",
+            &["f.js"],
+            &restore,
+        ),
+    ];
+    for (args, stdin, files, reset) in cases {
+        let before = s.served_with_es_modules(0);
+        s.same(
+            Client::Ours,
+            "prettier",
+            &prettier,
+            args,
+            &dir,
+            stdin,
+            files,
+            reset,
+        );
+        assert!(
+            s.served_with_es_modules(before + 1) > before,
+            "prettier {args:?} was not served by a spare with ES modules preloaded\n{}",
+            s.server.plugin_log("node")
+        );
+    }
+    let log = s.server.plugin_log("node");
+    assert!(
+        log.contains("prettier: learned 5 ES module(s) to preload"),
+        "{log}"
+    );
+}
+
 both_clients! {
     /// tsc 5 from V8's code cache: `lib/_tsc.js` runs the compiler as it loads, so a spare
     /// compiles it ahead, from the cache an earlier session made after running it. Each run

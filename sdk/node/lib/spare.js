@@ -31,6 +31,11 @@
 const fs = require('fs');
 const path = require('path');
 const codecache = require('./codecache');
+const esm = require('./esm');
+
+// The spare's own files: not the program's modules.
+const OWN = [__filename, require.resolve('./esm'), require.resolve('./codecache')];
+delete require.cache[OWN[1]];
 
 const SOCK = 3;
 
@@ -55,8 +60,12 @@ function main() {
   // V8's code cache for what the spare and its session compile (lib/codecache.js).
   const { cache, why } = codecache.start(config);
   const outcome = preload(config);
+  esm.forgetWrappers(config);
+  spareConfig = config;
   if (cache && outcome.unsafe === undefined) cache.compileAhead(config.codeCache.ahead || []);
-  say({ ready: true, ...outcome, codeCache: cache ? cache.counts : { off: why } });
+  const esmCount = Math.max(0, outcome.preloaded - (config.modules || []).length);
+  if (outcome.unsafe === undefined) esm.collectGarbage(config);
+  say({ ready: true, ...outcome, esm: esmCount, codeCache: cache ? cache.counts : { off: why } });
   if (outcome.unsafe !== undefined) process.reallyExit(0);
 
   const session = receive(native);
@@ -126,7 +135,8 @@ function preload(config) {
   let unsafe;
   let reason;
   const before = process.getActiveResourcesInfo().length;
-  const modules = config.modules || [];
+  const modules = esm.preloadList(config);
+  const eager = esm.compileEagerly(config);
   let i = 0;
   for (; i < modules.length; i++) {
     try {
@@ -147,6 +157,7 @@ function preload(config) {
       break;
     }
   }
+  eager.end();
   process.exit = exit;
   tty.isatty = isatty;
   fs.fstatSync = fstatSync;
@@ -176,11 +187,23 @@ function stdioStub(name, fd, touched, asked) {
   const tty = require('tty');
   const real = () => process[name];
   const forward = (op) => (t, ...rest) => Reflect[op](real(), ...rest);
-  return new Proxy(Object.create(null), {
+  // The stream's methods, called on the stub, run on the stream itself (`for await` over
+  // a kept `stdin`, `setEncoding`): each method as a proxy of itself, one per method.
+  const methods = new WeakMap();
+  const method = (f) => {
+    let m = methods.get(f);
+    if (!m) {
+      m = new Proxy(f, { apply: (g, self, args) => Reflect.apply(g, self === stub ? real() : self, args) });
+      methods.set(f, m);
+    }
+    return m;
+  };
+  const stub = new Proxy(Object.create(null), {
     get(t, k) {
       if (taken) {
         const s = real();
-        return Reflect.get(s, k, s);
+        const v = Reflect.get(s, k, s);
+        return typeof v === 'function' && k !== 'constructor' ? method(v) : v;
       }
       if (k === 'fd') return fd;
       if (k === 'isTTY') {
@@ -205,6 +228,7 @@ function stdioStub(name, fd, touched, asked) {
     deleteProperty: forward('deleteProperty'),
     getPrototypeOf: (t) => (taken ? Reflect.getPrototypeOf(real()) : null),
   });
+  return stub;
 }
 
 // Blocks until the worker sends the session: a JSON line with the client's descriptors.
@@ -296,11 +320,13 @@ function learnAtExit(native, cache, onTty) {
 }
 
 let reported = false;
+let spareConfig = {};
 
 function report(native, cache, status) {
   if (reported) return;
   reported = true;
-  const msg = { modules: Object.keys(require.cache) };
+  const modules = Object.keys(require.cache);
+  const msg = { modules, ...esm.learnAtExit(spareConfig, modules, OWN) };
   if (cache) msg.codeCache = cache.counts;
   if (status !== null) msg.exiting = status;
   const line = Buffer.from(`${JSON.stringify(msg)}\n`);

@@ -15,6 +15,7 @@ const os = require('os');
 const path = require('path');
 const { Channel } = require('./channel');
 const state = require('./state');
+const esm = require('./esm');
 const wire = require('./wire');
 
 const SDK = 'ngw-node/0.1.0';
@@ -349,7 +350,7 @@ class Worker {
         client.fds = [];
       }
       if (pid === null) why = 'the spare ended before it took the session';
-      else log(`session ${s.id}: warm, handed over in ${Number(process.hrtime.bigint() - t0) / 1e6} ms`);
+      else log(`session ${s.id}: warm, handed over in ${Number(process.hrtime.bigint() - t0) / 1e6} ms${esm.preloadedNote(pid.spare)}`);
       this.spare = null;
     } else this.discardSpare(why);
     if (pid === null) {
@@ -455,9 +456,13 @@ class Worker {
         log(`spare ${spare.pid}: ${spare.why}; the next spares stop before it`);
         this.learned.stopBefore(spare.cmd.script, msg.module);
       } else this.spareFailures = 0;
+      spare.esmPreloaded = Number(msg.esm) || 0;
     } else if (msg.taken) spare.taken = true;
     else if (msg.modules) {
-      if (this.learn) spare.modules = msg.modules;
+      if (this.learn) {
+        spare.modules = msg.modules;
+        spare.esm = msg.esm;
+      }
       if (msg.codeCache) this.cacheCounts(spare, msg.codeCache);
       if (Number.isInteger(msg.exiting)) spare.exiting = msg.exiting;
     }
@@ -546,7 +551,7 @@ class Worker {
   startSpare(cmd, s, node, key, placeholders) {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ngw-node-'));
     const modules = this.learned.modulesFor(cmd.script);
-    const config = { native: this.native.path, script: cmd.script, modules, execArgv: cmd.options };
+    const config = { native: this.native.path, script: cmd.script, modules, execArgv: cmd.options, ...esm.forSpare(this.learned, cmd.script, this.learn) };
     if (this.codeCache) {
       const preloaded = new Set(modules);
       config.codeCache = { dir: this.learned.codeCacheDir(), ahead: this.learned.allModulesFor(cmd.script).filter((m) => !preloaded.has(m)) };
@@ -577,7 +582,7 @@ class Worker {
       dead: false,
       taken: false,
       ours: placeholders.map((p) => p.ours).filter((fd) => fd !== null),
-      files: state.fingerprint(this.native, [...modules, cmd.script, ...state.projectFiles(s.cwd, cmd.script)]),
+      files: state.fingerprint(this.native, [...modules, ...config.esm, cmd.script, ...state.projectFiles(s.cwd, cmd.script)]),
       started: Date.now(),
     };
   }
@@ -930,6 +935,8 @@ class Worker {
       const before = this.learned.modulesFor(cmd.script).length;
       this.learned.record(cmd.script, modules);
       if (modules.length !== before) log(`${cmd.name}: learned ${modules.length} module(s) to preload`);
+      const n = esm.record(this.learned, cmd.script, spare.esm, [real, spare.dir + '/main']);
+      if (n !== null) log(`${cmd.name}: learned ${n} ES module(s) to preload`);
     }
     spare.reaped = true;
     this.forgetSpare(spare);

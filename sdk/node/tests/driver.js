@@ -11,13 +11,15 @@ const WORKER = path.join(__dirname, '..', 'bin', 'ngw-node');
 const FIXTURE = path.join(__dirname, 'fixtures', 'exact.js');
 
 class Driver {
-  constructor(args, { features = 'fds,signals,notices,stdin-window,ctty', env = {} } = {}) {
+  // `log`: a file the worker's log goes to (by default the test's stderr).
+  constructor(args, { features = 'fds,signals,notices,stdin-window,ctty', env = {}, log = null } = {}) {
     const [ours, theirs] = native.socketpair();
     const base = Object.entries({ ...process.env, ...env }).map(([k, v]) => `${k}=${v}`);
     base.push('NGW_FD=3', 'NGW_VERSION=1', 'NGW_PLUGIN=test', `NGW_HOST_FEATURES=${features}`);
-    // The worker's log is the test's stderr.
-    this.pid = native.spawn(process.execPath, ['node', WORKER, ...args], base, null, [theirs, 3, 2, 2], { session: true });
+    const logFd = log === null ? 2 : require('fs').openSync(log, 'a');
+    this.pid = native.spawn(process.execPath, ['node', WORKER, ...args], base, null, [theirs, 3, logFd, 2], { session: true });
     native.close(theirs);
+    if (logFd !== 2) native.close(logFd);
     native.nonblock(ours);
     this.fd = ours;
     this.buf = Buffer.alloc(0);
