@@ -90,8 +90,8 @@ final class Spares {
     }
 
     /**
-     * Whether a spare with this start-up environment tells its exit status early ({@link
-     * EarlyExit}): not when {@code NGW_JAVA_EXIT_EARLY=0}, and only with JVM options that
+     * Whether a spare with this start-up environment (and no class-data cache in play) tells
+     * its exit status early ({@link EarlyExit}): not when {@code NGW_JAVA_EXIT_EARLY=0}, and only with JVM options that
      * print nothing as the JVM exits ({@link #quietAtExit}) and no options from the
      * environment.
      */
@@ -333,7 +333,11 @@ final class Spares {
         if (ng != null) {
             argv.add("-Dngw.spare.anchor=" + ng);
         }
-        if (early(startupEnv)) {
+        // The agent's options change the JVM's boot class path and modules, and the JDK then
+        // refuses an archive made without them: a spare that maps or records the program's
+        // class-data cache is told its exit by waitpid.
+        boolean cached = cache != null && (cache.given || cache.recording != null);
+        if (!cached && early(startupEnv)) {
             String lib = new java.io.File(o.workerClasspath.split(":")[0]).getParent();
             argv.add(0, "-javaagent:" + new java.io.File(lib, "ngw-java.jar"));
             argv.add(0, "-Xbootclasspath/a:" + new java.io.File(lib, "ngw-boot.jar"));
