@@ -89,10 +89,10 @@ fn every_end_as_cold(home: &Path) {
         (&["kill"], false),
     ];
     for (args, early) in cases {
-        std::fs::write(&*doomed, b"x").unwrap();
+        std::fs::write(doomed, b"x").unwrap();
         let theirs = cold(home, args, dir);
         let cold_deleted = !Path::new(doomed).exists();
-        std::fs::write(&*doomed, b"x").unwrap();
+        std::fs::write(doomed, b"x").unwrap();
         let (told, ran_cold) = (counter(&server, "exit-early"), fallbacks(&server));
         let ours = server
             .cmd(Client::Ours)
