@@ -105,6 +105,8 @@ public final class ExactWorker {
         private boolean cacheFinished;
         /** The spares after it were started. */
         boolean refilled;
+        /** Counted in {@link Spares#due}: its {@code X} went before its spares were started. */
+        boolean refillDue;
 
         /** Counts its use of the class-data cache, once. */
         synchronized void cacheFinished() {
@@ -395,12 +397,17 @@ public final class ExactWorker {
             cache.make(r.cache);
             // The next spare starts once this session is over, so that a JVM starting does
             // not take CPU from the session's own (two cores are common).
-            spares.ended(r);
+            refill(r);
         } catch (IOException | RuntimeException e) {
             for (int f : ours) {
                 Posix.closeQuietly(f);
             }
             cache.abandoned(r.cache);
+            synchronized (r) {
+                if (r.refillDue && !r.refilled) {
+                    refill(r);
+                }
+            }
             log.println("ngw-java: session " + r.id + ": " + e);
             r.send(Chunk.STDERR, ("ngw-java: cannot start the program: " + e.getMessage() + "\n")
                     .getBytes(StandardCharsets.UTF_8));
@@ -542,6 +549,7 @@ public final class ExactWorker {
         joinRelays(r);
         r.cacheFinished();
         notice("count", "exit-early", r.id);
+        due(r);
         end(r, x);
         // The session is over for its client: the next spare starts now, while this JVM
         // tears itself down.
@@ -550,13 +558,26 @@ public final class ExactWorker {
 
     /** Starts the spares for the sessions after {@code r}, once. */
     private void refill(Run r) {
+        boolean due;
         synchronized (r) {
             if (r.refilled) {
                 return;
             }
             r.refilled = true;
+            due = r.refillDue;
         }
-        spares.ended(r);
+        spares.ended(r, due);
+    }
+
+    /** The session's {@code X} goes before its {@link #refill}: sessions meanwhile wait for it. */
+    private void due(Run r) {
+        synchronized (r) {
+            if (r.refilled || r.refillDue) {
+                return;
+            }
+            r.refillDue = true;
+        }
+        spares.due();
     }
 
     /** Waits for the relays of the session's output to reach their end; stops its input's. */
@@ -597,6 +618,7 @@ public final class ExactWorker {
                 log("session " + r.id + ": its JVM told exit status " + told.trim() + " but exited with "
                         + x.trim() + " (a race of its own between exits)");
             }
+            due(r);
             end(r, x);
             return;
         }

@@ -72,6 +72,8 @@ final class Spares {
     private final Ahead ahead;
     private int failures;
     private boolean stopped;
+    /** Sessions whose {@code X} went before their {@link #ended}. */
+    private int refillsDue;
 
     Spares(ExactWorker worker, int target) {
         this.worker = worker;
@@ -231,11 +233,24 @@ final class Spares {
     private Taken take(String cwd, Map<String, String> startupEnv, Ahead.Key key) {
         Spare s;
         synchronized (this) {
-            s = spares.stream().filter(x -> x.state >= 0 && x.ahead != null && x.ahead.difference(key) == null)
-                    .findFirst().orElse(null);
-            if (s == null) {
-                s = spares.stream().filter(x -> x.state >= 0 && x.ahead == null && x.cwd.equals(cwd)
-                        && x.startupEnv.equals(startupEnv)).findFirst().orElse(null);
+            long deadline = System.nanoTime() + DUE_WAIT_MS * 1_000_000;
+            while (true) {
+                s = spares.stream().filter(x -> x.state >= 0 && x.ahead != null && x.ahead.difference(key) == null)
+                        .findFirst().orElse(null);
+                if (s == null) {
+                    s = spares.stream().filter(x -> x.state >= 0 && x.ahead == null && x.cwd.equals(cwd)
+                            && x.startupEnv.equals(startupEnv)).findFirst().orElse(null);
+                }
+                long left = deadline - System.nanoTime();
+                if (s != null || refillsDue <= 0 || left <= 0) {
+                    break;
+                }
+                try {
+                    wait(Math.max(1, left / 1_000_000));
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    break;
+                }
             }
             if (s == null) {
                 return new Taken(null, why(cwd, startupEnv, key));
@@ -286,9 +301,29 @@ final class Spares {
      * A session ended: the spares are replaced by ones started where it came from, going
      * ahead for its key when {@link Ahead} says so.
      */
-    void ended(ExactWorker.Run r) {
-        refill(r.cwd, r.env, ahead.next(Ahead.Key.of(r)));
+    void ended(ExactWorker.Run r, boolean due) {
+        try {
+            refill(r.cwd, r.env, ahead.next(Ahead.Key.of(r)));
+        } finally {
+            if (due) {
+                synchronized (this) {
+                    refillsDue--;
+                    notifyAll();
+                }
+            }
+        }
     }
+
+    /**
+     * A session is about to end ({@code X}) and {@link #ended} will follow: a session that
+     * comes meanwhile waits for the spares it starts rather than running cold.
+     */
+    synchronized void due() {
+        refillsDue++;
+    }
+
+    /** The longest a session waits for the spares of the session before it to be started. */
+    private static final long DUE_WAIT_MS = 2000;
 
     /**
      * Starts spares until {@link #target} are there for {@code cwd} and {@code env}, each
