@@ -57,6 +57,11 @@ final class EarlyExit {
         status();
         try {
             Posix.closeQuietly(Posix.openDevNull());
+            // The kernel grows a process's descriptor table to hold a number this high, and
+            // in a process of many threads waits for an RCU grace period to do it
+            // (milliseconds): done here, the session's own copy of the channel finds the
+            // table grown.
+            Posix.closeQuietly(Posix.dupAbove(0, CHANNEL_MIN));
         } catch (IOException e) {
             return false;
         }
