@@ -248,6 +248,10 @@ mod cache;
 #[path = "jvm_ahead.rs"]
 mod ahead;
 
+// The exact mode's ends (exit, exceptions, hooks, halt, signals), warm against cold.
+#[path = "jvm_exit.rs"]
+mod ends;
+
 /// `ngtest.FreshThread` five times through `server`, each run compared with cold `java` on
 /// `java_home`'s JDK: every run sees a new thread's state, though the worker ran some of them
 /// on a thread it used before (their ids, in the file, repeat).

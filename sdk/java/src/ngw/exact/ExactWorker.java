@@ -96,6 +96,25 @@ public final class ExactWorker {
         ClassCache.Use cache;
         /** The kinds of its descriptors 0-2 ({@link #kinds}). */
         String kinds = "---";
+        /** The spare's channel, on which it tells its exit status ({@link EarlyExit}), or -1. */
+        int exitChannel = -1;
+        /** What came on it with the spare's answer. */
+        byte[] exitPrefix = new byte[0];
+        /** The exit status its spare told, or null. */
+        volatile String toldExit;
+        private boolean cacheFinished;
+        /** The spares after it were started. */
+        boolean refilled;
+        /** Counted in {@link Spares#due}: its {@code X} went before its spares were started. */
+        boolean refillDue;
+
+        /** Counts its use of the class-data cache, once. */
+        synchronized void cacheFinished() {
+            if (!cacheFinished) {
+                cacheFinished = true;
+                ExactWorker.this.cache.finished(this.cache, id);
+            }
+        }
 
         Run(long id) {
             this.id = id;
@@ -364,17 +383,31 @@ public final class ExactWorker {
                     relayOut(r, outR[0], Chunk.STDOUT), relayOut(r, outR[1], Chunk.STDERR), relayIn(r),
                 };
             }
+            if (r.exitChannel >= 0) {
+                launchers.execute(() -> {
+                    try {
+                        toldExit(r);
+                    } catch (RuntimeException e) {
+                        log.println("ngw-java: session " + r.id + ": " + e);
+                    }
+                });
+            }
             waitFor(r);
             // Made from what this session recorded, now that its exit code has gone.
             cache.make(r.cache);
             // The next spare starts once this session is over, so that a JVM starting does
             // not take CPU from the session's own (two cores are common).
-            spares.ended(r);
+            refill(r);
         } catch (IOException | RuntimeException e) {
             for (int f : ours) {
                 Posix.closeQuietly(f);
             }
             cache.abandoned(r.cache);
+            synchronized (r) {
+                if (r.refillDue && !r.refilled) {
+                    refill(r);
+                }
+            }
             log.println("ngw-java: session " + r.id + ": " + e);
             r.send(Chunk.STDERR, ("ngw-java: cannot start the program: " + e.getMessage() + "\n")
                     .getBytes(StandardCharsets.UTF_8));
@@ -484,6 +517,84 @@ public final class ExactWorker {
         return t;
     }
 
+    /**
+     * Reads the exit status the session's spare tells ({@link EarlyExit}) and ends the session
+     * with it; nothing if the channel ends without one (the waiter then ends it).
+     */
+    private void toldExit(Run r) {
+        byte[] got = Arrays.copyOf(r.exitPrefix, 16);
+        int n = r.exitPrefix.length;
+        try {
+            byte[] buf = new byte[16];
+            while (n < got.length && (n == 0 || got[n - 1] != '\n')) {
+                int k = Posix.readSome(r.exitChannel, buf);
+                if (k <= 0) {
+                    break;
+                }
+                k = Math.min(k, got.length - n);
+                System.arraycopy(buf, 0, got, n, k);
+                n += k;
+            }
+        } catch (IOException e) {
+            n = 0;
+        } finally {
+            Posix.closeQuietly(r.exitChannel);
+        }
+        String text = new String(got, 0, n, StandardCharsets.US_ASCII);
+        if (!text.matches("X[0-9]{1,3}\n")) {
+            return;
+        }
+        String x = text.substring(1);
+        r.toldExit = x;
+        joinRelays(r);
+        r.cacheFinished();
+        notice("count", "exit-early", r.id);
+        due(r);
+        end(r, x);
+        // The session is over for its client: the next spare starts now, while this JVM
+        // tears itself down.
+        refill(r);
+    }
+
+    /** Starts the spares for the sessions after {@code r}, once. */
+    private void refill(Run r) {
+        boolean due;
+        synchronized (r) {
+            if (r.refilled) {
+                return;
+            }
+            r.refilled = true;
+            due = r.refillDue;
+        }
+        spares.ended(r, due);
+    }
+
+    /** The session's {@code X} goes before its {@link #refill}: sessions meanwhile wait for it. */
+    private void due(Run r) {
+        synchronized (r) {
+            if (r.refilled || r.refillDue) {
+                return;
+            }
+            r.refillDue = true;
+        }
+        spares.due();
+    }
+
+    /** Waits for the relays of the session's output to reach their end; stops its input's. */
+    private static void joinRelays(Run r) {
+        for (Thread t : r.relays) {
+            if (t.getName().startsWith("ngw-relay-")) {
+                try {
+                    t.join();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            } else {
+                t.interrupt();
+            }
+        }
+    }
+
     private void waitFor(Run r) throws IOException {
         while (true) {
             Posix.Status s = Posix.waitFor(r.pid);
@@ -493,18 +604,8 @@ public final class ExactWorker {
                 }
                 continue;
             }
-            for (Thread t : r.relays) {
-                if (t.getName().startsWith("ngw-relay-")) {
-                    try {
-                        t.join();
-                    } catch (InterruptedException e) {
-                        Thread.currentThread().interrupt();
-                    }
-                } else {
-                    t.interrupt();
-                }
-            }
-            cache.finished(r.cache, r.id);
+            joinRelays(r);
+            r.cacheFinished();
             String x;
             if (s.signaled()) {
                 x = 128 + s.signal() + (signalsExt ? " " + Signals.name(s.signal()) + (s.core() ? " core" : "") : "")
@@ -512,16 +613,24 @@ public final class ExactWorker {
             } else {
                 x = s.code() + "\n";
             }
+            String told = r.toldExit;
+            if (told != null && !told.equals(x)) {
+                log("session " + r.id + ": its JVM told exit status " + told.trim() + " but exited with "
+                        + x.trim() + " (a race of its own between exits)");
+            }
+            due(r);
             end(r, x);
             return;
         }
     }
 
     private void end(Run r, String x) {
-        if (r.ended) {
-            return;
+        synchronized (r) {
+            if (r.ended) {
+                return;
+            }
+            r.ended = true;
         }
-        r.ended = true;
         r.send(Chunk.EXIT, x.getBytes(StandardCharsets.US_ASCII));
         runs.remove(r.id);
         if (quitting && runs.isEmpty()) {

@@ -112,6 +112,8 @@ final class Posix {
     static native int isatty(int fd);
     static native int gettid();
     static native int prctl(int option, long arg2, long arg3, long arg4, long arg5) throws LastErrorException;
+    static native int fcntl(int fd, int cmd, int arg) throws LastErrorException;
+    static native int open(String path, int flags) throws LastErrorException;
 
     /** Bytes received and the descriptors that came with them. */
     record Received(int length, int[] fds) {}
@@ -232,6 +234,27 @@ final class Posix {
             } catch (LastErrorException e) {
                 // EBADF or EINTR: the descriptor is released in both cases on Linux.
             }
+        }
+    }
+
+    /** {@code F_DUPFD_CLOEXEC}: a close-on-exec copy at the lowest free number from a minimum. */
+    static final int F_DUPFD_CLOEXEC = 1030;
+
+    /** A close-on-exec copy of {@code fd} numbered {@code min} or above. */
+    static int dupAbove(int fd, int min) throws IOException {
+        try {
+            return fcntl(fd, F_DUPFD_CLOEXEC, min);
+        } catch (LastErrorException e) {
+            throw new IOException("fcntl: " + e.getMessage());
+        }
+    }
+
+    /** {@code /dev/null}, opened for reading and writing, close-on-exec. */
+    static int openDevNull() throws IOException {
+        try {
+            return open("/dev/null", O_RDWR | O_CLOEXEC);
+        } catch (LastErrorException e) {
+            throw new IOException("open /dev/null: " + e.getMessage());
         }
     }
 

@@ -19,6 +19,9 @@
  * when that was clean, else {@code x} (the program's initialisation cannot go ahead
  * exactly) or {@code g} (this system cannot guard it) with the reason, and it exits. The
  * worker hands it only a session that matches all of these.
+ *
+ * <p>A spare started with {@code ngw.spare.early} (and the worker's agent) answers {@code E}
+ * instead of {@code R} when it will tell its exit status on the channel ({@link EarlyExit}).
  */
 package ngw.exact;
 
@@ -56,6 +59,7 @@ public final class Spare {
         String command = System.getProperty("ngw.spare.command");
         anchor = System.getProperty("ngw.spare.anchor");
         boolean ahead = System.getProperty("ngw.spare.ahead") != null;
+        boolean early = System.getProperty("ngw.spare.early") != null && EarlyExit.arm();
         String umask = System.getProperty("ngw.spare.umask");
         String ignored = System.getProperty("ngw.spare.ignored");
         Class<?> c = Class.forName(mainClass, false, ClassLoader.getSystemClassLoader());
@@ -65,7 +69,7 @@ public final class Spare {
         // The properties as a cold JVM has them before the program runs (JNA has read its
         // own).
         for (String p : List.of("jna.encoding", "ngw.spare.main", "ngw.spare.cp", "ngw.spare.command",
-                "ngw.spare.anchor", "ngw.spare.ahead", "ngw.spare.umask", "ngw.spare.ignored")) {
+                "ngw.spare.anchor", "ngw.spare.ahead", "ngw.spare.umask", "ngw.spare.ignored", "ngw.spare.early")) {
             System.clearProperty(p);
         }
         System.setProperty("java.class.path", classpath);
@@ -103,16 +107,25 @@ public final class Spare {
             Runtime.getRuntime().halt(0);
             return;
         }
-        Posix.writeAll(FD, new byte[] {'R'});
-        Posix.closeQuietly(FD);
+        // With its exit status told early, the channel stays, out of the program's way; a
+        // session on a terminal is told by waitpid (the terminal's hang-up at the end of a
+        // session leader belongs to its process's end).
+        Posix.writeAll(FD, new byte[] {(byte) (early && r.ctty() < 0 ? 'E' : 'R')});
+        if (early && r.ctty() < 0) {
+            EarlyExit.keep(FD, r.stdio());
+        } else {
+            Posix.closeQuietly(FD);
+        }
         String[] args = r.args().stream().map(Posix::decoded).toArray(String[]::new);
         System.setProperty("sun.java.command", args.length == 0 ? command : command + " " + String.join(" ", args));
         try {
             main.invokeExact(args);
         } catch (Throwable t) {
             ngw.Traces.trim(t, mainClass, "main");
+            EarlyExit.mainEnded(true);
             throw t;
         }
+        EarlyExit.mainEnded(false);
     }
 
     /**

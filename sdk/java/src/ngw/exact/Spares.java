@@ -72,6 +72,8 @@ final class Spares {
     private final Ahead ahead;
     private int failures;
     private boolean stopped;
+    /** Sessions whose {@code X} went before their {@link #ended}. */
+    private int refillsDue;
 
     Spares(ExactWorker worker, int target) {
         this.worker = worker;
@@ -87,6 +89,55 @@ final class Spares {
             }
         });
         return m;
+    }
+
+    /**
+     * Whether a spare with this start-up environment (and no class-data cache in play) tells
+     * its exit status early ({@link EarlyExit}): not when {@code NGW_JAVA_EXIT_EARLY=0}, and only with JVM options that
+     * print nothing as the JVM exits ({@link #quietAtExit}) and no options from the
+     * environment.
+     */
+    private boolean early(Map<String, String> startupEnv) {
+        if ("0".equals(System.getenv("NGW_JAVA_EXIT_EARLY"))) {
+            return false;
+        }
+        for (String v : List.of("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS")) {
+            if (startupEnv.containsKey(v)) {
+                return false;
+            }
+        }
+        return quietAtExit(worker.options().jvmOptions);
+    }
+
+    /** Options with a value in the next argument. */
+    private static final java.util.Set<String> WITH_VALUE = java.util.Set.of("--add-opens", "--add-exports",
+            "--add-reads", "--add-modules", "--enable-native-access", "-p", "--module-path");
+
+    /**
+     * True if these JVM options are known to do nothing after the program's shutdown hooks
+     * (no logging, no agents, no recording dumped at exit): system properties, heap and
+     * stack sizes, assertions, module options, the collector.
+     */
+    static boolean quietAtExit(List<String> options) {
+        for (int i = 0; i < options.size(); i++) {
+            String o = options.get(i);
+            if (WITH_VALUE.contains(o)) {
+                i++;
+                continue;
+            }
+            boolean known = o.startsWith("-D") || o.startsWith("-Xmx") || o.startsWith("-Xms") || o.startsWith("-Xss")
+                    || o.startsWith("-Xmn") || o.matches("-(ea|da|esa|dsa|enableassertions|disableassertions|"
+                            + "enablesystemassertions|disablesystemassertions)(:.*)?")
+                    || o.matches("--(add-opens|add-exports|add-reads|add-modules|enable-native-access)=.*")
+                    || o.matches("-XX:[+-]Use(Serial|Parallel|G1|Z|Shenandoah|Epsilon)GC")
+                    || o.matches("-XX:(MaxRAMPercentage|InitialRAMPercentage|TieredStopAtLevel|"
+                            + "MaxMetaspaceSize|ReservedCodeCacheSize)=[0-9.]+[kKmMgG]?")
+                    || o.equals("-XX:+UnlockExperimentalVMOptions") || o.equals("-Xshare:auto");
+            if (!known) {
+                return false;
+            }
+        }
+        return true;
     }
 
     /** Runs the session on a spare: null if a spare took it, else why it must run cold. */
@@ -111,13 +162,19 @@ final class Spares {
             Posix.send(s.sock, request, fds);
             byte[] answer = new byte[512];
             int n = Posix.readSome(s.sock, answer);
-            if (n > 0 && answer[0] == 'R') {
+            if (n > 0 && (answer[0] == 'R' || answer[0] == 'E')) {
                 r.pid = s.pid;
                 r.cache = s.cache;
                 if (s.ahead != null) {
                     worker.notice("count", "ahead-used", r.id);
                 }
-                Posix.closeQuietly(s.sock);
+                if (answer[0] == 'E') {
+                    // The spare tells its exit status on the channel (EarlyExit).
+                    r.exitChannel = s.sock;
+                    r.exitPrefix = java.util.Arrays.copyOfRange(answer, 1, n);
+                } else {
+                    Posix.closeQuietly(s.sock);
+                }
                 return null;
             }
             String why = n > 1 ? new String(answer, 1, n - 1, StandardCharsets.UTF_8) : "the spare JVM died";
@@ -176,11 +233,24 @@ final class Spares {
     private Taken take(String cwd, Map<String, String> startupEnv, Ahead.Key key) {
         Spare s;
         synchronized (this) {
-            s = spares.stream().filter(x -> x.state >= 0 && x.ahead != null && x.ahead.difference(key) == null)
-                    .findFirst().orElse(null);
-            if (s == null) {
-                s = spares.stream().filter(x -> x.state >= 0 && x.ahead == null && x.cwd.equals(cwd)
-                        && x.startupEnv.equals(startupEnv)).findFirst().orElse(null);
+            long deadline = System.nanoTime() + DUE_WAIT_MS * 1_000_000;
+            while (true) {
+                s = spares.stream().filter(x -> x.state >= 0 && x.ahead != null && x.ahead.difference(key) == null)
+                        .findFirst().orElse(null);
+                if (s == null) {
+                    s = spares.stream().filter(x -> x.state >= 0 && x.ahead == null && x.cwd.equals(cwd)
+                            && x.startupEnv.equals(startupEnv)).findFirst().orElse(null);
+                }
+                long left = deadline - System.nanoTime();
+                if (s != null || refillsDue <= 0 || left <= 0) {
+                    break;
+                }
+                try {
+                    wait(Math.max(1, left / 1_000_000));
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    break;
+                }
             }
             if (s == null) {
                 return new Taken(null, why(cwd, startupEnv, key));
@@ -231,9 +301,29 @@ final class Spares {
      * A session ended: the spares are replaced by ones started where it came from, going
      * ahead for its key when {@link Ahead} says so.
      */
-    void ended(ExactWorker.Run r) {
-        refill(r.cwd, r.env, ahead.next(Ahead.Key.of(r)));
+    void ended(ExactWorker.Run r, boolean due) {
+        try {
+            refill(r.cwd, r.env, ahead.next(Ahead.Key.of(r)));
+        } finally {
+            if (due) {
+                synchronized (this) {
+                    refillsDue--;
+                    notifyAll();
+                }
+            }
+        }
     }
+
+    /**
+     * A session is about to end ({@code X}) and {@link #ended} will follow: a session that
+     * comes meanwhile waits for the spares it starts rather than running cold.
+     */
+    synchronized void due() {
+        refillsDue++;
+    }
+
+    /** The longest a session waits for the spares of the session before it to be started. */
+    private static final long DUE_WAIT_MS = 2000;
 
     /**
      * Starts spares until {@link #target} are there for {@code cwd} and {@code env}, each
@@ -277,6 +367,16 @@ final class Spares {
         String ng = ExactWorker.anchor();
         if (ng != null) {
             argv.add("-Dngw.spare.anchor=" + ng);
+        }
+        // The agent's options change the JVM's boot class path and modules, and the JDK then
+        // refuses an archive made without them: a spare that maps or records the program's
+        // class-data cache is told its exit by waitpid.
+        boolean cached = cache != null && (cache.given || cache.recording != null);
+        if (!cached && early(startupEnv)) {
+            String lib = new java.io.File(o.workerClasspath.split(":")[0]).getParent();
+            argv.add(0, "-javaagent:" + new java.io.File(lib, "ngw-java.jar"));
+            argv.add(0, "-Xbootclasspath/a:" + new java.io.File(lib, "ngw-boot.jar"));
+            argv.add("-Dngw.spare.early=1");
         }
         if (go != null) {
             argv.add("-Dngw.spare.ahead=1");
