@@ -308,6 +308,49 @@ both_clients! {
     }
 }
 
+/// eslint's colour flags, which `supports-color` reads from `process.argv` as it loads: a
+/// spare preloaded with `--color` must not serve a run without it, nor the other way round,
+/// while runs that differ only in their files stay warm.
+#[test]
+fn eslint_color_flags_as_cold() {
+    let s = setup();
+    let (_d, dir) = eslint_project();
+    std::fs::write(dir.join("other.js"), LINTED).unwrap();
+    let eslint = bin("eslint9", "eslint");
+    let nothing = || {};
+    let runs: [&[&str]; 5] = [
+        &["--color", "file.js"],
+        &["file.js"],
+        &["--color", "file.js"],
+        &["--no-color", "file.js"],
+        &["--no-color", "other.js"],
+    ];
+    for args in runs {
+        s.same(
+            Client::Ours,
+            "eslint",
+            &eslint,
+            args,
+            &dir,
+            b"",
+            &[],
+            &nothing,
+        );
+    }
+    let log = s.server.plugin_log("node");
+    assert!(
+        log.contains("a preloaded module read the arguments"),
+        "{log}"
+    );
+    // The last run differs from the one before only in its file: its spare served it.
+    let last = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("session "))
+        .unwrap_or("");
+    assert!(last.contains("warm, handed over"), "{log}");
+}
+
 both_clients! {
     /// prettier 3: `--check`, `--write` (the file it writes), `--stdin-filepath`; tsc 5:
     /// `--version`, a file with a type error, `--pretty false`.

@@ -32,10 +32,12 @@ const fs = require('fs');
 const path = require('path');
 const codecache = require('./codecache');
 const esm = require('./esm');
+const argvWatch = require('./argv');
 
 // The spare's own files: not the program's modules.
-const OWN = [__filename, require.resolve('./esm'), require.resolve('./codecache')];
+const OWN = [__filename, require.resolve('./esm'), require.resolve('./codecache'), require.resolve('./argv')];
 delete require.cache[OWN[1]];
+delete require.cache[OWN[3]];
 
 const SOCK = 3;
 
@@ -129,8 +131,12 @@ function preload(config) {
     touched.push('exit');
     throw new Error('ngw-node: a preloaded module called process.exit');
   };
-  const argv = process.argv.slice();
-  process.argv.splice(1, process.argv.length - 1, config.script);
+  // The previous session's arguments, whose reads are recorded (lib/argv.js).
+  const realArgv = process.argv;
+  const argv = realArgv.slice();
+  realArgv.splice(1, realArgv.length - 1, config.script, ...(config.args || []));
+  const argvReads = argvWatch.record(realArgv, () => touched.push('process.argv'));
+  process.argv = argvReads.proxy;
 
   let unsafe;
   let reason;
@@ -165,8 +171,10 @@ function preload(config) {
     if (saved[name]) Object.defineProperty(process, name, saved[name]);
   }
   process.env = realEnv;
-  process.argv.splice(0, process.argv.length, ...argv);
-  const out = { preloaded: i, reads: [...reads], enumerated, stdio: [...asked] };
+  const argvRead = argvReads.end();
+  process.argv = realArgv;
+  realArgv.splice(0, realArgv.length, ...argv);
+  const out = { preloaded: i, reads: [...reads], enumerated, stdio: [...asked], argv0: argv[0], argvRead };
   if (unsafe !== undefined) {
     out.unsafe = unsafe;
     out.module = modules[unsafe];

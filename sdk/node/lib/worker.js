@@ -16,6 +16,7 @@ const path = require('path');
 const { Channel } = require('./channel');
 const state = require('./state');
 const esm = require('./esm');
+const argvWatch = require('./argv');
 const wire = require('./wire');
 
 const SDK = 'ngw-node/0.1.0';
@@ -391,6 +392,8 @@ class Worker {
     if (spare.dead) return `the spare ended: ${spare.why || 'before the session'}`;
     const diff = state.keyDiff(spare.key, key, spare.reads, spare.enumerated, spare.stdio);
     if (diff) return diff;
+    const argvDiff = argvWatch.diff(spare.argvRead, [spare.argv0, cmd.script, ...s.args]);
+    if (argvDiff) return argvDiff;
     const changed = state.changedFile(this.native, spare.files);
     if (changed) {
       this.notice('stale', `${changed} changed since the spare loaded it`, s.id);
@@ -446,6 +449,8 @@ class Worker {
       spare.reads = msg.reads || [];
       spare.enumerated = !!msg.enumerated;
       spare.stdio = Array.isArray(msg.stdio) ? msg.stdio : [];
+      spare.argvRead = Array.isArray(msg.argvRead) ? msg.argvRead : [['all', null]];
+      spare.argv0 = typeof msg.argv0 === 'string' ? msg.argv0 : null;
       if (msg.codeCache && typeof msg.codeCache.off === 'string' && msg.codeCache.off !== 'off' && !this.cacheOffLogged) {
         this.cacheOffLogged = true;
         log(`the code cache is off in spares: ${msg.codeCache.off}`);
@@ -551,7 +556,7 @@ class Worker {
   startSpare(cmd, s, node, key, placeholders) {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ngw-node-'));
     const modules = this.learned.modulesFor(cmd.script);
-    const config = { native: this.native.path, script: cmd.script, modules, execArgv: cmd.options, ...esm.forSpare(this.learned, cmd.script, this.learn) };
+    const config = { native: this.native.path, script: cmd.script, args: s.args, modules, execArgv: cmd.options, ...esm.forSpare(this.learned, cmd.script, this.learn) };
     if (this.codeCache) {
       const preloaded = new Set(modules);
       config.codeCache = { dir: this.learned.codeCacheDir(), ahead: this.learned.allModulesFor(cmd.script).filter((m) => !preloaded.has(m)) };
