@@ -175,11 +175,15 @@ class SparesLeadAhead(PtySessions, WorkerCase):
     the terminal discards such a spare."""
     extra_env = ControllingTerminalAnchored.extra_env
 
-    def spare(self, led):
-        """The worker's spare, once there is one that leads its session (`led`) or not."""
+    def spare(self, led, served=()):
+        """The worker's spare, once there is one that leads its session (`led`) or not.
+        `served`: the children of earlier sessions, which lead theirs too until they are
+        reaped, and are not the spare."""
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
             for pid, _ in driver.worker_pids_children(self.w.proc.pid):
+                if pid in served:
+                    continue
                 st = _stat(pid)
                 if st is not None and (st[2] == pid) == led and \
                         (led or st[1] == os.getpgid(self.w.proc.pid)):
@@ -197,8 +201,8 @@ class SparesLeadAhead(PtySessions, WorkerCase):
             return json.load(f)
 
     def test_the_spare_after_a_terminal_session_leads_its_own(self):
-        self.probe()
-        spare = self.spare(led=True)
+        _, first = self.probe()
+        spare = self.spare(led=True, served=(first["pid"],))
         keeper, member = sorted(_anchors_of(spare), key=lambda p: _stat(p)[1] == spare)
         self.assertEqual(_stat(member)[1:], (spare, spare))  # in the spare's group
         self.assertEqual(_stat(keeper)[1:], (keeper, spare))  # a group of its own
