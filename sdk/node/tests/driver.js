@@ -125,4 +125,30 @@ class Driver {
   }
 }
 
-module.exports = { Driver, FIXTURE, native };
+// Runs `command args` through driver `d` on pipes of our own, passed as the client's
+// descriptors (`opts` as for Driver#session, without `fds`); its result with the
+// session's `stdout` and `stderr` read to their end.
+function sessionOnPipes(d, command, args, opts, stdin = Buffer.alloc(0)) {
+  const [inR, inW] = native.pipe();
+  const [outR, outW] = native.pipe();
+  const [errR, errW] = native.pipe();
+  if (stdin.length) native.write(inW, stdin);
+  native.close(inW);
+  const out = d.session(command, args, { ...opts, fds: [inR, outW, errW] });
+  for (const fd of [inR, outW, errW]) native.close(fd);
+  const drain = (fd) => {
+    const parts = [];
+    for (;;) {
+      const b = native.read(fd, 1 << 16);
+      if (!b || !b.length) break;
+      parts.push(b);
+    }
+    native.close(fd);
+    return Buffer.concat(parts).toString();
+  };
+  out.stdout = drain(outR);
+  out.stderr = drain(errR);
+  return out;
+}
+
+module.exports = { Driver, FIXTURE, native, sessionOnPipes };

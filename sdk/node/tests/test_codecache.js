@@ -9,7 +9,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { Driver, native } = require('./driver');
+const { Driver, sessionOnPipes } = require('./driver');
 
 const ENV = { PATH: `${path.dirname(process.execPath)}:${process.env.PATH || '/usr/bin:/bin'}`, HOME: os.homedir(), LANG: 'C.UTF-8' };
 
@@ -70,25 +70,7 @@ function cold(args) {
 }
 
 function onPipes(d, args, id) {
-  const [inR, inW] = native.pipe();
-  const [outR, outW] = native.pipe();
-  const [errR, errW] = native.pipe();
-  native.close(inW);
-  const out = d.session('prog', args, { env: ENV, cwd: project, fds: [inR, outW, errW], id });
-  for (const fd of [inR, outW, errW]) native.close(fd);
-  const drain = (fd) => {
-    const parts = [];
-    for (;;) {
-      const b = native.read(fd, 1 << 16);
-      if (!b || !b.length) break;
-      parts.push(b);
-    }
-    native.close(fd);
-    return Buffer.concat(parts).toString();
-  };
-  out.stdout = drain(outR);
-  out.stderr = drain(errR);
-  return out;
+  return sessionOnPipes(d, 'prog', args, { env: ENV, cwd: project, id });
 }
 
 const counted = (out, what) => out.notices.some((n) => n.kind === 'count' && n.message === what);

@@ -9,7 +9,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { Driver, native } = require('./driver');
+const { Driver, native, sessionOnPipes } = require('./driver');
 const esm = require('../lib/esm');
 
 const ENV = { PATH: `${path.dirname(process.execPath)}:${process.env.PATH || '/usr/bin:/bin'}`, HOME: os.homedir(), LANG: 'C.UTF-8' };
@@ -29,27 +29,8 @@ function cold(p, args) {
   return { stdout: r.stdout.toString(), stderr: r.stderr.toString(), status: `${r.status}\n` };
 }
 
-// A session on pipes of our own, passed as the client's descriptors.
 function onPipes(d, p, args, id) {
-  const [inR, inW] = native.pipe();
-  const [outR, outW] = native.pipe();
-  const [errR, errW] = native.pipe();
-  native.close(inW);
-  const out = d.session('main', args, { env: ENV, cwd: p.dir, fds: [inR, outW, errW], id });
-  for (const fd of [inR, outW, errW]) native.close(fd);
-  const drain = (fd) => {
-    const parts = [];
-    for (;;) {
-      const b = native.read(fd, 1 << 16);
-      if (!b || !b.length) break;
-      parts.push(b);
-    }
-    native.close(fd);
-    return Buffer.concat(parts).toString();
-  };
-  out.stdout = drain(outR);
-  out.stderr = drain(errR);
-  return out;
+  return sessionOnPipes(d, 'main', args, { env: ENV, cwd: p.dir, id });
 }
 
 // Runs `args` through the worker, each session as cold, until a spare with ES modules

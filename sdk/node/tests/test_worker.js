@@ -8,7 +8,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { spawnSync } = require('child_process');
-const { Driver, FIXTURE, native } = require('./driver');
+const { Driver, FIXTURE, native, sessionOnPipes } = require('./driver');
 
 const ENV = { PATH: `${path.dirname(process.execPath)}:${process.env.PATH || '/usr/bin:/bin'}`, HOME: os.homedir(), LANG: 'C.UTF-8' };
 
@@ -20,26 +20,7 @@ function cold(args, stdin = Buffer.alloc(0)) {
 
 // Runs a session on pipes of our own, passed as the client's descriptors.
 function onPipes(d, args, stdin = Buffer.alloc(0), id = 1) {
-  const [inR, inW] = native.pipe();
-  const [outR, outW] = native.pipe();
-  const [errR, errW] = native.pipe();
-  if (stdin.length) native.write(inW, stdin);
-  native.close(inW);
-  const out = d.session('exact', args, { env: ENV, cwd: os.tmpdir(), fds: [inR, outW, errW], id });
-  for (const fd of [inR, outW, errW]) native.close(fd);
-  const drain = (fd) => {
-    const parts = [];
-    for (;;) {
-      const b = native.read(fd, 1 << 16);
-      if (!b || !b.length) break;
-      parts.push(b);
-    }
-    native.close(fd);
-    return Buffer.concat(parts).toString();
-  };
-  out.stdout = drain(outR);
-  out.stderr = drain(errR);
-  return out;
+  return sessionOnPipes(d, 'exact', args, { env: ENV, cwd: os.tmpdir(), id }, stdin);
 }
 
 const state = fs.mkdtempSync(path.join(os.tmpdir(), 'ngw-node-state-'));
