@@ -115,6 +115,8 @@ class CodeCache {
     this.counts = { hit: 0, rejected: 0, missed: 0, ahead: 0 };
     this.off = unusable();
     this.fake = null;
+    // The spare's eager compilation while it preloads (lib/esm.js compileEagerly), or null.
+    this.eager = null;
   }
 
   // Installs the accessor; false (and `off` says why) if the cache cannot be used here.
@@ -245,8 +247,9 @@ class CodeCache {
     }
     const options = { filename: file, lineOffset: -1 };
     if (cachedData) options.cachedData = cachedData;
+    const compile = () => new vm.Script(`${WRAP}${body}\n})`, options);
     try {
-      return new vm.Script(`${WRAP}${body}\n})`, options);
+      return cachedData && this.eager ? this.eager.lazily(compile) : compile();
     } catch {
       return null;
     }

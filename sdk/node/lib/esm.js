@@ -46,13 +46,27 @@ function preloadList(config) {
 // In the spare: while the preloaded modules load, V8 compiles every function of theirs as
 // it compiles their scripts (`--no-lazy`), not at its first call, so that the session does
 // not; `end()` puts V8's default back before the program runs. Not where the program's
-// node options name V8's laziness (they are then the program's, not the default).
+// node options name V8's laziness (they are then the program's, not the default). A module
+// compiled from its code cache is compiled with V8's default (`lazily`): V8 accepts a cache
+// only under the flags it was made with, the default, and the cache holds the functions
+// the run that made it compiled.
 function compileEagerly(config) {
-  if (!config.eager || programsOwn(/lazy/)) return { end() {} };
+  if (!config.eager || programsOwn(/lazy/)) return { lazily: (f) => f(), end() {} };
   const v8 = require('v8');
   v8.setFlagsFromString('--no-lazy');
+  let on = true;
   return {
+    lazily(f) {
+      if (!on) return f();
+      v8.setFlagsFromString('--lazy');
+      try {
+        return f();
+      } finally {
+        v8.setFlagsFromString('--no-lazy');
+      }
+    },
     end() {
+      on = false;
       v8.setFlagsFromString('--lazy');
     },
   };

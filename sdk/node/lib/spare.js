@@ -33,11 +33,13 @@ const path = require('path');
 const codecache = require('./codecache');
 const esm = require('./esm');
 const argvWatch = require('./argv');
+const { Ending } = require('./ending');
 
 // The spare's own files: not the program's modules.
-const OWN = [__filename, require.resolve('./esm'), require.resolve('./codecache'), require.resolve('./argv')];
+const OWN = [__filename, require.resolve('./esm'), require.resolve('./codecache'), require.resolve('./argv'), require.resolve('./ending')];
 delete require.cache[OWN[1]];
 delete require.cache[OWN[3]];
+delete require.cache[OWN[4]];
 
 const SOCK = 3;
 
@@ -61,7 +63,7 @@ function main() {
 
   // V8's code cache for what the spare and its session compile (lib/codecache.js).
   const { cache, why } = codecache.start(config);
-  const outcome = preload(config);
+  const outcome = preload(config, cache);
   esm.forgetWrappers(config);
   spareConfig = config;
   if (cache && outcome.unsafe === undefined) cache.compileAhead(config.codeCache.ahead || []);
@@ -72,14 +74,15 @@ function main() {
 
   const session = receive(native);
   if (!session) process.reallyExit(0);
-  take(native, session, dir, config);
+  const ending = new Ending();
+  take(native, session, dir, config, ending);
   say({ taken: true });
-  learnAtExit(native, cache, !!session.pty);
+  learnAtExit(native, cache, !!session.pty, ending);
 }
 
 // Requires config.modules in order with the traps in place; what was read and where it
 // stopped.
-function preload(config) {
+function preload(config, cache) {
   const realEnv = process.env;
   const reads = new Set();
   let enumerated = false;
@@ -143,6 +146,7 @@ function preload(config) {
   const before = process.getActiveResourcesInfo().length;
   const modules = esm.preloadList(config);
   const eager = esm.compileEagerly(config);
+  if (cache) cache.eager = eager;
   let i = 0;
   for (; i < modules.length; i++) {
     try {
@@ -164,6 +168,7 @@ function preload(config) {
     }
   }
   eager.end();
+  if (cache) cache.eager = null;
   process.exit = exit;
   tty.isatty = isatty;
   fs.fstatSync = fstatSync;
@@ -259,7 +264,7 @@ function receive(native) {
 }
 
 // Becomes the session's process.
-function take(native, s, dir, config) {
+function take(native, s, dir, config, ending) {
   const fds = s.received;
   const devnull = fs.openSync('/dev/null', 'r+');
   for (let fd = 0; fd <= 2; fd++) {
@@ -287,6 +292,7 @@ function take(native, s, dir, config) {
   process.argv.splice(0, process.argv.length, process.argv[0], ...s.argv);
   // What the script's `#!` line gives node, as cold; not the spare's `-r`.
   process.execArgv.splice(0, process.execArgv.length, ...(config.execArgv || []));
+  ending.watch(process.execArgv, process.env);
   delete require.cache[__filename];
   delete require.cache[require.resolve('./codecache')];
   taken = true;
@@ -298,12 +304,13 @@ function take(native, s, dir, config) {
 // after process.exit: the spare wraps it (an own property of process, after the program's
 // listeners have run) rather than adding a listener the program could count.
 //
-// When the session compiled modules its code cache lacks (`cache`), and the exit status is
-// certain (codecache.exitStatus), the process lets the client's descriptors go, the report
-// carries the status (`exiting`), and the process writes the cache and exits with it: the
-// worker has sent the status to the client meanwhile. A session on a terminal (`onTty`: it
-// leads the terminal's session) writes none.
-function learnAtExit(native, cache, onTty) {
+// Where the exit status is certain (codecache.exitStatus) and nothing Node does after the
+// event can be seen (lib/ending.js), the process lets the client's descriptors go and the
+// report carries the status (`exiting`), which the worker sends to the client at once:
+// Node's own teardown then runs after it. When the session also compiled modules its code
+// cache lacks (`cache`), the process writes the cache and exits with that status. A
+// session on a terminal (`onTty`: it leads the terminal's session) ends as cold.
+function learnAtExit(native, cache, onTty, ending) {
   const emit = process.emit;
   const wrapped = {
     emit(event, ...args) {
@@ -315,10 +322,11 @@ function learnAtExit(native, cache, onTty) {
         threw = false;
       } finally {
         if (event === 'exit' && this === process) {
-          const status = !threw && !onTty && cache && cache.stale() ? codecache.exitStatus(args[0], before, wrapped) : null;
+          const held = threw ? 'an exit listener threw' : onTty ? 'on a terminal' : ending.why();
+          const status = held === null ? codecache.exitStatus(args[0], before, wrapped) : null;
           if (status !== null) letGo(native);
-          report(native, cache, status);
-          if (status !== null) writeCache(cache, status);
+          report(native, cache, status, held);
+          if (status !== null && cache && cache.stale()) writeCache(cache, status);
         }
       }
       return result;
@@ -330,13 +338,14 @@ function learnAtExit(native, cache, onTty) {
 let reported = false;
 let spareConfig = {};
 
-function report(native, cache, status) {
+function report(native, cache, status, held) {
   if (reported) return;
   reported = true;
   const modules = Object.keys(require.cache);
   const msg = { modules, ...esm.learnAtExit(spareConfig, modules, OWN) };
   if (cache) msg.codeCache = cache.counts;
   if (status !== null) msg.exiting = status;
+  else if (held) msg.held = held;
   const line = Buffer.from(`${JSON.stringify(msg)}\n`);
   try {
     native.nonblock(SOCK);

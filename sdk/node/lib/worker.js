@@ -469,7 +469,15 @@ class Worker {
         spare.esm = msg.esm;
       }
       if (msg.codeCache) this.cacheCounts(spare, msg.codeCache);
-      if (Number.isInteger(msg.exiting)) spare.exiting = msg.exiting;
+      if (Number.isInteger(msg.exiting)) {
+        // The status went at the 'exit' event, before Node's teardown (lib/ending.js).
+        spare.exiting = msg.exiting;
+        this.notice('count', 'status-at-exit');
+      } else if (typeof msg.held === 'string' && msg.held !== this.heldLogged) {
+        // Logged when the reason changes: the status waits for the process's end.
+        this.heldLogged = msg.held;
+        log(`spare ${spare.pid}: its exit status waits for the process to end (${msg.held})`);
+      }
     }
   }
 
