@@ -26,6 +26,9 @@ const KILL_GRACE_MS = 2000;
 const WINDOW = 256 * 1024;
 const OUT_HIGH = 1 << 20;
 const DRAIN_MS = 100;
+// How long the worker waits, after a session's status went at its 'exit' event, for the
+// spare's report of what the run loaded.
+const REPORT_MS = 2000;
 // How long a session's process may write its code cache after its exit status was sent.
 const LINGER_MS = 30000;
 const POLLIN = 1;
@@ -463,17 +466,19 @@ class Worker {
       } else this.spareFailures = 0;
       spare.esmPreloaded = Number(msg.esm) || 0;
     } else if (msg.taken) spare.taken = true;
-    else if (msg.modules) {
+    else if (Number.isInteger(msg.exiting)) {
+      // The status went at the 'exit' event, before Node's teardown (lib/ending.js); what
+      // the run loaded comes next.
+      spare.exiting = msg.exiting;
+      this.notice('count', 'status-at-exit');
+      if (msg.codeCache) this.cacheCounts(spare, msg.codeCache);
+    } else if (msg.modules) {
       if (this.learn) {
         spare.modules = msg.modules;
         spare.esm = msg.esm;
       }
       if (msg.codeCache) this.cacheCounts(spare, msg.codeCache);
-      if (Number.isInteger(msg.exiting)) {
-        // The status went at the 'exit' event, before Node's teardown (lib/ending.js).
-        spare.exiting = msg.exiting;
-        this.notice('count', 'status-at-exit');
-      } else if (typeof msg.held === 'string' && msg.held !== this.heldLogged) {
+      if (typeof msg.held === 'string' && msg.held !== this.heldLogged) {
         // Logged when the reason changes: the status waits for the process's end.
         this.heldLogged = msg.held;
         log(`spare ${spare.pid}: its exit status waits for the process to end (${msg.held})`);
@@ -937,6 +942,15 @@ class Worker {
 
   // After a warm session: what the spare learned, then its leftovers.
   afterWarm(spare, cmd) {
+    // A status sent at the 'exit' event comes before the report of what the run loaded:
+    // waited for here, after the client has its status (at most REPORT_MS).
+    const until = Date.now() + REPORT_MS;
+    while (this.learn && spare.exiting !== undefined && spare.modules === undefined && !spare.dead) {
+      const left = until - Date.now();
+      if (left <= 0) break;
+      this.native.poll([spare.sock], [POLLIN], left);
+      this.readSpare(spare);
+    }
     if (spare.modules && this.learn) {
       let real = cmd.script;
       try {
