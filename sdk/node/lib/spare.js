@@ -17,13 +17,15 @@
 //    it stops at the first module that touches process.stdout/stderr/stdin, calls
 //    process.exit, throws, or leaves a handle or timer behind (a module that is the program
 //    rather than a library), and reports it, so that the worker stops there next time;
-// 2. reports `ready` to the worker with the variables read, and blocks for its session;
-// 3. takes the session: the client's descriptors on fds 0-2 (and the pseudo-terminal as
+// 2. rehearses what nearly every program does first, on objects of its own
+//    (lib/rehearsal.js);
+// 3. reports `ready` to the worker with the variables read, and blocks for its session;
+// 4. takes the session: the client's descriptors on fds 0-2 (and the pseudo-terminal as
 //    its controlling terminal, its job anchored by ngd's `ng`), the umask, ignored
 //    signals, the directory, the environment and argv; clears its own traces (execArgv
 //    back to the `#!` line's options, its require.cache entry); links `<spare dir>/main`
 //    to the script; answers `taken`;
-// 4. returns, and Node runs the script.
+// 5. returns, and Node runs the script.
 //
 // Nothing here touches process.stdout/stderr/stdin: they are created, lazily, on the
 // session's descriptors. Its own messages before the session go to the worker (fd 3).
@@ -34,12 +36,14 @@ const codecache = require('./codecache');
 const esm = require('./esm');
 const argvWatch = require('./argv');
 const { Ending } = require('./ending');
+const rehearsal = require('./rehearsal');
 
 // The spare's own files: not the program's modules.
-const OWN = [__filename, require.resolve('./esm'), require.resolve('./codecache'), require.resolve('./argv'), require.resolve('./ending')];
+const OWN = [__filename, require.resolve('./esm'), require.resolve('./codecache'), require.resolve('./argv'), require.resolve('./ending'), require.resolve('./rehearsal')];
 delete require.cache[OWN[1]];
 delete require.cache[OWN[3]];
 delete require.cache[OWN[4]];
+delete require.cache[OWN[5]];
 
 const SOCK = 3;
 
@@ -68,8 +72,9 @@ function main() {
   spareConfig = config;
   if (cache && outcome.unsafe === undefined) cache.compileAhead(config.codeCache.ahead || []);
   const esmCount = Math.max(0, outcome.preloaded - (config.modules || []).length);
+  const rehearsed = outcome.unsafe === undefined ? rehearsal.rehearse(config) : null;
   if (outcome.unsafe === undefined) esm.collectGarbage(config);
-  say({ ready: true, ...outcome, esm: esmCount, codeCache: cache ? cache.counts : { off: why } });
+  say({ ready: true, ...outcome, esm: esmCount, rehearsed, codeCache: cache ? cache.counts : { off: why } });
   if (outcome.unsafe !== undefined) process.reallyExit(0);
 
   const session = receive(native);

@@ -17,6 +17,7 @@ const { Channel } = require('./channel');
 const state = require('./state');
 const esm = require('./esm');
 const argvWatch = require('./argv');
+const rehearsal = require('./rehearsal');
 const wire = require('./wire');
 
 const SDK = 'ngw-node/0.1.0';
@@ -354,7 +355,7 @@ class Worker {
         client.fds = [];
       }
       if (pid === null) why = 'the spare ended before it took the session';
-      else log(`session ${s.id}: warm, handed over in ${Number(process.hrtime.bigint() - t0) / 1e6} ms${esm.preloadedNote(pid.spare)}`);
+      else log(`session ${s.id}: warm, handed over in ${Number(process.hrtime.bigint() - t0) / 1e6} ms${esm.preloadedNote(pid.spare)}${rehearsedNote(pid.spare)}`);
       this.spare = null;
     } else this.discardSpare(why);
     if (pid === null) {
@@ -465,6 +466,7 @@ class Worker {
         this.learned.stopBefore(spare.cmd.script, msg.module);
       } else this.spareFailures = 0;
       spare.esmPreloaded = Number(msg.esm) || 0;
+      spare.rehearsed = typeof msg.rehearsed === 'number' ? msg.rehearsed : null;
     } else if (msg.taken) spare.taken = true;
     else if (Number.isInteger(msg.exiting)) {
       // The status went at the 'exit' event, before Node's teardown (lib/ending.js); what
@@ -569,7 +571,7 @@ class Worker {
   startSpare(cmd, s, node, key, placeholders) {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ngw-node-'));
     const modules = this.learned.modulesFor(cmd.script);
-    const config = { native: this.native.path, script: cmd.script, args: s.args, modules, execArgv: cmd.options, ...esm.forSpare(this.learned, cmd.script, this.learn) };
+    const config = { native: this.native.path, script: cmd.script, args: s.args, modules, execArgv: cmd.options, ...esm.forSpare(this.learned, cmd.script, this.learn), rehearse: rehearsal.REHEARSE };
     if (this.codeCache) {
       const preloaded = new Set(modules);
       config.codeCache = { dir: this.learned.codeCacheDir(), ahead: this.learned.allModulesFor(cmd.script).filter((m) => !preloaded.has(m)) };
@@ -968,6 +970,11 @@ class Worker {
     spare.reaped = true;
     this.forgetSpare(spare);
   }
+}
+
+// The handed-over line's note on the spare's rehearsal (lib/rehearsal.js).
+function rehearsedNote(spare) {
+  return spare && spare.rehearsed !== null && spare.rehearsed !== undefined ? `, rehearsed (${spare.rehearsed.toFixed(1)} ms)` : '';
 }
 
 function main(argv) {

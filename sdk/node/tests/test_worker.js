@@ -45,7 +45,7 @@ test('sessions on the client descriptors: cold first, then warm, each as `node S
   const d = new Driver(['--state-dir', state, `exact=${FIXTURE}`]);
   d.hello();
   let id = 1;
-  for (const args of [['timer'], ['timer'], ['reject'], ['throw'], ['exit-in-callback'], ['exit-code'], ['children'], ['kill'], ['kill', 'SIGTERM']]) {
+  for (const args of [['timer'], ['timer'], ['async'], ['reject'], ['throw'], ['exit-in-callback'], ['exit-code'], ['children'], ['kill'], ['kill', 'SIGTERM']]) {
     // a spare is started beside each session; give it the time to be ready
     const out = onPipes(d, args, Buffer.alloc(0), id++);
     const want = cold(args);
