@@ -58,7 +58,11 @@ def close_fds(fds):
 
 
 class Channel:
-    def __init__(self, fd, max_chunk=_wire.DEFAULT_MAX_CHUNK):
+    """One end of an ngw channel. `records`: a sub-zygote's, from the worker it serves,
+    whose session records (`_wire.RECORD`, docs/ngw.md 12.4) bring descriptors as a
+    header's first chunk does."""
+
+    def __init__(self, fd, max_chunk=_wire.DEFAULT_MAX_CHUNK, records=False):
         st = os.fstat(fd)
         if not stat.S_ISSOCK(st.st_mode):
             raise OSError("NGW_FD=%d is not a socket" % fd)
@@ -76,6 +80,7 @@ class Channel:
         # Descriptors not yet matched to a chunk: [stream offset where their read began,
         # offset where it ended, descriptors], in stream order.
         self.pending_fds = []
+        self._takes_fds = _HEADER + ((_wire.RECORD,) if records else ())
 
     def fileno(self):
         return self.fd
@@ -130,7 +135,8 @@ class Channel:
 
     def next_chunk(self):
         """The next decoded chunk, (type, payload), or None. Raises ProtocolError. A
-        header chunk that came with descriptors is a `_wire.Chunk` carrying them."""
+        header chunk (or a sub-zygote's record) that came with descriptors is a
+        `_wire.Chunk` carrying them."""
         if self.deferred:
             return self.deferred.popleft()
         c = self.decoder.next()
@@ -146,7 +152,7 @@ class Channel:
                 close_fds(fds)
                 pending.pop(0)
                 continue
-            if start >= begin and chunk[0] in _HEADER:
+            if start >= begin and chunk[0] in self._takes_fds:
                 pending.pop(0)
                 return _wire.Chunk(chunk[0], chunk[1], fds)
             break

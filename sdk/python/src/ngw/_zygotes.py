@@ -46,6 +46,7 @@ a session in one poll() loop, as the fork relay does, never blocking on a write.
 """
 
 import json
+import marshal
 import os
 import select
 import signal
@@ -58,6 +59,7 @@ from . import _sys, _wire
 from ._channel import Channel
 from ._exact import SDK_DIR, python_path
 from ._fork.stdio import configure_pty, winsize_of
+from ._session import SessionInfo
 
 #: The environment variable bounding the zygotes of one worker, the root included.
 MAX_ENV = "NGW_MAX_ZYGOTES"
@@ -71,6 +73,8 @@ PARENT_ENV = "NGW_ZYGOTE_OF"
 LABEL_ENV = "NGW_ZYGOTE_KEY"
 #: The field of a sub-zygote's hello with its own key (`Conditions.key()`).
 KEY_FIELD = "zygote_key"
+#: The field of a sub-zygote's hello saying it takes sessions as records (`RECORD`).
+RECORDS_FIELD = "records"
 
 _HIGH_WATER = 1 << 20  # unsent bytes towards ngd before the sub-zygote is left unread
 _STOP_WAIT = 2.0  # seconds a sub-zygote may take to exit after its channel closed
@@ -157,7 +161,7 @@ class Zygote:
     """A sub-zygote as the root sees it."""
 
     __slots__ = ("key", "label", "proc", "chan", "pty", "state", "used", "started",
-                 "retiring")
+                 "retiring", "records")
 
     def __init__(self, key, label_, proc, chan, pty):
         self.key = key
@@ -168,6 +172,7 @@ class Zygote:
         self.state = STARTING
         self.used = self.started = time.monotonic()
         self.retiring = False  # it sent `retire`: no new session; it exits after this one
+        self.records = False  # its hello said it takes sessions as records, not headers
 
 
 class _SubDied(Exception):
@@ -382,6 +387,7 @@ class Zygotes:
             self.log("ngw: the zygote for %s cannot serve its key: %s" % (z.label, why))
             return
         z.state = READY
+        z.records = hello.get(RECORDS_FIELD) is True
         self.log("ngw: the zygote (pid %d) for %s is ready" % (z.proc.pid, z.label))
 
     def _gone(self, z, why):
@@ -482,15 +488,16 @@ class Zygotes:
         return quit_, chan.eof or chan.dead
 
     def _send_header(self, z, info, fds):
-        """Sends the session's header to sub-zygote `z`, with the client's descriptors
-        `fds` (which are the sub-zygote's then: closed here). False if it is gone. A
-        session on the client's pseudo-terminal (`info.pty`, the root answered `t ctty`)
-        brings it last, after them, as ngd brought it (docs/ngw.md 15.7): the header's
-        `NGW_CLIENT_PTY` says so, and the sub-zygote's child makes it its controlling
-        terminal as the root's would."""
+        """Sends the session to sub-zygote `z`, with the client's descriptors `fds`
+        (which are the sub-zygote's then: closed here). False if it is gone. As a record
+        (`RECORD`: the session as the root read and answered it, `info.fds` and `info.pty`
+        included) to a sub-zygote that takes one, else as ngd sent its header: a session
+        on the client's pseudo-terminal (`info.pty`, the root answered `t ctty`) brings
+        it last, after them, as ngd brought it (docs/ngw.md 15.7), the header's
+        `NGW_CLIENT_PTY` says so, and the sub-zygote answers its own `t` again."""
         sub = z.chan
-        header = _header(info)
-        if fds and info.pty is not None and info.fds is not None:
+        header = record(info) if z.records else _header(info)
+        if fds and not z.records and info.pty is not None and info.fds is not None:
             try:
                 fds.append(os.dup(fds[info.fds.index(info.pty[0])]))
             except (OSError, ValueError, IndexError):
@@ -649,6 +656,26 @@ def _key_differs(wanted, got):
             else:
                 words.append("%s=%r" % (name, theirs))
     return ", ".join(words) or None
+
+
+def record(info):
+    """The session `info` as one `RECORD` chunk: its fields as a spare's hand-over has
+    them (docs/ngw.md 11.5), so that the sub-zygote neither decodes a header nor answers
+    the descriptors again."""
+    return _wire.encode(_wire.RECORD, marshal.dumps(info.to_wire()))
+
+
+def from_record(payload, nfds):
+    """In a sub-zygote: the SessionInfo of a `RECORD` chunk's payload, which came with
+    `nfds` descriptors (as many as its `fds` map names; none without one)."""
+    try:
+        info = SessionInfo.from_wire(marshal.loads(payload))
+    except (EOFError, ValueError, TypeError) as e:
+        raise _wire.ProtocolError("a session record that does not decode: %s" % e) from None
+    if len(info.fds or ()) != nfds:
+        raise _wire.ProtocolError("a session record for %d descriptors came with %d"
+                                  % (len(info.fds or ()), nfds))
+    return info
 
 
 def _header(info):
