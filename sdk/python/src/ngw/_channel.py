@@ -73,6 +73,10 @@ class Channel:
         self.sock.setblocking(False)
         self.fd = fd
         self.decoder = _wire.Decoder(max_chunk)
+        # Every read lands here: a fresh buffer of _READ_SIZE per read would be a fresh
+        # mapping (above malloc's mmap threshold), with its page faults and munmap, on
+        # every chunk's way in (~35 us per read on the machine measured).
+        self._rbuf = bytearray(_READ_SIZE)
         self.out = bytearray()
         self.deferred = collections.deque()
         self.eof = False  # ngd closed its sending side (or the socket failed)
@@ -113,24 +117,25 @@ class Channel:
         if self.eof:
             return False
         try:
-            data, anc, flags, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE, _CLOEXEC)
+            n, anc, flags, _ = self.sock.recvmsg_into([self._rbuf], _CMSG_SPACE, _CLOEXEC)
         except (BlockingIOError, InterruptedError):
             return True
         except OSError:
-            data, anc, flags = b"", [], 0
+            n, anc, flags = 0, [], 0
         fds = _received_fds(anc)
-        if fds and (flags & socket.MSG_CTRUNC or not data or len(fds) > 4
+        if fds and (flags & socket.MSG_CTRUNC or not n or len(fds) > 4
                     or len(self.pending_fds) >= _MAX_PENDING):
             close_fds(fds)
             fds = []
-        if not data:
+        if not n:
             self.eof = True
             self.drop_pending_fds()
             return False
         start = self.decoder.end()
-        self.decoder.feed(data)
+        with memoryview(self._rbuf) as view:
+            self.decoder.feed(view[:n])
         if fds:
-            self.pending_fds.append([start, start + len(data), fds])
+            self.pending_fds.append([start, start + n, fds])
         return True
 
     def next_chunk(self):
