@@ -212,11 +212,16 @@ class Zygotes:
             return local(chan, info, cmd)
         self.collect()
         c = self.conditions
-        if (c.other_reason() is not None or c.key_reason(info) is None
-                or (cmd.check is not None and cmd.check(info) is not None)):
-            return local(chan, info, cmd)  # warm here, or no zygote would do better
-        own = with_ttys(c.key(), self.root_ttys)
-        key = with_ttys(c.key(info), [bool(t) for t in info.tty[:3]])
+        if c.other_reason() is not None or (cmd.check is not None and
+                                            cmd.check(info) is not None):
+            return local(chan, info, cmd)  # no zygote would do better
+        # The session's key against the root's (`key_reason` judges them alike exactly
+        # when they are equal): one computation of each on the way to a sub-zygote.
+        key = c.key(info)
+        root = c.key()
+        if key == root:
+            return local(chan, info, cmd)  # warm here
+        key = with_ttys(key, [bool(t) for t in info.tty[:3]])
         z = self.table.get(key)
         note = None
         if z is not None and z.state == READY and not z.retiring:
@@ -226,7 +231,7 @@ class Zygotes:
                 return result
             note = "its zygote had exited"
             z = None
-        what = label(key, own)
+        what = label(key, with_ttys(root, self.root_ttys))
         start = z is None and key not in self.failed
         if start:
             note = "%sstarted a zygote for %s" % (note + "; " if note else "", what)
