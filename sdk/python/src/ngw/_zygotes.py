@@ -14,11 +14,13 @@ only peer, so ngd knows nothing of any of this:
 
 * a sub-zygote's hello is read by the root; its channel is offered the features the
   root itself agreed with ngd, so everything it sends may go to ngd as it is;
-* a session whose key has a sub-zygote that said hello is forwarded to it chunk by chunk:
-  the header rebuilt from the session record (the client's descriptors, when the session
-  has some, ride with its first chunk), then ngd's `0 . i` to it and its `1 2 S X` (and
-  any extension chunk) to ngd; its notices go to ngd too, except `retire`, which concerns
-  the sub-zygote alone (the root drops it from its table; it exits after the session);
+* a session whose key has a sub-zygote that said hello is forwarded to it: its record
+  as the root read it (`RECORD`, with the client's descriptors when the session has
+  some; the root answered ngd's `t`), or the header rebuilt from it for a sub-zygote
+  whose hello does not say it takes records; then, chunk by chunk, ngd's `0 . i` to it
+  and its `1 2 S X` (and any extension chunk) to ngd; its notices go to ngd too, except
+  `retire`, which concerns the sub-zygote alone (the root drops it from its table; it
+  exits after the session);
 * a session whose key has no sub-zygote yet runs the cold way in the root, and says so
   (`fallback` notice: "...; started a zygote for PYTHONHASHSEED='1'"); the sub-zygote is
   started when that session has ended, so it never competes with it, and preloads while
@@ -212,8 +214,7 @@ class Zygotes:
             return local(chan, info, cmd)
         self.collect()
         c = self.conditions
-        if c.other_reason() is not None or (cmd.check is not None and
-                                            cmd.check(info) is not None):
+        if c.other_reason() is not None:
             return local(chan, info, cmd)  # no zygote would do better
         # The session's key against the root's (`key_reason` judges them alike exactly
         # when they are equal): one computation of each on the way to a sub-zygote.
@@ -225,12 +226,16 @@ class Zygotes:
         z = self.table.get(key)
         note = None
         if z is not None and z.state == READY and not z.retiring:
+            # The command's own check (`cmd.check`) is the sub-zygote's to make, as it
+            # plans the session: a command that cannot run warm runs cold there as here.
             z.used = time.monotonic()
             result = self._forward(z, chan, info, fds)
             if result is not None:
                 return result
             note = "its zygote had exited"
             z = None
+        if cmd.check is not None and cmd.check(info) is not None:
+            return local(chan, info, cmd)  # no zygote would do better: none is started
         what = label(key, with_ttys(root, self.root_ttys))
         start = z is None and key not in self.failed
         if start:
