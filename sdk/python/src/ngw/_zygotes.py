@@ -16,8 +16,7 @@ only peer, so ngd knows nothing of any of this:
   root itself agreed with ngd, so everything it sends may go to ngd as it is;
 * a session whose key has a sub-zygote that said hello is forwarded to it: its record
   as the root read it (`RECORD`, with the client's descriptors when the session has
-  some; the root answered ngd's `t`), or the header rebuilt from it for a sub-zygote
-  whose hello does not say it takes records; then, chunk by chunk, ngd's `0 . i` to it
+  some; the root answered ngd's `t`); then, chunk by chunk, ngd's `0 . i` to it
   and its `1 2 S X` (and any extension chunk) to ngd; its notices go to ngd too, except
   `retire`, which concerns the sub-zygote alone (the root drops it from its table; it
   exits after the session);
@@ -163,7 +162,7 @@ class Zygote:
     """A sub-zygote as the root sees it."""
 
     __slots__ = ("key", "label", "proc", "chan", "pty", "state", "used", "started",
-                 "retiring", "records")
+                 "retiring")
 
     def __init__(self, key, label_, proc, chan, pty):
         self.key = key
@@ -174,7 +173,6 @@ class Zygote:
         self.state = STARTING
         self.used = self.started = time.monotonic()
         self.retiring = False  # it sent `retire`: no new session; it exits after this one
-        self.records = False  # its hello said it takes sessions as records, not headers
 
 
 class _SubDied(Exception):
@@ -209,7 +207,7 @@ class Zygotes:
         else with `local(chan, info, cmd)` (the root's fork runner, which runs it the
         cold way when its key differs). `fds` are the client's descriptors the session
         runs on (docs/ngw.md 15.4; the root already answered `t`), passed on to the
-        sub-zygote with the header. Returns (quit_requested, channel_gone)."""
+        sub-zygote with the session. Returns (quit_requested, channel_gone)."""
         if not self.enabled:
             return local(chan, info, cmd)
         self.collect()
@@ -396,8 +394,15 @@ class Zygotes:
             self._drop(z)
             self.log("ngw: the zygote for %s cannot serve its key: %s" % (z.label, why))
             return
+        if hello.get(RECORDS_FIELD) is not True:
+            # Another SDK's interpreter (its files changed under the root, which is stale
+            # code then): it would not understand the sessions the root sends.
+            why = "it does not take session records (another version of ngw)"
+            self._failed(z.key, why)
+            self._drop(z)
+            self.log("ngw: the zygote for %s cannot serve its key: %s" % (z.label, why))
+            return
         z.state = READY
-        z.records = hello.get(RECORDS_FIELD) is True
         self.log("ngw: the zygote (pid %d) for %s is ready" % (z.proc.pid, z.label))
 
     def _gone(self, z, why):
@@ -466,7 +471,7 @@ class Zygotes:
         (quit_requested, channel_gone), or None when the sub-zygote turned out to be gone
         before it got the session (nothing was sent to ngd: the session can run here)."""
         sub = z.chan
-        if not self._send_header(z, info, fds or []):
+        if not self._send_record(z, info, fds or []):
             return None
         quit_ = False
         hung = False
@@ -497,23 +502,16 @@ class Zygotes:
             raise error  # ngd broke the protocol: the worker exits (status 2)
         return quit_, chan.eof or chan.dead
 
-    def _send_header(self, z, info, fds):
-        """Sends the session to sub-zygote `z`, with the client's descriptors `fds`
-        (which are the sub-zygote's then: closed here). False if it is gone. As a record
-        (`RECORD`: the session as the root read and answered it, `info.fds` and `info.pty`
-        included) to a sub-zygote that takes one, else as ngd sent its header: a session
-        on the client's pseudo-terminal (`info.pty`, the root answered `t ctty`) brings
-        it last, after them, as ngd brought it (docs/ngw.md 15.7), the header's
-        `NGW_CLIENT_PTY` says so, and the sub-zygote answers its own `t` again."""
+    def _send_record(self, z, info, fds):
+        """Sends the session to sub-zygote `z` as the root read and answered it (`record`),
+        with the client's descriptors `fds` (which are the sub-zygote's then: closed
+        here). False if it is gone. A session on the client's pseudo-terminal has its
+        slave in their place and `info.pty` (the root answered `t ctty`): the sub-zygote's
+        child makes it its controlling terminal as the root's would (docs/ngw.md 15.7)."""
         sub = z.chan
-        header = record(info) if z.records else _header(info)
-        if fds and not z.records and info.pty is not None and info.fds is not None:
-            try:
-                fds.append(os.dup(fds[info.fds.index(info.pty[0])]))
-            except (OSError, ValueError, IndexError):
-                pass  # without it the sub-zygote's `t` is plain: no controlling terminal
+        data = record(info)
         try:
-            n = socket.send_fds(sub.sock, [header], fds) if fds else sub.sock.send(header)
+            n = socket.send_fds(sub.sock, [data], fds) if fds else sub.sock.send(data)
         except (BlockingIOError, InterruptedError):
             n = 0
         except OSError as e:
@@ -529,7 +527,7 @@ class Zygotes:
                 except OSError:
                     pass
             fds[:] = []
-        sub.out += header[n:]
+        sub.out += data[n:]
         return True
 
     def _to_ngd(self, z, chan, sub):
@@ -686,18 +684,3 @@ def from_record(payload, nfds):
         raise _wire.ProtocolError("a session record for %d descriptors came with %d"
                                   % (len(info.fds or ()), nfds))
     return info
-
-
-def _header(info):
-    """The session's header as ngd sent it (7.1): arguments, the client's environment,
-    ngd's metadata, the directory, the command."""
-    out = bytearray()
-    for arg in info.args:
-        out += _wire.encode(_wire.ARG, os.fsencode(arg))
-    for entries in (info.env, info.nailgun, info.meta):
-        for name, value in entries.items():
-            out += _wire.encode(_wire.ENV, os.fsencode(name) + b"=" + os.fsencode(value))
-    if info.cwd is not None:
-        out += _wire.encode(_wire.DIR, os.fsencode(info.cwd))
-    out += _wire.encode(_wire.CMD, os.fsencode(info.command))
-    return bytes(out)
