@@ -6,6 +6,7 @@ dies during a session ends that session with a message, and the next one works."
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -15,6 +16,8 @@ import time
 import unittest
 
 import driver
+from ngw import _wire, _zygotes
+from ngw._session import HeaderBuilder
 from support import client_env
 
 RUNNER = [sys.executable, "-m", "ngw"]
@@ -365,6 +368,57 @@ class Zygotes(unittest.TestCase):
         self.assertIn("started a zygote", r.notices[0]["message"])
         again = self.warm_in_sub_zygote("1")
         self.assertNotIn(again["ppid"], (sub, self.w.proc.pid))
+
+    def test_a_record_from_ngd_is_ignored_and_its_descriptors_closed(self):
+        """Only a sub-zygote takes a session record: from ngd it is an unknown chunk."""
+        r, w = os.pipe()
+        try:
+            self.w.send(_wire.RECORD, _zygotes.record(record_info())[_wire.HEADER_LEN:],
+                        fds=[w])
+            os.close(w)
+            w = -1
+            res, got = self.run_zyg()
+            self.assertEqual((got["ppid"], res.notices), (self.w.proc.pid, []))
+            self.assertIn("ngw: ignoring chunk 'r' between sessions", self.w.log())
+            # End of file: neither the root nor a child of its holds the write end.
+            self.assertTrue(select.select([r], [], [], 10)[0], self.w.log())
+            self.assertEqual(os.read(r, 1), b"")
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+
+
+def record_info():
+    """A session on the client's terminal as the root reads it (its descriptors taken)."""
+    h = HeaderBuilder()
+    h.add(_wire.ARG, b"--flag")
+    h.add(_wire.ENV, b"PYTHONHASHSEED=1")
+    h.add(_wire.ENV, b"NGW_CLIENT_FDS=0,1,2")
+    h.add(_wire.ENV, b"NGW_CLIENT_PTY=0,1,2")
+    h.add(_wire.DIR, b"/tmp")
+    info = h.finish(b"zyg", 0o022)
+    info.fds, info.pty = (0, 1, 2), (0, 1, 2)
+    return info
+
+
+class Records(unittest.TestCase):
+    """The session record a root sends its sub-zygote in place of the header (chunk `r`,
+    docs/ngw.md 12.4)."""
+
+    def test_a_record_gives_the_session_back_as_the_root_read_it(self):
+        info = record_info()
+        chunk = _zygotes.record(info)
+        length, ty = _wire.HEADER.unpack_from(chunk)
+        self.assertEqual((ty, length), (_wire.RECORD, len(chunk) - _wire.HEADER_LEN))
+        got = _zygotes.from_record(chunk[_wire.HEADER_LEN:], 3)
+        self.assertEqual(got.to_wire(), info.to_wire())
+
+    def test_a_record_that_does_not_match_its_descriptors_is_a_protocol_error(self):
+        payload = _zygotes.record(record_info())[_wire.HEADER_LEN:]
+        for bad, nfds in ((payload, 0), (payload, 4), (payload[:-3], 3), (b"junk", 0)):
+            with self.assertRaises(_wire.ProtocolError):
+                _zygotes.from_record(bad, nfds)
 
 
 class Keys(unittest.TestCase):

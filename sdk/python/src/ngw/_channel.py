@@ -58,7 +58,11 @@ def close_fds(fds):
 
 
 class Channel:
-    def __init__(self, fd, max_chunk=_wire.DEFAULT_MAX_CHUNK):
+    """One end of an ngw channel. `records`: a sub-zygote's, from the worker it serves,
+    whose session records (`_wire.RECORD`, docs/ngw.md 12.4) bring descriptors as a
+    header's first chunk does."""
+
+    def __init__(self, fd, max_chunk=_wire.DEFAULT_MAX_CHUNK, records=False):
         st = os.fstat(fd)
         if not stat.S_ISSOCK(st.st_mode):
             raise OSError("NGW_FD=%d is not a socket" % fd)
@@ -69,6 +73,10 @@ class Channel:
         self.sock.setblocking(False)
         self.fd = fd
         self.decoder = _wire.Decoder(max_chunk)
+        # Every read lands here: a fresh buffer of _READ_SIZE per read would be a fresh
+        # mapping (above malloc's mmap threshold), with its page faults and munmap, on
+        # every chunk's way in (~35 us per read on the machine measured).
+        self._rbuf = bytearray(_READ_SIZE)
         self.out = bytearray()
         self.deferred = collections.deque()
         self.eof = False  # ngd closed its sending side (or the socket failed)
@@ -76,6 +84,7 @@ class Channel:
         # Descriptors not yet matched to a chunk: [stream offset where their read began,
         # offset where it ended, descriptors], in stream order.
         self.pending_fds = []
+        self._takes_fds = _HEADER + ((_wire.RECORD,) if records else ())
 
     def fileno(self):
         return self.fd
@@ -108,29 +117,31 @@ class Channel:
         if self.eof:
             return False
         try:
-            data, anc, flags, _ = self.sock.recvmsg(_READ_SIZE, _CMSG_SPACE, _CLOEXEC)
+            n, anc, flags, _ = self.sock.recvmsg_into([self._rbuf], _CMSG_SPACE, _CLOEXEC)
         except (BlockingIOError, InterruptedError):
             return True
         except OSError:
-            data, anc, flags = b"", [], 0
+            n, anc, flags = 0, [], 0
         fds = _received_fds(anc)
-        if fds and (flags & socket.MSG_CTRUNC or not data or len(fds) > 4
+        if fds and (flags & socket.MSG_CTRUNC or not n or len(fds) > 4
                     or len(self.pending_fds) >= _MAX_PENDING):
             close_fds(fds)
             fds = []
-        if not data:
+        if not n:
             self.eof = True
             self.drop_pending_fds()
             return False
         start = self.decoder.end()
-        self.decoder.feed(data)
+        with memoryview(self._rbuf) as view:
+            self.decoder.feed(view[:n])
         if fds:
-            self.pending_fds.append([start, start + len(data), fds])
+            self.pending_fds.append([start, start + n, fds])
         return True
 
     def next_chunk(self):
         """The next decoded chunk, (type, payload), or None. Raises ProtocolError. A
-        header chunk that came with descriptors is a `_wire.Chunk` carrying them."""
+        header chunk (or a sub-zygote's record) that came with descriptors is a
+        `_wire.Chunk` carrying them."""
         if self.deferred:
             return self.deferred.popleft()
         c = self.decoder.next()
@@ -146,7 +157,7 @@ class Channel:
                 close_fds(fds)
                 pending.pop(0)
                 continue
-            if start >= begin and chunk[0] in _HEADER:
+            if start >= begin and chunk[0] in self._takes_fds:
                 pending.pop(0)
                 return _wire.Chunk(chunk[0], chunk[1], fds)
             break

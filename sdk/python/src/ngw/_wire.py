@@ -42,6 +42,10 @@ QUIT = ord("q")
 NOTICE = ord("n")
 TAKEN = ord("t")  # descriptors taken (empty) or declined ("relay"), 15.4
 STOPPED = ord("z")  # the command stopped itself, 15.5
+# The Python SDK's own, from a worker to its sub-zygote only, never on ngd's channel
+# (docs/ngw.md 12.4): a session's record (SessionInfo.to_wire, marshal) in place of its
+# header, the client's descriptors with it.
+RECORD = ord("r")
 
 
 class Chunk(tuple):

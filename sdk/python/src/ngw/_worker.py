@@ -73,6 +73,8 @@ class Worker:
         self._fds = False  # sessions may bring the client's descriptors (docs/ngw.md 15.4)
         self._ctty = False  # ... and a pseudo-terminal to make the controlling terminal (15.7)
         self._zygotes = None  # _zygotes.Zygotes: the sub-zygotes for other keys
+        # Another worker's sub-zygote: its sessions come as records (docs/ngw.md 12.4).
+        self._sub_zygote = False
         # Between sessions:
         self._header = HeaderBuilder()  # the session header being read (_loop)
         self._idle_since = time.monotonic()
@@ -122,7 +124,8 @@ class Worker:
         key = _zygotes.as_sub_zygote()  # another worker's zygote for that key, or None
         if key is not None:
             _LOG_PREFIX[0] = "ngw (zygote for %s): " % key
-        chan = self._chan = _open_channel(max_chunk)
+            self._sub_zygote = True
+        chan = self._chan = _open_channel(max_chunk, records=key is not None)
         # As the interpreter was given it: a cold run starts from that, as this one did.
         env_before, set_by_startup = _exact.as_started(os.environ)
         self._conditions = _exact.Conditions(env_before)
@@ -285,6 +288,7 @@ class Worker:
             # For the root only (it reads this hello; ngd never sees it): the key this
             # zygote ended up with, which the interpreter's start-up may have changed.
             hello[_zygotes.KEY_FIELD] = self._conditions.key()
+            hello[_zygotes.RECORDS_FIELD] = True
         return hello
 
     def _recv(self, chan):
@@ -540,12 +544,18 @@ class Worker:
                     close_fds(fds)
             if ty in (_wire.ARG, _wire.ENV, _wire.DIR, _wire.LONGARG):
                 header.add(ty, payload)
-            elif ty == _wire.CMD:
-                info = header.finish(payload, self._umask)
+            elif ty == _wire.CMD or (ty == _wire.RECORD and self._sub_zygote):
+                if ty == _wire.CMD:
+                    info = header.finish(payload, self._umask)
+                elif header.empty():
+                    # A session the root read, routed here and answered ngd's `t` for.
+                    info = _zygotes.from_record(payload, len(header.fds))
+                else:
+                    raise _wire.ProtocolError("a session record inside a header")
                 fds, header = header.fds, HeaderBuilder()
                 self._header = header
                 try:
-                    quit_, gone = self._session(chan, info, fds)
+                    quit_, gone = self._session(chan, info, fds, answered=ty == _wire.RECORD)
                 finally:
                     close_fds(fds)  # whatever the session did not take
                 self._idle_since = time.monotonic()
@@ -560,10 +570,11 @@ class Worker:
             else:
                 log("ngw: ignoring chunk %s between sessions" % _wire.type_name(ty))
 
-    def _session(self, chan, info, fds):
+    def _session(self, chan, info, fds, answered=False):
         """Runs one session to its X. `fds`: the descriptors that came with its header; a
         fork-mode command takes them (removed from the list), anything else leaves them
-        to the caller, which closes them."""
+        to the caller, which closes them. `answered`: a sub-zygote's session record,
+        whose `t` the root sent (`info.fds` and `info.pty` say what it took)."""
         cmd = self.commands.get(info.command)
         stale = self._code.changed() if cmd is not None else None
         if stale is not None and self._retiring is None:
@@ -574,7 +585,7 @@ class Worker:
             self.notices.send("retire", "stale code; the next worker loads it afresh",
                               info.session)
             self._conditions.refuse(self._retiring)
-        if fds:
+        if fds and not answered:
             self._answer_fds(chan, info, cmd, fds)
         if cmd is None:
             msg = "ngw: unknown command '%s' (this worker serves: %s)\n" % (
@@ -688,7 +699,7 @@ def _ensure_std_fds():
             os.open(os.devnull, os.O_RDWR)
 
 
-def _open_channel(max_chunk):
+def _open_channel(max_chunk, records=False):
     raw = os.environ.get("NGW_FD")
     version = os.environ.get("NGW_VERSION")
     if raw is None:
@@ -703,7 +714,7 @@ def _open_channel(max_chunk):
         if fd < 3:
             raise ValueError("descriptors 0-2 are the standard streams")
         _ensure_std_fds()
-        chan = Channel(fd, max_chunk)
+        chan = Channel(fd, max_chunk, records)
     except (ValueError, OSError) as e:
         log("ngw: NGW_FD=%s is not a usable channel: %s" % (raw, e))
         sys.exit(EXIT_PROTOCOL)

@@ -14,11 +14,12 @@ only peer, so ngd knows nothing of any of this:
 
 * a sub-zygote's hello is read by the root; its channel is offered the features the
   root itself agreed with ngd, so everything it sends may go to ngd as it is;
-* a session whose key has a sub-zygote that said hello is forwarded to it chunk by chunk:
-  the header rebuilt from the session record (the client's descriptors, when the session
-  has some, ride with its first chunk), then ngd's `0 . i` to it and its `1 2 S X` (and
-  any extension chunk) to ngd; its notices go to ngd too, except `retire`, which concerns
-  the sub-zygote alone (the root drops it from its table; it exits after the session);
+* a session whose key has a sub-zygote that said hello is forwarded to it: its record
+  as the root read it (`RECORD`, with the client's descriptors when the session has
+  some; the root answered ngd's `t`); then, chunk by chunk, ngd's `0 . i` to it
+  and its `1 2 S X` (and any extension chunk) to ngd; its notices go to ngd too, except
+  `retire`, which concerns the sub-zygote alone (the root drops it from its table; it
+  exits after the session);
 * a session whose key has no sub-zygote yet runs the cold way in the root, and says so
   (`fallback` notice: "...; started a zygote for PYTHONHASHSEED='1'"); the sub-zygote is
   started when that session has ended, so it never competes with it, and preloads while
@@ -46,6 +47,7 @@ a session in one poll() loop, as the fork relay does, never blocking on a write.
 """
 
 import json
+import marshal
 import os
 import select
 import signal
@@ -58,6 +60,7 @@ from . import _sys, _wire
 from ._channel import Channel
 from ._exact import SDK_DIR, python_path
 from ._fork.stdio import configure_pty, winsize_of
+from ._session import SessionInfo
 
 #: The environment variable bounding the zygotes of one worker, the root included.
 MAX_ENV = "NGW_MAX_ZYGOTES"
@@ -71,6 +74,8 @@ PARENT_ENV = "NGW_ZYGOTE_OF"
 LABEL_ENV = "NGW_ZYGOTE_KEY"
 #: The field of a sub-zygote's hello with its own key (`Conditions.key()`).
 KEY_FIELD = "zygote_key"
+#: The field of a sub-zygote's hello saying it takes sessions as records (`RECORD`).
+RECORDS_FIELD = "records"
 
 _HIGH_WATER = 1 << 20  # unsent bytes towards ngd before the sub-zygote is left unread
 _STOP_WAIT = 2.0  # seconds a sub-zygote may take to exit after its channel closed
@@ -202,26 +207,34 @@ class Zygotes:
         else with `local(chan, info, cmd)` (the root's fork runner, which runs it the
         cold way when its key differs). `fds` are the client's descriptors the session
         runs on (docs/ngw.md 15.4; the root already answered `t`), passed on to the
-        sub-zygote with the header. Returns (quit_requested, channel_gone)."""
+        sub-zygote with the session. Returns (quit_requested, channel_gone)."""
         if not self.enabled:
             return local(chan, info, cmd)
         self.collect()
         c = self.conditions
-        if (c.other_reason() is not None or c.key_reason(info) is None
-                or (cmd.check is not None and cmd.check(info) is not None)):
-            return local(chan, info, cmd)  # warm here, or no zygote would do better
-        own = with_ttys(c.key(), self.root_ttys)
-        key = with_ttys(c.key(info), [bool(t) for t in info.tty[:3]])
+        if c.other_reason() is not None:
+            return local(chan, info, cmd)  # no zygote would do better
+        # The session's key against the root's (`key_reason` judges them alike exactly
+        # when they are equal): one computation of each on the way to a sub-zygote.
+        key = c.key(info)
+        root = c.key()
+        if key == root:
+            return local(chan, info, cmd)  # warm here
+        key = with_ttys(key, [bool(t) for t in info.tty[:3]])
         z = self.table.get(key)
         note = None
         if z is not None and z.state == READY and not z.retiring:
+            # The command's own check (`cmd.check`) is the sub-zygote's to make, as it
+            # plans the session: a command that cannot run warm runs cold there as here.
             z.used = time.monotonic()
             result = self._forward(z, chan, info, fds)
             if result is not None:
                 return result
             note = "its zygote had exited"
             z = None
-        what = label(key, own)
+        if cmd.check is not None and cmd.check(info) is not None:
+            return local(chan, info, cmd)  # no zygote would do better: none is started
+        what = label(key, with_ttys(root, self.root_ttys))
         start = z is None and key not in self.failed
         if start:
             note = "%sstarted a zygote for %s" % (note + "; " if note else "", what)
@@ -381,6 +394,14 @@ class Zygotes:
             self._drop(z)
             self.log("ngw: the zygote for %s cannot serve its key: %s" % (z.label, why))
             return
+        if hello.get(RECORDS_FIELD) is not True:
+            # Another SDK's interpreter (its files changed under the root, which is stale
+            # code then): it would not understand the sessions the root sends.
+            why = "it does not take session records (another version of ngw)"
+            self._failed(z.key, why)
+            self._drop(z)
+            self.log("ngw: the zygote for %s cannot serve its key: %s" % (z.label, why))
+            return
         z.state = READY
         self.log("ngw: the zygote (pid %d) for %s is ready" % (z.proc.pid, z.label))
 
@@ -450,7 +471,7 @@ class Zygotes:
         (quit_requested, channel_gone), or None when the sub-zygote turned out to be gone
         before it got the session (nothing was sent to ngd: the session can run here)."""
         sub = z.chan
-        if not self._send_header(z, info, fds or []):
+        if not self._send_record(z, info, fds or []):
             return None
         quit_ = False
         hung = False
@@ -481,22 +502,16 @@ class Zygotes:
             raise error  # ngd broke the protocol: the worker exits (status 2)
         return quit_, chan.eof or chan.dead
 
-    def _send_header(self, z, info, fds):
-        """Sends the session's header to sub-zygote `z`, with the client's descriptors
-        `fds` (which are the sub-zygote's then: closed here). False if it is gone. A
-        session on the client's pseudo-terminal (`info.pty`, the root answered `t ctty`)
-        brings it last, after them, as ngd brought it (docs/ngw.md 15.7): the header's
-        `NGW_CLIENT_PTY` says so, and the sub-zygote's child makes it its controlling
-        terminal as the root's would."""
+    def _send_record(self, z, info, fds):
+        """Sends the session to sub-zygote `z` as the root read and answered it (`record`),
+        with the client's descriptors `fds` (which are the sub-zygote's then: closed
+        here). False if it is gone. A session on the client's pseudo-terminal has its
+        slave in their place and `info.pty` (the root answered `t ctty`): the sub-zygote's
+        child makes it its controlling terminal as the root's would (docs/ngw.md 15.7)."""
         sub = z.chan
-        header = _header(info)
-        if fds and info.pty is not None and info.fds is not None:
-            try:
-                fds.append(os.dup(fds[info.fds.index(info.pty[0])]))
-            except (OSError, ValueError, IndexError):
-                pass  # without it the sub-zygote's `t` is plain: no controlling terminal
+        data = record(info)
         try:
-            n = socket.send_fds(sub.sock, [header], fds) if fds else sub.sock.send(header)
+            n = socket.send_fds(sub.sock, [data], fds) if fds else sub.sock.send(data)
         except (BlockingIOError, InterruptedError):
             n = 0
         except OSError as e:
@@ -512,7 +527,7 @@ class Zygotes:
                 except OSError:
                     pass
             fds[:] = []
-        sub.out += header[n:]
+        sub.out += data[n:]
         return True
 
     def _to_ngd(self, z, chan, sub):
@@ -651,16 +666,21 @@ def _key_differs(wanted, got):
     return ", ".join(words) or None
 
 
-def _header(info):
-    """The session's header as ngd sent it (7.1): arguments, the client's environment,
-    ngd's metadata, the directory, the command."""
-    out = bytearray()
-    for arg in info.args:
-        out += _wire.encode(_wire.ARG, os.fsencode(arg))
-    for entries in (info.env, info.nailgun, info.meta):
-        for name, value in entries.items():
-            out += _wire.encode(_wire.ENV, os.fsencode(name) + b"=" + os.fsencode(value))
-    if info.cwd is not None:
-        out += _wire.encode(_wire.DIR, os.fsencode(info.cwd))
-    out += _wire.encode(_wire.CMD, os.fsencode(info.command))
-    return bytes(out)
+def record(info):
+    """The session `info` as one `RECORD` chunk: its fields as a spare's hand-over has
+    them (docs/ngw.md 11.5), so that the sub-zygote neither decodes a header nor answers
+    the descriptors again."""
+    return _wire.encode(_wire.RECORD, marshal.dumps(info.to_wire()))
+
+
+def from_record(payload, nfds):
+    """In a sub-zygote: the SessionInfo of a `RECORD` chunk's payload, which came with
+    `nfds` descriptors (as many as its `fds` map names; none without one)."""
+    try:
+        info = SessionInfo.from_wire(marshal.loads(payload))
+    except (EOFError, ValueError, TypeError) as e:
+        raise _wire.ProtocolError("a session record that does not decode: %s" % e) from None
+    if len(info.fds or ()) != nfds:
+        raise _wire.ProtocolError("a session record for %d descriptors came with %d"
+                                  % (len(info.fds or ()), nfds))
+    return info
