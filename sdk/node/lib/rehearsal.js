@@ -23,9 +23,19 @@ const util = require('util');
 // off, to measure it).
 const REHEARSE = process.env.NGW_NODE_REHEARSE !== '0';
 
-// In the spare, once it has preloaded: rehearses; how long it took, in ms, or null.
+// In the spare, once it has preloaded: rehearses; how long it took, in ms, or null (not
+// asked, or it failed: under options that change Node's builtins, say; the spare then
+// serves without it).
 function rehearse(config) {
   if (!config.rehearse) return null;
+  try {
+    return run();
+  } catch {
+    return null;
+  }
+}
+
+function run() {
   const t0 = process.hrtime.bigint();
   const { Writable } = require('stream');
   const { Console } = require('console');
