@@ -313,8 +313,9 @@ function take(native, s, dir, config, ending) {
 // event can be seen (lib/ending.js), the process lets the client's descriptors go and the
 // report carries the status (`exiting`), which the worker sends to the client at once:
 // Node's own teardown then runs after it. When the session also compiled modules its code
-// cache lacks (`cache`), the process writes the cache and exits with that status. A
-// session on a terminal (`onTty`: it leads the terminal's session) ends as cold.
+// cache lacks (`cache`), the process writes the cache and exits with that status; where
+// the status waits for the process, it writes the cache before its report. A session on
+// a terminal (`onTty`: it leads the terminal's session) ends as cold and writes none.
 function learnAtExit(native, cache, onTty, ending) {
   const emit = process.emit;
   const wrapped = {
@@ -327,11 +328,18 @@ function learnAtExit(native, cache, onTty, ending) {
         threw = false;
       } finally {
         if (event === 'exit' && this === process) {
+          const certain = threw ? null : codecache.exitStatus(args[0], before, wrapped);
           const held = threw ? 'an exit listener threw' : onTty ? 'on a terminal' : ending.why();
-          const status = held === null ? codecache.exitStatus(args[0], before, wrapped) : null;
+          const status = held === null ? certain : null;
+          const stale = !onTty && certain !== null && cache && cache.stale();
           if (status !== null) letGo(native);
+          // A session whose status waits writes its cache first: once per change of it.
+          else if (stale) writeCache(cache);
           report(native, cache, status, held);
-          if (status !== null && cache && cache.stale()) writeCache(cache, status);
+          if (status !== null && stale) {
+            writeCache(cache);
+            process.reallyExit(status);
+          }
         }
       }
       return result;
@@ -380,14 +388,13 @@ function letGo(native) {
   }
 }
 
-// Writes the code cache and exits with `status`, the one reported.
-function writeCache(cache, status) {
+// Writes the code cache.
+function writeCache(cache) {
   try {
     cache.write();
   } catch {
     // the cache is an optimisation
   }
-  process.reallyExit(status);
 }
 
 main();

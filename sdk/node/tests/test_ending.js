@@ -3,8 +3,9 @@
 // for byte: where the exit status goes at the 'exit' event, before Node's teardown (the
 // `status-at-exit` count notice), and where it waits for the process's end as cold: V8
 // coverage (whose file must exist once the status is in), a worker thread, a native addon,
-// an uncaught error. Also: preloaded modules, compiled eagerly, are taken from the code
-// cache once a session has made it (no `code-cache-rejected` from then on).
+// an uncaught error; such sessions still make the code cache. Also: preloaded modules,
+// compiled eagerly, are taken from the code cache once a session has made it (no
+// `code-cache-rejected` from then on).
 const test = require('node:test');
 const assert = require('node:assert');
 const fs = require('fs');
@@ -114,6 +115,20 @@ test('preloaded modules compiled eagerly come from the code cache a session made
     }
   }
   assert.strictEqual(hits, 2, 'no two sessions were served from the code cache');
+  d.quit();
+});
+
+test('a session whose status waits for the process still makes the code cache', () => {
+  const d = new Driver(['--state-dir', path.join(root, 'state-held'), `prog=${MAIN}`]);
+  d.hello();
+  const ids = { next: 300 };
+  let hit = false;
+  for (let i = 0; i < 8 && !hit; i++) {
+    const out = served(d, ['addon'], ids, { env: { ADDON } });
+    assert.ok(!counted(out, 'status-at-exit'), 'the status went before the process ended');
+    hit = counted(out, 'code-cache-hit');
+  }
+  assert.ok(hit, 'no session was served from a code cache its sessions made');
   d.quit();
 });
 
