@@ -372,9 +372,19 @@ impl Scenario {
         // The line discipline's echo of `^Z` races with the stop: when the shell takes the
         // terminal back before the echo was read, the echo is flushed. Cold runs show it or
         // not from one run to the next, so neither transcript keeps it.
-        Ok(shown
+        // The echo of `^C` races with the command's output: the line discipline sends
+        // SIGINT before it echoes the key, so a command that prints as it is interrupted
+        // (a traceback) may print first; cold runs show the echo before or after that
+        // output. The transcript keeps how many times `^C` was echoed, not where.
+        let shown = shown
             .replace("\r\n", "\n")
-            .replace("^Z\n[1]+  Stopped", "\n[1]+  Stopped"))
+            .replace("^Z\n[1]+  Stopped", "\n[1]+  Stopped");
+        let interrupts = shown.matches("^C").count();
+        let mut shown = shown.replace("^C", "");
+        if interrupts > 0 {
+            shown.push_str(&format!("[^C echoed {interrupts} time(s)]\n"));
+        }
+        Ok(shown)
     }
 
     /// The status line of a transcript (`@@...@@`, the last one).
