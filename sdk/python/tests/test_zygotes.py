@@ -411,14 +411,22 @@ class Records(unittest.TestCase):
         chunk = _zygotes.record(info)
         length, ty = _wire.HEADER.unpack_from(chunk)
         self.assertEqual((ty, length), (_wire.RECORD, len(chunk) - _wire.HEADER_LEN))
-        got = _zygotes.from_record(chunk[_wire.HEADER_LEN:], 3)
-        self.assertEqual(got.to_wire(), info.to_wire())
+        fds = [10, 11, 12]
+        got, direct = _zygotes.from_record(chunk[_wire.HEADER_LEN:], fds)
+        self.assertEqual((got.to_wire(), direct, fds), (info.to_wire(), None, [10, 11, 12]))
+
+    def test_ngd_s_channel_rides_after_the_client_s_descriptors(self):
+        fds = [10, 11, 12, 13]
+        got, direct = _zygotes.from_record(_zygotes.record(record_info())[_wire.HEADER_LEN:],
+                                           fds)
+        self.assertEqual((direct, fds), (13, [10, 11, 12]))
 
     def test_a_record_that_does_not_match_its_descriptors_is_a_protocol_error(self):
         payload = _zygotes.record(record_info())[_wire.HEADER_LEN:]
-        for bad, nfds in ((payload, 0), (payload, 4), (payload[:-3], 3), (b"junk", 0)):
+        for bad, nfds in ((payload, 0), (payload, 2), (payload, 5), (payload[:-3], 3),
+                          (b"junk", 0)):
             with self.assertRaises(_wire.ProtocolError):
-                _zygotes.from_record(bad, nfds)
+                _zygotes.from_record(bad, list(range(10, 10 + nfds)))
 
 
 class Keys(unittest.TestCase):
@@ -603,6 +611,164 @@ class HeldDescriptors(unittest.TestCase):
         out = subprocess.run([sys.executable, "-c", HELD_SCRIPT], env=driver.worker_env(),
                              capture_output=True, timeout=60)
         self.assertEqual((out.stdout, out.returncode), (b"closed\n", 0), out)
+
+
+def exit_mark(pid):
+    """The path of the page root `pid` shares with its sub-zygote (one sub-zygote only),
+    where it marks a session's X going to ngd's channel itself."""
+    for name in os.listdir("/proc/%d/fd" % pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, name))
+        except OSError:
+            continue
+        if "ngw-zygote-exit" in target:
+            return "/proc/%d/fd/%s" % (pid, name)
+    raise AssertionError("root %d shares no page with a sub-zygote" % pid)
+
+
+def read_all(fd):
+    data = bytearray()
+    while True:
+        piece = os.read(fd, 65536)
+        if not piece:
+            os.close(fd)
+            return bytes(data)
+        data += piece
+
+
+class OnTheClientsDescriptors(unittest.TestCase):
+    """A sub-zygote's session on the client's descriptors: nothing goes through the root
+    but its X, and the sub-zygote writes that to ngd's channel itself (docs/ngw.md 12.4);
+    if it dies while it does, the root cannot know whether the X arrived and writes
+    nothing more."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ngw-zygotes-fds-")
+        with open(os.path.join(self.tmp, "zyg_ngw.py"), "w") as f:
+            f.write(MODULE)
+        self.env = client_env(PYTHONPATH=self.tmp)
+        extra = {"PYTHONPATH": driver.SRC + os.pathsep + self.tmp, "NGW_STATE_DIR": self.tmp}
+        self.w = driver.Worker(RUNNER + ["entrypoint", "zyg=zyg_ngw:main"],
+                               env=driver.worker_env(extra), host_features="notices,fds")
+        self.w.hello()
+
+    def tearDown(self):
+        try:
+            self.w.stop()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start(self, args=(), **env):
+        """Starts `zyg` on descriptors of its own: (the ends of its stdout and stderr)."""
+        e = dict(self.env)
+        e.update(env)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            self.w.start("zyg", list(args), env=e, fds=[null, out_w, err_w])
+        finally:
+            for fd in (null, out_w, err_w):
+                os.close(fd)
+        return out_r, err_r
+
+    def run_fds(self, args=(), **env):
+        e = dict(self.env)
+        e.update(env)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            r = self.w.run("zyg", list(args), env=e, fds=[null, out_w, err_w], stdin=None)
+        finally:
+            for fd in (null, out_w, err_w):
+                os.close(fd)
+        self.assertEqual(r.taken, b"", r)
+        return r, read_all(out_r), read_all(err_r)
+
+    def warm(self, timeout=60):
+        """Runs `zyg` with PYTHONHASHSEED=1 until a run is warm; its report."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r, out, _ = self.run_fds(PYTHONHASHSEED="1")
+            self.assertEqual(r.code, 0, self.w.log())
+            if not r.notices:
+                return json.loads(out)
+            self.assertLess(time.monotonic(), deadline, self.w.log())
+            time.sleep(0.1)
+
+    def mark(self):
+        with open(exit_mark(self.w.proc.pid), "rb") as f:
+            return f.read(1)
+
+    def test_the_x_comes_from_the_sub_zygote_as_it_would_through_the_root(self):
+        got = self.warm()
+        self.assertEqual(got["hash"], cold_hash("1"))
+        self.assertTrue(is_sub_zygote(got["ppid"]))
+        self.assertEqual(self.mark(), b"\x01")  # its X went to ngd's channel
+        r, out, err = self.run_fds(["cat"], PYTHONHASHSEED="1")
+        self.assertEqual((r.code, r.raw_exit, out, err), (3, b"3\n", b"", b"0 bytes\n"))
+        self.assertEqual([c for c, _ in r.chunks], ["t", "X"])
+        # A session relayed by ngd (no descriptors): its X comes through the root.
+        r = self.w.run("zyg", env=dict(self.env, PYTHONHASHSEED="1"))
+        self.assertEqual((r.code, json.loads(bytes(r.stdout))["ppid"]), (0, got["ppid"]))
+        self.assertEqual(self.mark(), b"\x00")
+        # The root's own sessions, and the sub-zygote's after it, go on.
+        r, out, _ = self.run_fds()
+        self.assertEqual((r.code, json.loads(out)["ppid"]), (0, self.w.proc.pid))
+        r, out, _ = self.run_fds(PYTHONHASHSEED="1")
+        self.assertEqual((r.code, json.loads(out)["ppid"]), (0, got["ppid"]))
+
+    def test_a_sub_zygote_killed_during_the_command_ends_that_session_only(self):
+        sub = self.warm()["ppid"]
+        out_r, err_r = self.start(["sleep"], PYTHONHASHSEED="1")
+        self.assertEqual(self.w.read_chunk(30), ("t", b""))
+        line = bytearray()
+        while not line.endswith(b"\n"):
+            line += os.read(out_r, 64)
+        self.assertEqual(int(line), sub)
+        os.kill(sub, signal.SIGKILL)
+        stderr, kinds = bytearray(), []
+        while True:
+            ty, payload = self.w.read_chunk(30)
+            if ty == "2":
+                stderr += payload
+            elif ty == "n":
+                kinds.append(json.loads(payload)["kind"])
+            else:
+                self.assertEqual(ty, "X")
+                break
+        self.assertEqual(payload, b"137\n")
+        self.assertIn(b"died during the command (killed by SIGKILL)", stderr)
+        self.assertEqual(kinds, ["zygote"])
+        for fd in (out_r, err_r):
+            os.close(fd)
+        r, out, _ = self.run_fds(PYTHONHASHSEED="1")  # cold, and another zygote starts
+        self.assertEqual((r.code, json.loads(out)["ppid"]), (0, self.w.proc.pid))
+
+    def test_a_sub_zygote_killed_while_it_writes_the_x_leaves_ngd_s_channel_alone(self):
+        # The window between the mark and the write is too short to hit: the test marks
+        # the page itself while the command runs, then kills the sub-zygote.
+        sub = self.warm()["ppid"]
+        out_r, err_r = self.start(["sleep"], PYTHONHASHSEED="1")
+        self.assertEqual(self.w.read_chunk(30), ("t", b""))
+        line = bytearray()
+        while not line.endswith(b"\n"):
+            line += os.read(out_r, 64)
+        with open(exit_mark(self.w.proc.pid), "r+b") as f:
+            f.write(b"\x01")
+        os.kill(sub, signal.SIGKILL)
+        chunks = []
+        while True:
+            c = self.w.read_chunk(30)
+            if c is None:
+                break
+            chunks.append(c[0])
+        self.assertEqual(chunks, [])  # no message and no X: either could be a wrong one
+        self.assertEqual(self.w.proc.wait(30), 1)
+        self.assertIn("while it wrote session", self.w.log())
+        for fd in (out_r, err_r):
+            os.close(fd)
 
 
 class OneZygote(Zygotes):

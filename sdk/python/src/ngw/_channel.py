@@ -78,6 +78,12 @@ class Channel:
         # every chunk's way in (~35 us per read on the machine measured).
         self._rbuf = bytearray(_READ_SIZE)
         self.out = bytearray()
+        # A sub-zygote's, for one session: ngd's channel itself (a descriptor the worker
+        # sent with the session's record), where the session's X goes when nothing else
+        # of the session went to the worker; and the page shared with the worker where
+        # it marks, before that write, that the X may have gone (docs/ngw.md 12.4).
+        self.direct = None
+        self.mark = None
         self.deferred = collections.deque()
         self.eof = False  # ngd closed its sending side (or the socket failed)
         self.dead = False  # writing failed: ngd is gone
@@ -94,7 +100,51 @@ class Channel:
     def send(self, ty, payload=b""):
         if self.dead:
             return
+        if self.direct is not None:
+            if ty == _wire.EXIT and not self.out and self._exit_direct(payload):
+                return
+            self.drop_direct()  # the session's chunks go to the worker, its X after them
         self.out += _wire.encode(ty, payload)
+
+    def take_direct(self, fd):
+        """A session's descriptor of ngd's channel, with its record (a sub-zygote's)."""
+        self.drop_direct()
+        if self.mark is None:
+            os.close(fd)
+        else:
+            self.direct = fd
+
+    def drop_direct(self):
+        fd, self.direct = self.direct, None
+        if fd is not None:
+            os.close(fd)
+
+    def _exit_direct(self, payload):
+        """Writes the session's X to ngd's channel itself, then tells the worker that it
+        did (`EXIT_SENT`). The mark goes first: a worker that finds its sub-zygote dead
+        with the mark set cannot know whether the X arrived. False when ngd's channel
+        failed before any of it was written (the X then goes through the worker, which
+        finds ngd gone too)."""
+        fd, self.direct = self.direct, None
+        data = memoryview(_wire.encode(_wire.EXIT, payload))
+        sent = 0
+        self.mark[0] = 1
+        try:
+            while sent < len(data):
+                try:
+                    sent += os.write(fd, data[sent:])
+                except (BlockingIOError, InterruptedError):
+                    # Non-blocking, as the worker's end is (one open file); ngd reads its
+                    # workers' channels as they fill.
+                    select.select([], [fd], [], 1.0)
+        except OSError:
+            if not sent:
+                self.mark[0] = 0
+                return False
+        finally:
+            os.close(fd)
+        self.out += _wire.encode(_wire.EXIT_SENT, payload)
+        return True
 
     def flush_some(self):
         """Writes what the socket takes now. True when nothing is left to write."""
@@ -167,6 +217,8 @@ class Channel:
         """The descriptors received and not yet handed on: those waiting for their chunk
         and those of chunks put back. A child forked meanwhile must close its copies."""
         fds = [fd for _, _, some in self.pending_fds for fd in some]
+        if self.direct is not None:
+            fds.append(self.direct)
         for c in self.deferred:
             if isinstance(c, _wire.Chunk):
                 fds.extend(c.fds)

@@ -46,6 +46,9 @@ STOPPED = ord("z")  # the command stopped itself, 15.5
 # (docs/ngw.md 12.4): a session's record (SessionInfo.to_wire, marshal) in place of its
 # header, the client's descriptors with it.
 RECORD = ord("r")
+# From a sub-zygote to its worker only: the session's X went to ngd's channel itself
+# (the payload is the X's); the session is over (docs/ngw.md 12.4).
+EXIT_SENT = ord("x")
 
 
 class Chunk(tuple):

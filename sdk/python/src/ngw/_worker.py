@@ -126,6 +126,8 @@ class Worker:
             _LOG_PREFIX[0] = "ngw (zygote for %s): " % key
             self._sub_zygote = True
         chan = self._chan = _open_channel(max_chunk, records=key is not None)
+        if key is not None:
+            chan.mark = _zygotes.exit_mark()
         # As the interpreter was given it: a cold run starts from that, as this one did.
         env_before, set_by_startup = _exact.as_started(os.environ)
         self._conditions = _exact.Conditions(env_before)
@@ -156,6 +158,9 @@ class Worker:
         except _wire.ProtocolError as e:
             log("ngw: protocol error: %s; exiting" % e)
             status = EXIT_PROTOCOL
+        except _zygotes.InDoubt as e:
+            log("ngw: %s; exiting, so that ngd ends the session if it is still open" % e)
+            status = 1
         finally:
             self._zygotes.shutdown()
             if self._fork is not None:
@@ -289,6 +294,8 @@ class Worker:
             # zygote ended up with, which the interpreter's start-up may have changed.
             hello[_zygotes.KEY_FIELD] = self._conditions.key()
             hello[_zygotes.RECORDS_FIELD] = True
+            if self._chan.mark is not None:
+                hello[_zygotes.EXIT_FIELD] = True
         return hello
 
     def _recv(self, chan):
@@ -548,8 +555,12 @@ class Worker:
                 if ty == _wire.CMD:
                     info = header.finish(payload, self._umask)
                 elif header.empty():
-                    # A session the root read, routed here and answered ngd's `t` for.
-                    info = _zygotes.from_record(payload, len(header.fds))
+                    # A session the root read, routed here and answered ngd's `t` for;
+                    # with ngd's channel after the client's descriptors when its X may
+                    # go there.
+                    info, direct = _zygotes.from_record(payload, header.fds)
+                    if direct is not None:
+                        chan.take_direct(direct)
                 else:
                     raise _wire.ProtocolError("a session record inside a header")
                 fds, header = header.fds, HeaderBuilder()
@@ -558,6 +569,7 @@ class Worker:
                     quit_, gone = self._session(chan, info, fds, answered=ty == _wire.RECORD)
                 finally:
                     close_fds(fds)  # whatever the session did not take
+                    chan.drop_direct()
                 self._idle_since = time.monotonic()
                 if quit_ or gone:
                     return 0

@@ -19,7 +19,11 @@ only peer, so ngd knows nothing of any of this:
   some; the root answered ngd's `t`); then, chunk by chunk, ngd's `0 . i` to it
   and its `1 2 S X` (and any extension chunk) to ngd; its notices go to ngd too, except
   `retire`, which concerns the sub-zygote alone (the root drops it from its table; it
-  exits after the session);
+  exits after the session). A session on the client's descriptors gets a descriptor of
+  ngd's channel too, and when its X is the first thing it sends, the sub-zygote writes
+  it there itself and tells the root (`EXIT_SENT`); it marks a page it shares with the
+  root first, so that a root that finds it dead with the mark set knows the X may have
+  gone, and writes nothing more (`InDoubt`: the worker exits, ngd ends the session);
 * a session whose key has no sub-zygote yet runs the cold way in the root, and says so
   (`fallback` notice: "...; started a zygote for PYTHONHASHSEED='1'"); the sub-zygote is
   started when that session has ended, so it never competes with it, and preloads while
@@ -48,6 +52,7 @@ a session in one poll() loop, as the fork relay does, never blocking on a write.
 
 import json
 import marshal
+import mmap
 import os
 import select
 import signal
@@ -76,8 +81,15 @@ LABEL_ENV = "NGW_ZYGOTE_KEY"
 KEY_FIELD = "zygote_key"
 #: The field of a sub-zygote's hello saying it takes sessions as records (`RECORD`).
 RECORDS_FIELD = "records"
+#: Set in a sub-zygote's environment (and removed at once by it): the descriptor of a
+#: page it shares with the root, where it marks that a session's X may have gone to ngd.
+MARK_ENV = "NGW_ZYGOTE_MARK"
+#: The field of a sub-zygote's hello saying it writes a session's X to ngd's channel
+#: itself when the root sends that with the record.
+EXIT_FIELD = "exit_direct"
 
 _HIGH_WATER = 1 << 20  # unsent bytes towards ngd before the sub-zygote is left unread
+_MAX_RECORD_FDS = 4  # descriptors a channel takes with one chunk (_channel)
 _STOP_WAIT = 2.0  # seconds a sub-zygote may take to exit after its channel closed
 _FAILED_KEPT = 16  # keys whose zygote could not start, remembered (oldest forgotten)
 _HELLO_TIMEOUT = 120.0  # seconds a sub-zygote may preload before it is given up
@@ -162,9 +174,9 @@ class Zygote:
     """A sub-zygote as the root sees it."""
 
     __slots__ = ("key", "label", "proc", "chan", "pty", "state", "used", "started",
-                 "retiring")
+                 "retiring", "mark", "mark_fd", "direct", "sent_direct")
 
-    def __init__(self, key, label_, proc, chan, pty):
+    def __init__(self, key, label_, proc, chan, pty, mark=None, mark_fd=-1):
         self.key = key
         self.label = label_
         self.proc = proc
@@ -173,10 +185,23 @@ class Zygote:
         self.state = STARTING
         self.used = self.started = time.monotonic()
         self.retiring = False  # it sent `retire`: no new session; it exits after this one
+        # The page it marks before it writes a session's X to ngd's channel (`exit_mark`),
+        # and the root's descriptor of it; whether its hello says it does that; whether
+        # the session it runs now came with ngd's channel.
+        self.mark = mark
+        self.mark_fd = mark_fd
+        self.direct = False
+        self.sent_direct = False
 
 
 class _SubDied(Exception):
     """The sub-zygote's channel ended (or broke) before its X."""
+
+
+class InDoubt(Exception):
+    """A sub-zygote died while it wrote a session's X to ngd's channel: the root cannot
+    know whether the X arrived, and writes nothing more there; the worker exits, and
+    ngd ends the session if it is still open."""
 
 
 class Zygotes:
@@ -279,8 +304,18 @@ class Zygotes:
             else:
                 env[name] = raw
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        master = slave = -1
+        master = slave = mark_fd = -1
+        mark = None
         try:
+            try:
+                mark_fd = os.memfd_create("ngw-zygote-exit", os.MFD_CLOEXEC)
+                os.ftruncate(mark_fd, mmap.PAGESIZE)
+                mark = mmap.mmap(mark_fd, mmap.PAGESIZE)
+            except (AttributeError, OSError, ValueError):
+                # No shared page: its sessions' X come through here.
+                if mark_fd >= 0:
+                    os.close(mark_fd)
+                mark, mark_fd = None, -1
             if ttys:
                 master, slave = os.openpty()
                 configure_pty(slave, False, winsize_of(info.env))
@@ -288,15 +323,21 @@ class Zygotes:
             env.update({"NGW_FD": str(theirs.fileno()), "NGW_VERSION": "1",
                         "NGW_HOST_FEATURES": ",".join(self.features),
                         PARENT_ENV: str(os.getpid()), LABEL_ENV: what})
+            if mark is not None:
+                env[MARK_ENV] = str(mark_fd)
             std = [slave if n in ttys else None for n in range(3)]
             proc = subprocess.Popen(
-                self.argv, env=env, pass_fds=[theirs.fileno()],
+                self.argv, env=env,
+                pass_fds=[theirs.fileno()] + ([mark_fd] if mark is not None else []),
                 stdin=std[0] if std[0] is not None else subprocess.DEVNULL,
                 stdout=std[1], stderr=std[2])
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             ours.close()
             if master >= 0:
                 os.close(master)
+            if mark is not None:
+                mark.close()
+                os.close(mark_fd)
             self._failed(key, "cannot start it: %s" % e)
             self.log("ngw: cannot start a zygote for %s: %s" % (what, e))
             return
@@ -305,8 +346,8 @@ class Zygotes:
             if slave >= 0:
                 os.close(slave)
         chan = Channel(ours.detach())
-        self.table[key] = Zygote(key, what, proc, chan, master)
-        self.private_fds.extend(fd for fd in (chan.fileno(), master) if fd >= 0)
+        self.table[key] = Zygote(key, what, proc, chan, master, mark, mark_fd)
+        self.private_fds.extend(fd for fd in (chan.fileno(), master, mark_fd) if fd >= 0)
         self.log("ngw: started a zygote (pid %d) for %s: %s" % (
             proc.pid, what, " ".join(self.argv)))
 
@@ -326,9 +367,13 @@ class Zygotes:
         if self.table.get(z.key) is z:
             del self.table[z.key]
         self._drain_pty(z)
-        for fd in (z.chan.fileno(), z.pty):
+        for fd in (z.chan.fileno(), z.pty, z.mark_fd):
             if fd in self.private_fds:
                 self.private_fds.remove(fd)
+        if z.mark is not None:
+            z.mark.close()
+            os.close(z.mark_fd)
+            z.mark, z.mark_fd = None, -1
         try:
             # The end of stream reaches it even if a child forked meanwhile holds a copy.
             z.chan.sock.shutdown(socket.SHUT_RDWR)
@@ -402,6 +447,7 @@ class Zygotes:
             self._drop(z)
             self.log("ngw: the zygote for %s cannot serve its key: %s" % (z.label, why))
             return
+        z.direct = hello.get(EXIT_FIELD) is True and z.mark is not None
         z.state = READY
         self.log("ngw: the zygote (pid %d) for %s is ready" % (z.proc.pid, z.label))
 
@@ -471,7 +517,7 @@ class Zygotes:
         (quit_requested, channel_gone), or None when the sub-zygote turned out to be gone
         before it got the session (nothing was sent to ngd: the session can run here)."""
         sub = z.chan
-        if not self._send_record(z, info, fds or []):
+        if not self._send_record(z, chan, info, fds or []):
             return None
         quit_ = False
         hung = False
@@ -502,21 +548,36 @@ class Zygotes:
             raise error  # ngd broke the protocol: the worker exits (status 2)
         return quit_, chan.eof or chan.dead
 
-    def _send_record(self, z, info, fds):
+    def _send_record(self, z, chan, info, fds):
         """Sends the session to sub-zygote `z` as the root read and answered it (`record`),
         with the client's descriptors `fds` (which are the sub-zygote's then: closed
         here). False if it is gone. A session on the client's pseudo-terminal has its
         slave in their place and `info.pty` (the root answered `t ctty`): the sub-zygote's
-        child makes it its controlling terminal as the root's would (docs/ngw.md 15.7)."""
+        child makes it its controlling terminal as the root's would (docs/ngw.md 15.7).
+
+        A session on the client's descriptors sends nothing through the relay but its X,
+        most of the time, so ngd's channel `chan` goes with them when nothing the root
+        wrote is still queued there: the sub-zygote may write the X there itself, which
+        spares the root a wake-up on the way to it (`_channel.Channel.send`)."""
         sub = z.chan
         data = record(info)
+        z.sent_direct = bool(z.direct and fds and len(fds) < _MAX_RECORD_FDS
+                             and not chan.out and not chan.dead)
+        extra = []
+        if z.mark is not None:
+            z.mark[0] = 0
         try:
-            n = socket.send_fds(sub.sock, [data], fds) if fds else sub.sock.send(data)
+            if z.sent_direct:
+                extra = [os.dup(chan.fileno())]
+            n = socket.send_fds(sub.sock, [data], fds + extra) if fds else sub.sock.send(data)
         except (BlockingIOError, InterruptedError):
             n = 0
         except OSError as e:
             self._gone(z, "its channel failed (%s)" % e)
             return False
+        finally:
+            for fd in extra:
+                os.close(fd)
         if fds:
             if n == 0:
                 self._gone(z, "its channel did not take the session")
@@ -542,6 +603,8 @@ class Zygotes:
                 chan.send(_wire.EXIT, payload)
                 chan.flush_some()
                 return False, True
+            if ty == _wire.EXIT_SENT and z.sent_direct:
+                return False, True  # it wrote the X to ngd itself
             if ty == _wire.NOTICE:
                 self._notice(z, payload)
             elif ty == _wire.TAKEN:
@@ -607,7 +670,18 @@ class Zygotes:
 
     def _died(self, z, chan, why, info):
         """The sub-zygote ended (or broke the protocol: `why`) during the session: the
-        session ends with a message and 128+N (signal N killed it) or 1."""
+        session ends with a message and 128+N (signal N killed it) or 1. If it died while
+        it wrote the session's X to ngd's channel, whether the X arrived cannot be known,
+        and anything more the root wrote there could be taken for the next session's:
+        the root writes nothing more (`InDoubt`)."""
+        if z.sent_direct and z.mark is not None and z.mark[0]:
+            self._kill(z)
+            status = self._status(z.proc, wait=_STOP_WAIT)
+            self._gone(z, "it died during session %s" % info.session)
+            chan.out.clear()
+            chan.dead = True
+            raise InDoubt("the zygote for %s died (%s) while it wrote session %s's exit "
+                          "status to ngd" % (z.label, why or status, info.session))
         if why is not None:
             self._kill(z)
         status = self._status(z.proc, wait=_STOP_WAIT)
@@ -673,14 +747,40 @@ def record(info):
     return _wire.encode(_wire.RECORD, marshal.dumps(info.to_wire()))
 
 
-def from_record(payload, nfds):
+def from_record(payload, fds):
     """In a sub-zygote: the SessionInfo of a `RECORD` chunk's payload, which came with
-    `nfds` descriptors (as many as its `fds` map names; none without one)."""
+    descriptors `fds` (as many as its `fds` map names, none without one; and then
+    possibly ngd's channel, taken off the list): (the SessionInfo, ngd's channel or
+    None)."""
     try:
         info = SessionInfo.from_wire(marshal.loads(payload))
     except (EOFError, ValueError, TypeError) as e:
         raise _wire.ProtocolError("a session record that does not decode: %s" % e) from None
-    if len(info.fds or ()) != nfds:
+    want = len(info.fds or ())
+    if want and len(fds) == want + 1:
+        return info, fds.pop()
+    if len(fds) != want:
         raise _wire.ProtocolError("a session record for %d descriptors came with %d"
-                                  % (len(info.fds or ()), nfds))
-    return info
+                                  % (want, len(fds)))
+    return info, None
+
+
+def exit_mark():
+    """In a sub-zygote: the page shared with the root where a session's X is marked
+    before it goes to ngd's channel (`MARK_ENV`), or None."""
+    raw = os.environ.pop(MARK_ENV, None)
+    if raw is None:
+        return None
+    try:
+        fd = int(raw)
+    except ValueError:
+        return None
+    try:
+        return mmap.mmap(fd, mmap.PAGESIZE)
+    except (OSError, ValueError):
+        return None
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
