@@ -603,7 +603,9 @@ class Zygotes:
                 chan.send(_wire.EXIT, payload)
                 chan.flush_some()
                 return False, True
-            if ty == _wire.EXIT_SENT and z.sent_direct:
+            if ty == _wire.EXIT_SENT:
+                if not z.sent_direct:
+                    raise _wire.ProtocolError("x for a session without ngd's channel")
                 return False, True  # it wrote the X to ngd itself
             if ty == _wire.NOTICE:
                 self._notice(z, payload)
