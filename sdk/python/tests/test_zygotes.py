@@ -109,8 +109,11 @@ def wait_gone(pid, timeout=10):
     return not alive(pid)
 
 
-class Zygotes(unittest.TestCase):
+class ZygoteWorker(unittest.TestCase):
+    """A worker serving the modules above, and the driver playing ngd for it."""
+
     max_zygotes = 3
+    host_features = "notices"
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="ngw-zygotes-")
@@ -129,7 +132,7 @@ class Zygotes(unittest.TestCase):
         self.w = driver.Worker(RUNNER + ["entrypoint", "zyg=zyg_ngw:main", "ztty=zyg_tty:main",
                                           "zwarn=zyg_warn:main", "--preload", "zyg_tty",
                                           "--preload", "zyg_warnlib"],
-                               env=driver.worker_env(extra))
+                               env=driver.worker_env(extra), host_features=self.host_features)
         self.w.hello()
 
     def tearDown(self):
@@ -138,6 +141,8 @@ class Zygotes(unittest.TestCase):
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
+
+class Zygotes(ZygoteWorker):
     def run_zyg(self, args=(), **env):
         e = dict(self.env)
         e.update(env)
@@ -636,53 +641,36 @@ def read_all(fd):
         data += piece
 
 
-class OnTheClientsDescriptors(unittest.TestCase):
+class OnTheClientsDescriptors(ZygoteWorker):
     """A sub-zygote's session on the client's descriptors: nothing goes through the root
     but its X, and the sub-zygote writes that to ngd's channel itself (docs/ngw.md 12.4);
     if it dies while it does, the root cannot know whether the X arrived and writes
     nothing more."""
 
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="ngw-zygotes-fds-")
-        with open(os.path.join(self.tmp, "zyg_ngw.py"), "w") as f:
-            f.write(MODULE)
-        self.env = client_env(PYTHONPATH=self.tmp)
-        extra = {"PYTHONPATH": driver.SRC + os.pathsep + self.tmp, "NGW_STATE_DIR": self.tmp}
-        self.w = driver.Worker(RUNNER + ["entrypoint", "zyg=zyg_ngw:main"],
-                               env=driver.worker_env(extra), host_features="notices,fds")
-        self.w.hello()
+    host_features = "notices,fds"
 
-    def tearDown(self):
+    def on_descriptors(self, how, args, env):
+        """`how` ("start" or "run") of `zyg` on descriptors of its own (stdin /dev/null):
+        (its result, the ends of its stdout and stderr)."""
+        e = dict(self.env)
+        e.update(env)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
         try:
-            self.w.stop()
+            extra = {"stdin": None} if how == "run" else {}
+            r = getattr(self.w, how)("zyg", list(args), env=e, fds=[null, out_w, err_w],
+                                     **extra)
         finally:
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            for fd in (null, out_w, err_w):
+                os.close(fd)
+        return r, out_r, err_r
 
     def start(self, args=(), **env):
-        """Starts `zyg` on descriptors of its own: (the ends of its stdout and stderr)."""
-        e = dict(self.env)
-        e.update(env)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY)
-        try:
-            self.w.start("zyg", list(args), env=e, fds=[null, out_w, err_w])
-        finally:
-            for fd in (null, out_w, err_w):
-                os.close(fd)
-        return out_r, err_r
+        return self.on_descriptors("start", args, env)[1:]
 
     def run_fds(self, args=(), **env):
-        e = dict(self.env)
-        e.update(env)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY)
-        try:
-            r = self.w.run("zyg", list(args), env=e, fds=[null, out_w, err_w], stdin=None)
-        finally:
-            for fd in (null, out_w, err_w):
-                os.close(fd)
+        r, out_r, err_r = self.on_descriptors("run", args, env)
         self.assertEqual(r.taken, b"", r)
         return r, read_all(out_r), read_all(err_r)
 
